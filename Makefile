@@ -1,0 +1,36 @@
+# Quick start: `make demo` and `make test`. Everything else is for developers.
+.PHONY: setup demo test test-all bench clean lint format
+
+VENV := .venv
+PY := $(VENV)/bin/python
+SEED ?=
+DEMO_SCENARIO ?= smoke
+
+setup:
+	@scripts/setup.sh
+
+demo: setup
+	@$(PY) -m harness run $(DEMO_SCENARIO) $(if $(SEED),--seed $(SEED),)
+
+lint: setup
+	@$(VENV)/bin/ruff check harness reference_impl tests
+	@$(VENV)/bin/ruff format --check harness reference_impl tests
+
+format: setup
+	@$(VENV)/bin/ruff format harness reference_impl tests
+	@$(VENV)/bin/ruff check --fix harness reference_impl tests
+
+test: setup lint
+	@$(PY) -m pytest -m "not slow" -q
+
+test-all: setup lint
+	@$(PY) -m pytest -q
+
+bench: setup
+	@mkdir -p reports/bench
+	@$(PY) -m pytest -m slow -q -p no:cacheprovider
+
+clean:
+	@-[ -f .stack/stack.json ] && $(PY) -m harness stack down || true
+	rm -rf .stack .pytest_cache .ruff_cache reports/*/ *.egg-info
+	find . -name __pycache__ -type d -prune -not -path './.venv/*' -not -path './node_modules/*' -exec rm -rf {} +

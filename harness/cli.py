@@ -1,0 +1,157 @@
+"""``python -m harness``: stack, serve, run.
+
+Exit codes: 0 success / every checker passed; 1 a checker failed (or the run errored);
+2 bad input or an unusable machine (unknown scenario, taken port, missing redis-server).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from harness import scenarios
+from harness.ports import PortInUse, require_free
+from harness.stack import (
+    PARTS,
+    Stack,
+    StackError,
+    StackInfo,
+    stack_file_path,
+    status_from_file,
+    stop_from_file,
+)
+
+EXIT_FAIL = 1
+EXIT_USAGE = 2
+
+
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def cmd_stack(args: argparse.Namespace) -> int:
+    path = Path(args.stack_file) if args.stack_file else stack_file_path()
+    if args.action == "up":
+        if path.exists():
+            alive = [p for p, s in status_from_file(path).items() if s.startswith("running")]
+            if alive:
+                return _error(f"a stack is already up ({path}); run `python -m harness stack down`")
+            path.unlink()
+        workdir = path.parent / "stack"
+        stack = Stack(workdir, durable_redis=args.durable_redis, stack_file=path)
+        try:
+            info = stack.up()
+        except StackError as exc:
+            return _error(str(exc))
+        # The parts run in their own sessions and outlive this command.
+        stack.procs.clear()
+        print(f"stack up; stack file {path}")
+        for name, part in info.parts.items():
+            print(f"  {name:<14} pid {part.pid:<7} {part.url or ''}")
+        return 0
+    if not path.exists():
+        if args.action == "down":
+            print(f"no stack file at {path}: nothing to stop")
+            return 0
+        print(f"no stack file at {path}: no stack is up")
+        return EXIT_FAIL
+    if args.action == "down":
+        stopped = stop_from_file(path)
+        print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+        return 0
+    status = status_from_file(path)
+    for name, state in status.items():
+        print(f"  {name:<14} {state}")
+    return 0 if all(s.startswith("running") for s in status.values()) else EXIT_FAIL
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run one part in the foreground (exec: signals go straight to the server)."""
+    try:
+        require_free(args.port)
+    except PortInUse as exc:
+        return _error(str(exc))
+    workdir = Path(tempfile.mkdtemp(prefix=f"harness-{args.part}-"))
+    stack = Stack(workdir, apns_tls=args.tls)
+    if args.part in ("event-api", "fanout-worker", "push-consumer"):
+        config = args.config or os.environ.get("FANOUT_CONFIG")
+        if not config and stack_file_path().exists():
+            config = StackInfo.read(stack_file_path()).reference_config
+        if not config:
+            return _error(f"{args.part} needs --config FILE (or FANOUT_CONFIG, or a stack up)")
+        stack.info.reference_config = str(Path(config).resolve())
+    try:
+        argv = stack._argv(args.part, args.port)
+    except StackError as exc:
+        return _error(str(exc))
+    if args.part == "redis":
+        print(f"redis (dedup store) on redis://127.0.0.1:{args.port}/0", flush=True)
+    os.execvpe(argv[0], argv, {**os.environ, "PYTHONUNBUFFERED": "1"})
+    return 0  # not reached
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness.runner import run, verdict_table
+
+    try:
+        scenario = scenarios.get(args.scenario)
+    except scenarios.UnknownScenario as exc:
+        return _error(str(exc))
+    try:
+        from harness.stack import require_node_emulators, require_redis_server
+
+        require_redis_server()
+        require_node_emulators()
+    except StackError as exc:
+        return _error(str(exc))
+    if args.timeout:
+        from dataclasses import replace
+
+        scenario = replace(scenario, timeout_seconds=args.timeout)
+    result = run(scenario, seed=args.seed, out=Path(args.out))
+    print(verdict_table(result.summary))
+    print(f"run directory: {result.run_dir}")
+    return result.exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness",
+        description="Load and chaos verification harness for push-notification fan-out",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    stack = sub.add_parser("stack", help="start, stop or inspect the embedded local stack")
+    stack.add_argument("action", choices=["up", "down", "status"])
+    stack.add_argument("--stack-file", help="default: .stack/stack.json or $HARNESS_STACK_FILE")
+    stack.add_argument(
+        "--durable-redis", action="store_true", help="AOF appendfsync always (MemoryDB-like)"
+    )
+    stack.set_defaults(func=cmd_stack)
+
+    serve = sub.add_parser("serve", help="run one part of the stack in the foreground")
+    serve.add_argument("part", choices=PARTS)
+    serve.add_argument("--port", type=int, required=False, default=0)
+    serve.add_argument("--tls", action="store_true", help="apns: TLS with a generated certificate")
+    serve.add_argument("--config", help="reference workers: config JSON")
+    serve.set_defaults(func=cmd_serve)
+
+    run = sub.add_parser("run", help="run a scenario and check its invariants")
+    run.add_argument("scenario", help=f"one of: {', '.join(sorted(scenarios.SCENARIOS))}")
+    run.add_argument("--seed", type=int, help="repeat a run exactly (default: random, recorded)")
+    run.add_argument("--out", default="reports", help="parent of the run directory")
+    run.add_argument("--timeout", type=float, help="seconds to wait for deliveries")
+    run.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve" and args.part not in ("fanout-worker", "push-consumer"):
+        if not args.port:
+            return _error(f"serve {args.part} needs --port N")
+    return args.func(args)

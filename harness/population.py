@@ -1,0 +1,249 @@
+"""The synthetic population: the harness's own users, graph, devices, zones, quiet hours, consent.
+
+This is the independent oracle. It is generated from a seed and a start instant, written to the
+run directory, loaded into the system under test through its public API, and read again by the
+checkers, which never look at the system's own state or logs.
+
+Quiet hours are chosen relative to the run's start so that the run meets every case: users
+inside their window for the whole run, users whose window ends while the run goes on (their
+notifications must be deferred and then delivered), users outside their window, users with no
+window. Windows are written in the user's local wall-clock time of their IANA zone.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+from zoneinfo import ZoneInfo
+
+QuietState = Literal["none", "outside", "ends_during_run", "whole_run"]
+
+# Half-hour and 45-minute offsets and DST zones on purpose: they are where quiet-hours code breaks.
+ZONES = (
+    "Asia/Kathmandu",  # +05:45
+    "Asia/Kolkata",  # +05:30
+    "America/New_York",
+    "Europe/London",
+    "Australia/Lord_Howe",  # +10:30/+11, a 30-minute DST shift
+    "America/St_Johns",  # -03:30/-02:30
+    "Pacific/Chatham",  # +12:45/+13:45
+    "Asia/Tokyo",
+    "UTC",
+)
+
+
+@dataclass(frozen=True)
+class PopulationSpec:
+    tenants: int = 2
+    users_per_tenant: int = 120
+    celebrity_followers: int = 80
+    regular_authors: int = 3
+    regular_followers: int = 12
+    fcm_fraction: float = 0.5
+    second_device_fraction: float = 0.3
+    dead_token_fraction: float = 0.08
+    no_consent_fraction: float = 0.1
+    no_device_fraction: float = 0.03
+    quiet_whole_run_fraction: float = 0.1
+    quiet_ends_fraction: float = 0.15
+    quiet_outside_fraction: float = 0.35
+    # Windows that end during the run end this long after the population's start instant.
+    quiet_release_seconds: float = 20.0
+
+    def scaled(self, factor: float) -> PopulationSpec:
+        values = asdict(self)
+        for name in ("users_per_tenant", "celebrity_followers", "regular_followers"):
+            values[name] = max(1, int(values[name] * factor))
+        return PopulationSpec(**values)
+
+
+@dataclass(frozen=True)
+class Device:
+    tenant_id: str
+    user_id: str
+    platform: Literal["apns", "fcm"]
+    token: str
+    dead: bool
+
+
+@dataclass(frozen=True)
+class User:
+    tenant_id: str
+    user_id: str
+    zone: str
+    quiet_hours: dict[str, str] | None
+    consent: dict[str, Any] | None
+    quiet_state: QuietState
+    # Epoch seconds at which the user's window ends, for "ends_during_run".
+    quiet_until: float | None
+
+
+@dataclass(frozen=True)
+class Author:
+    tenant_id: str
+    user_id: str
+    celebrity: bool
+    followers: tuple[str, ...]
+
+
+@dataclass
+class Population:
+    seed: int
+    started_at: float
+    spec: PopulationSpec
+    users: list[User] = field(default_factory=list)
+    devices: list[Device] = field(default_factory=list)
+    authors: list[Author] = field(default_factory=list)
+
+    def user(self, tenant_id: str, user_id: str) -> User:
+        return self._users_by_key()[(tenant_id, user_id)]
+
+    def devices_of(self, tenant_id: str, user_id: str) -> list[Device]:
+        return self._devices_by_user().get((tenant_id, user_id), [])
+
+    def author(self, tenant_id: str, user_id: str) -> Author:
+        for author in self.authors:
+            if (author.tenant_id, author.user_id) == (tenant_id, user_id):
+                return author
+        raise KeyError(f"{tenant_id}/{user_id} is not an author in this population")
+
+    def _users_by_key(self) -> dict[tuple[str, str], User]:
+        cache = self.__dict__.get("_users_cache")
+        if cache is None:
+            cache = {(u.tenant_id, u.user_id): u for u in self.users}
+            self.__dict__["_users_cache"] = cache
+        return cache
+
+    def _devices_by_user(self) -> dict[tuple[str, str], list[Device]]:
+        cache = self.__dict__.get("_devices_cache")
+        if cache is None:
+            cache = {}
+            for device in self.devices:
+                cache.setdefault((device.tenant_id, device.user_id), []).append(device)
+            self.__dict__["_devices_cache"] = cache
+        return cache
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "started_at": self.started_at,
+            "spec": asdict(self.spec),
+            "users": [asdict(u) for u in self.users],
+            "devices": [asdict(d) for d in self.devices],
+            "authors": [asdict(a) for a in self.authors],
+        }
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict()))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Population:
+        return cls(
+            seed=data["seed"],
+            started_at=data["started_at"],
+            spec=PopulationSpec(**data["spec"]),
+            users=[User(**u) for u in data["users"]],
+            devices=[Device(**d) for d in data["devices"]],
+            authors=[Author(**{**a, "followers": tuple(a["followers"])}) for a in data["authors"]],
+        )
+
+    @classmethod
+    def load(cls, path: Path) -> Population:
+        return cls.from_dict(json.loads(path.read_text()))
+
+
+def _local_hms(instant: datetime, zone: str) -> str:
+    return instant.astimezone(ZoneInfo(zone)).strftime("%H:%M:%S")
+
+
+def _window(
+    state: QuietState, start: datetime, zone: str, release_seconds: float
+) -> tuple[dict[str, str] | None, float | None]:
+    if state == "none":
+        return None, None
+    if state == "whole_run":
+        begin, end = start - timedelta(hours=1), start + timedelta(hours=6)
+    elif state == "ends_during_run":
+        begin, end = start - timedelta(hours=2), start + timedelta(seconds=release_seconds)
+    else:  # outside: a window that starts hours after the run
+        begin, end = start + timedelta(hours=3), start + timedelta(hours=5)
+    window = {"start": _local_hms(begin, zone), "end": _local_hms(end, zone)}
+    # Wall-clock seconds only: the instant the window ends is the second it names.
+    until = end.replace(microsecond=0) if state == "ends_during_run" else None
+    return window, (until.timestamp() if until else None)
+
+
+def _token(rng: random.Random, platform: str) -> str:
+    if platform == "apns":
+        return "".join(rng.choice("0123456789abcdef") for _ in range(64))
+    alphabet = string.ascii_letters + string.digits + "-_"
+    return (
+        "".join(rng.choice(alphabet) for _ in range(22))
+        + "_"
+        + "".join(rng.choice(alphabet) for _ in range(140))
+    )
+
+
+def generate(seed: int, start: datetime, spec: PopulationSpec | None = None) -> Population:
+    """A population whose quiet windows are placed relative to ``start`` (timezone-aware)."""
+    if start.tzinfo is None:
+        raise ValueError("start must be timezone-aware")
+    spec = spec or PopulationSpec()
+    needed = spec.celebrity_followers + 1
+    if spec.users_per_tenant < needed:
+        raise ValueError(f"users_per_tenant must be at least celebrity_followers + 1 ({needed})")
+    rng = random.Random(seed)
+    population = Population(seed=seed, started_at=start.timestamp(), spec=spec)
+    for t in range(spec.tenants):
+        tenant = f"tenant-{t}"
+        # Both tenants use the same user ids on purpose: isolation must come from the tenant.
+        user_ids = [f"u{n:06d}" for n in range(spec.users_per_tenant)]
+        for user_id in user_ids:
+            zone = rng.choice(ZONES)
+            roll = rng.random()
+            edges = (
+                spec.quiet_whole_run_fraction,
+                spec.quiet_whole_run_fraction + spec.quiet_ends_fraction,
+                spec.quiet_whole_run_fraction
+                + spec.quiet_ends_fraction
+                + spec.quiet_outside_fraction,
+            )
+            state: QuietState = (
+                "whole_run"
+                if roll < edges[0]
+                else "ends_during_run"
+                if roll < edges[1]
+                else "outside"
+                if roll < edges[2]
+                else "none"
+            )
+            window, until = _window(state, start, zone, spec.quiet_release_seconds)
+            consent = (
+                None
+                if rng.random() < spec.no_consent_fraction
+                else {"granted_at": "2026-01-01T00:00:00+00:00", "version": "2026-01"}
+            )
+            population.users.append(User(tenant, user_id, zone, window, consent, state, until))
+            if rng.random() < spec.no_device_fraction:
+                continue
+            count = 2 if rng.random() < spec.second_device_fraction else 1
+            for _ in range(count):
+                platform = "fcm" if rng.random() < spec.fcm_fraction else "apns"
+                dead = rng.random() < spec.dead_token_fraction
+                population.devices.append(
+                    Device(tenant, user_id, platform, _token(rng, platform), dead)
+                )
+        celebrity = user_ids[0]
+        followers = rng.sample(user_ids[1:], spec.celebrity_followers)
+        population.authors.append(Author(tenant, celebrity, True, tuple(sorted(followers))))
+        for a in range(spec.regular_authors):
+            author = user_ids[1 + a]
+            pool = [u for u in user_ids if u != author]
+            chosen = rng.sample(pool, min(spec.regular_followers, len(pool)))
+            population.authors.append(Author(tenant, author, False, tuple(sorted(chosen))))
+    return population

@@ -1,0 +1,264 @@
+"""Running a scenario: stack up, population in, events in, wait, collect, check, report."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from harness import history as history_mod
+from harness.checkers import effectively_once
+from harness.checkers.verdict import Verdict
+from harness.history import History
+from harness.load import load_population, post_event
+from harness.oracle import expected_deliveries
+from harness.population import Population, generate
+from harness.provider_control import SimulatorControl
+from harness.scenarios import Scenario
+from harness.stack import Stack, StackInfo
+from reference_impl.config import Config
+
+Clock = Callable[[], datetime]
+
+
+class Progress:
+    """Plain progress lines with the elapsed time (long runs must say what they are doing)."""
+
+    def __init__(self, out: Callable[[str], None] = print) -> None:
+        self.out = out
+        self.start = time.monotonic()
+
+    def __call__(self, phase: str, message: str) -> None:
+        self.out(f"[{time.monotonic() - self.start:6.1f}s] {phase:<9} {message}")
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    summary: dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.summary["verdict"] == "pass" else 1
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return str(value)
+
+
+def new_run_id(scenario: str, seed: int, now: datetime) -> str:
+    return f"{now:%Y%m%dT%H%M%SZ}-{scenario}-s{seed}"
+
+
+def verdict_table(summary: dict[str, Any]) -> str:
+    lines = [f"run {summary['run_id']}  scenario {summary['scenario']}  seed {summary['seed']}"]
+    for name, result in summary["checkers"].items():
+        status = "PASS" if result["valid"] else "FAIL"
+        counts = ", ".join(
+            f"{k}={v}" for k, v in result.items() if k != "valid" and isinstance(v, int)
+        )
+        lines.append(f"  {status}  {name:<18} {counts}")
+    if summary.get("error"):
+        lines.append(f"  ERROR {summary['error']}")
+    lines.append(f"verdict: {summary['verdict'].upper()}")
+    return "\n".join(lines)
+
+
+class Collector:
+    """Pulls provider ledgers into the history as the run goes."""
+
+    def __init__(self, history: History, controls: list[SimulatorControl]) -> None:
+        self.history = history
+        self.controls = controls
+        self.delivered: set[tuple[str, str, str]] = set()
+        self.rows = 0
+
+    def poll(self) -> int:
+        added = 0
+        for control in self.controls:
+            rows = control.new_rows()
+            self.history.extend_provider(rows)
+            for row in rows:
+                if row["status"] == 200:
+                    self.delivered.add((row["tenant_id"], row["notification_id"], row["token"]))
+            added += len(rows)
+        self.rows += added
+        return added
+
+
+def _push_queue_busy(info: StackInfo) -> int:
+    """Messages visible or in flight in the push queue (delayed ones are deferrals)."""
+    sqs = info.aws_client("sqs")
+    queue = Config.load(info.reference_config).queue_name("push")
+    url = sqs.get_queue_url(QueueName=queue)["QueueUrl"]
+    attrs = sqs.get_queue_attributes(
+        QueueUrl=url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"]) + int(
+        attrs["ApproximateNumberOfMessagesNotVisible"]
+    )
+
+
+def wait_for_outcome(
+    collector: Collector,
+    expected: set[tuple[str, str, str]],
+    info: StackInfo,
+    deadline: float,
+    progress: Progress,
+    quiet_seconds: float = 2.0,
+) -> bool:
+    """Wait until every expected delivery is seen and the system is quiet; False on timeout."""
+    last_report = 0.0
+    last_change = time.monotonic()
+    while time.monotonic() < deadline:
+        if collector.poll():
+            last_change = time.monotonic()
+        done = len(expected & collector.delivered)
+        now = time.monotonic()
+        if now - last_report >= 5:
+            progress("wait", f"{done}/{len(expected)} expected deliveries seen")
+            last_report = now
+        if done == len(expected) and now - last_change >= quiet_seconds:
+            if _push_queue_busy(info) == 0:
+                collector.poll()
+                return True
+        time.sleep(0.2)
+    return False
+
+
+def execute(
+    scenario: Scenario,
+    seed: int,
+    run_dir: Path,
+    progress: Progress,
+    clock: Clock,
+    stack_factory: Callable[[Path], Stack] | None = None,
+) -> tuple[History, Population | None, list[Verdict], str | None]:
+    history = History()
+    population = None
+    error = None
+    stack = (stack_factory or (lambda d: Stack(d)))(run_dir / "stack")
+    try:
+        progress("stack", "starting redis, dynalite, kinesalite, moto, simulators, workers")
+        info = stack.up()
+        history.append("phase", detail="stack_up")
+        progress("stack", f"ready ({len(info.parts)} parts, logs in {run_dir / 'stack' / 'logs'})")
+        start = clock()
+        population = generate(seed, start, scenario.population)
+        population.save(run_dir / "population.json")
+        apns = SimulatorControl(info.url("apns"), info.tls_ca)
+        fcm = SimulatorControl(info.url("fcm"))
+        apns.unregister([d.token for d in population.devices if d.dead and d.platform == "apns"])
+        fcm.unregister([d.token for d in population.devices if d.dead and d.platform == "fcm"])
+        calls = load_population(info.url("event-api"), population)
+        history.append("phase", detail="population_loaded")
+        progress(
+            "load",
+            f"{len(population.users)} users, {len(population.devices)} devices, "
+            f"{len(population.authors)} authors ({calls} API calls)",
+        )
+        rng = random.Random(seed)
+        with httpx.Client(base_url=info.url("event-api"), timeout=10) as http:
+            for author in population.authors:
+                posts = scenario.celebrity_posts if author.celebrity else scenario.regular_posts
+                for n in range(posts):
+                    post_event(
+                        http,
+                        history,
+                        author.tenant_id,
+                        author.user_id,
+                        "post",
+                        f"post-{author.user_id}-{n}-{rng.randrange(10**6)}",
+                    )
+        injected = history.frame().query("kind == 'inject'")
+        expectation = expected_deliveries(population, injected)
+        expected = set(
+            expectation.deliveries[["tenant_id", "notification_id", "token"]].itertuples(
+                index=False, name=None
+            )
+        )
+        progress("inject", f"{len(injected)} events accepted, {len(expected)} deliveries expected")
+        collector = Collector(history, [apns, fcm])
+        deadline = time.monotonic() + scenario.timeout_seconds
+        finished = wait_for_outcome(collector, expected, info, deadline, progress)
+        history.append("phase", detail="settled" if finished else "timeout")
+        progress(
+            "collect",
+            f"{collector.rows} provider requests recorded"
+            + ("" if finished else f" (timed out after {scenario.timeout_seconds:.0f}s)"),
+        )
+        verdicts = [effectively_once.check(expectation, history.frame())]
+        return history, population, verdicts, error
+    except BaseException as exc:  # the run still leaves its history and says what failed
+        error = f"{type(exc).__name__}: {exc}"
+        (run_dir / "error.txt").write_text(traceback.format_exc())
+        return history, population, [], error
+    finally:
+        progress("stack", "stopping")
+        stack.down()
+
+
+def run(
+    scenario: Scenario,
+    seed: int | None = None,
+    out: Path = Path("reports"),
+    clock: Clock = lambda: datetime.now(UTC),
+    progress: Progress | None = None,
+    stack_factory: Callable[[Path], Stack] | None = None,
+) -> RunResult:
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    progress = progress or Progress()
+    run_id = new_run_id(scenario.name, seed, clock())
+    run_dir = Path(out).resolve() / run_id
+    run_dir.mkdir(parents=True, exist_ok=False)
+    progress("run", f"{run_id} (seed {seed}; repeat with --seed {seed})")
+
+    def _terminate(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        history, _population, verdicts, error = execute(
+            scenario, seed, run_dir, progress, clock, stack_factory
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    history.write(run_dir / "history.parquet")
+    checkers = {v.name: v.to_dict() for v in verdicts}
+    passed = error is None and bool(verdicts) and all(v.valid for v in verdicts)
+    summary = {
+        "run_id": run_id,
+        "scenario": scenario.name,
+        "seed": seed,
+        "verdict": "pass" if passed else "fail",
+        "checkers": checkers,
+        "history_rows": len(history),
+        "error": error,
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+    return RunResult(run_dir, json.loads(json.dumps(summary, default=_json_default)))
+
+
+def load_run(run_dir: Path) -> tuple[dict[str, Any], Any]:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return summary, history_mod.read(run_dir / "history.parquet")
+
+
+if __name__ == "__main__":  # pragma: no cover - use python -m harness run
+    sys.exit("use: python -m harness run <scenario>")

@@ -1,0 +1,726 @@
+"""A small asyncio HTTP server for the provider simulators, built on the ``h2`` library.
+
+One listening port accepts:
+
+* HTTP/2 with prior knowledge (h2c: the client opens with the connection preface),
+* HTTP/1.1 (keep-alive, ``Content-Length`` bodies, ``Expect: 100-continue``),
+* with an :class:`ssl.SSLContext`: TLS, ALPN ``h2`` / ``http/1.1``; a client that offers no ALPN
+  (aioapns does not) is sniffed after the handshake exactly like a plaintext one,
+* ``CONNECT host:port`` over HTTP/1.1: the server answers ``200 Connection established`` and
+  tunnels to *itself* (TLS when it has a context). Clients that support an HTTPS proxy (aioapns'
+  ``proxy_host``/``proxy_port``) thereby reach the simulator while keeping the provider's real
+  host name for SNI and certificate checks.
+
+Every complete request is handed to ``async def handler(Request) -> Response``. Each HTTP/2
+stream is answered independently (many concurrent streams per connection), with outbound flow
+control honoured for large responses and inbound data acknowledged as it is buffered.
+
+Fault injection hooks (later): every request carries ``request.connection`` (the live
+connection object); :meth:`H2ServerConnection.goaway` sends GOAWAY, :class:`ConnectionRegistry`
+lists the live connections of a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import http
+import json
+import logging
+import ssl
+import time
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+from h2.errors import ErrorCodes
+
+log = logging.getLogger(__name__)
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DEFAULT_MAX_CONCURRENT_STREAMS = 1000
+DEFAULT_MAX_BODY_SIZE = 16 * 1024 * 1024
+MAX_H1_HEADER_BYTES = 64 * 1024
+# Large receive windows: the server buffers whole bodies anyway, so let clients stream freely.
+STREAM_WINDOW = 1 << 20
+CONNECTION_WINDOW = 16 << 20
+
+
+class PortInUseError(OSError):
+    """The simulator's port is already bound by another socket."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
+        self.port = port
+        self.host = host
+        super().__init__(errno.EADDRINUSE, f"port {port} on {host} is already in use")
+
+    def __str__(self) -> str:
+        return f"port {self.port} on {self.host} is already in use"
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    #: "1.1" or "2"
+    http_version: str = "2"
+    #: every header as received (lower-cased names, in order, duplicates kept)
+    raw_headers: list[tuple[str, str]] = field(default_factory=list)
+    received_at: float = field(default_factory=time.time)
+    stream_id: int | None = None
+    #: the connection the request arrived on (hook for fault injection)
+    connection: Any = field(default=None, repr=False, compare=False)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class Response:
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def json_response(status: int, obj: Any, headers: dict[str, str] | None = None) -> Response:
+    """A ``Response`` with a compact JSON body and ``content-type: application/json``."""
+    hdrs = {"content-type": "application/json"}
+    if headers:
+        hdrs.update(headers)
+    return Response(status, hdrs, json.dumps(obj, separators=(",", ":")).encode())
+
+
+def _split_target(target: str) -> tuple[str, dict[str, str]]:
+    parts = urlsplit(target)
+    return parts.path or "/", dict(parse_qsl(parts.query, keep_blank_values=True))
+
+
+def _join_headers(raw: list[tuple[str, str]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in raw:
+        out[name] = f"{out[name]}, {value}" if name in out else value
+    return out
+
+
+class ConnectionRegistry:
+    """The live connections of one server (for shutdown and, later, fault injection)."""
+
+    def __init__(self) -> None:
+        self._live: set[_ServerProtocol] = set()
+
+    def add(self, conn: _ServerProtocol) -> None:
+        self._live.add(conn)
+
+    def discard(self, conn: _ServerProtocol) -> None:
+        self._live.discard(conn)
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __iter__(self) -> Iterator[_ServerProtocol]:
+        return iter(list(self._live))
+
+    def close_all(self) -> None:
+        for conn in list(self._live):
+            conn.close()
+
+
+@dataclass
+class _Options:
+    handler: Handler
+    ssl_context: ssl.SSLContext | None
+    max_concurrent_streams: int
+    max_body_size: int
+    registry: ConnectionRegistry
+
+
+class _ServerProtocol(asyncio.Protocol):
+    """Accepts one connection, sniffs HTTP/2 vs HTTP/1.1 and delegates to a mode object."""
+
+    def __init__(self, options: _Options) -> None:
+        self.options = options
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.mode: H2ServerConnection | _H1Mode | None = None
+        self._sniff = b""
+        self._tls_pending: bytearray | None = None
+        self._tls_upgraded = False
+        self.closed = False
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.options.registry.add(self)
+        self._attach(transport)
+
+    def _attach(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.mode = None
+        self._sniff = b""
+        ssl_obj = transport.get_extra_info("ssl_object")
+        alpn = ssl_obj.selected_alpn_protocol() if ssl_obj is not None else None
+        if alpn == "h2":
+            self._start_mode(H2ServerConnection(self), b"")
+        elif alpn == "http/1.1":
+            self._start_mode(_H1Mode(self), b"")
+
+    def data_received(self, data: bytes) -> None:
+        if self._tls_pending is not None:
+            self._tls_pending += data
+            return
+        if self.mode is not None:
+            self.mode.data_received(data)
+            return
+        buf = self._sniff + data
+        n = min(len(buf), len(H2_PREFACE))
+        if buf[:n] != H2_PREFACE[:n]:
+            self._start_mode(_H1Mode(self), buf)
+        elif len(buf) >= len(H2_PREFACE):
+            self._start_mode(H2ServerConnection(self), buf)
+        else:
+            self._sniff = buf
+
+    def _start_mode(self, mode: H2ServerConnection | _H1Mode, initial: bytes) -> None:
+        self.mode = mode
+        self._sniff = b""
+        mode.start()
+        if initial:
+            mode.data_received(initial)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.options.registry.discard(self)
+        if self.mode is not None:
+            self.mode.connection_lost()
+
+    def pause_writing(self) -> None:
+        # Back-pressure: stop reading new requests while the socket buffer drains.
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+    # -- helpers -----------------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        if data and self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+
+    def begin_tunnel(self, leftover: bytes) -> bool:
+        """Turn this connection into a tunnel to ourselves after a CONNECT (see module doc)."""
+        assert self.transport is not None
+        ctx = self.options.ssl_context
+        if ctx is None:
+            self._attach(self.transport)
+            if leftover:
+                self.data_received(leftover)
+            return True
+        if leftover or not getattr(self.transport, "_start_tls_compatible", False):
+            return False
+        self.transport.pause_reading()
+        self._tls_pending = bytearray()
+        self.loop.create_task(self._upgrade_tls(ctx))
+        return True
+
+    async def _upgrade_tls(self, ctx: ssl.SSLContext) -> None:
+        assert self.transport is not None
+        try:
+            new_transport = await self.loop.start_tls(self.transport, self, ctx, server_side=True)
+        except (OSError, ssl.SSLError, ConnectionError) as exc:
+            log.debug("TLS inside CONNECT tunnel failed: %s", exc)
+            self._tls_pending = None
+            self.close()
+            return
+        if new_transport is None:
+            return
+        pending = bytes(self._tls_pending or b"")
+        self._tls_pending = None
+        self._attach(new_transport)  # type: ignore[arg-type]
+        if pending:
+            self.data_received(pending)
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, None], waiting_on: Any) -> Generator[Any, Any, None]:
+    """Continue, inside a Task, a coroutine that :func:`run_eagerly` started."""
+    yield waiting_on  # the Task now waits for what the coroutine was waiting for
+    yield from coro  # type: ignore[misc]
+
+
+def run_eagerly(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]
+) -> asyncio.Task[None] | None:
+    """Run ``coro`` synchronously until it first suspends; only then hand it to a Task.
+
+    Most handlers never suspend (no injected latency), so this saves a Task and an event-loop
+    round trip per request, and lets responses go out in the same write as the batch that
+    carried the requests (what ``eager_task_factory`` does in Python 3.12+).
+    """
+    try:
+        waiting_on = coro.send(None)
+    except StopIteration:
+        return None
+    return loop.create_task(_resume(coro, waiting_on))  # type: ignore[arg-type]
+
+
+async def _call_handler(options: _Options, request: Request) -> Response:
+    try:
+        return await options.handler(request)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a handler bug must still answer the stream
+        log.exception("handler failed for %s %s", request.method, request.path)
+        return json_response(500, {"error": f"internal error: {exc!r}"})
+
+
+class _Stream:
+    __slots__ = ("raw_headers", "body", "too_large")
+
+    def __init__(self, raw_headers: list[tuple[str, str]]) -> None:
+        self.raw_headers = raw_headers
+        self.body = bytearray()
+        self.too_large = False
+
+
+class H2ServerConnection:
+    """The HTTP/2 side of one connection."""
+
+    def __init__(self, proto: _ServerProtocol) -> None:
+        self.proto = proto
+        self.options = proto.options
+        config = h2.config.H2Configuration(
+            client_side=False,
+            header_encoding=None,
+            validate_inbound_headers=False,
+            normalize_inbound_headers=False,
+            validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+        )
+        self.conn = h2.connection.H2Connection(config=config)
+        self.conn.local_settings = h2.settings.Settings(
+            client=False,
+            initial_values={
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: (
+                    self.options.max_concurrent_streams
+                ),
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 65536,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+            },
+        )
+        self.streams: dict[int, _Stream] = {}
+        # stream id -> (body, offset) still to send, blocked on flow control
+        self.pending: dict[int, tuple[bytes, int]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._flush_scheduled = False
+        self.goaway_sent = False
+
+    def start(self) -> None:
+        self.conn.initiate_connection()
+        self.conn.increment_flow_control_window(CONNECTION_WINDOW - 65535)
+        self.flush()
+
+    # -- fault-injection hooks ---------------------------------------------------------------
+    def goaway(
+        self,
+        error_code: int = ErrorCodes.NO_ERROR,
+        last_stream_id: int | None = None,
+        debug_data: bytes | None = None,
+    ) -> None:
+        """Send GOAWAY (new streams above ``last_stream_id`` will not be processed)."""
+        self.goaway_sent = True
+        self.conn.close_connection(
+            error_code=error_code, additional_data=debug_data, last_stream_id=last_stream_id
+        )
+        self.flush()
+
+    # -- I/O ----------------------------------------------------------------------------------
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        self.proto.write(self.conn.data_to_send())
+
+    def schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.proto.loop.call_soon(self.flush)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.conn.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:
+            log.debug("HTTP/2 protocol error: %s", exc)
+            self.flush()
+            self.proto.close()
+            return
+        for event in events:
+            if isinstance(event, h2.events.RequestReceived):
+                self._on_request(event)
+            elif isinstance(event, h2.events.DataReceived):
+                self._on_data(event)
+            elif isinstance(event, h2.events.StreamEnded):
+                self._on_stream_ended(event.stream_id)
+            elif isinstance(event, h2.events.StreamReset):
+                self.streams.pop(event.stream_id, None)
+                self.pending.pop(event.stream_id, None)
+            elif isinstance(event, h2.events.WindowUpdated):
+                self._resume_pending(event.stream_id)
+            elif isinstance(event, h2.events.RemoteSettingsChanged):
+                if h2.settings.SettingCodes.INITIAL_WINDOW_SIZE in event.changed_settings:
+                    self._resume_pending(0)
+            elif isinstance(event, h2.events.ConnectionTerminated):
+                self.flush()
+                self.proto.close()
+                return
+        self.flush()
+
+    def connection_lost(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        self.streams.clear()
+        self.pending.clear()
+
+    # -- requests -----------------------------------------------------------------------------
+    def _on_request(self, event: h2.events.RequestReceived) -> None:
+        raw = [
+            (name.decode("latin-1").lower(), value.decode("utf-8", "replace"))
+            for name, value in event.headers or []
+        ]
+        # END_STREAM on the HEADERS frame arrives as a separate StreamEnded event.
+        self.streams[event.stream_id] = _Stream(raw)
+
+    def _on_data(self, event: h2.events.DataReceived) -> None:
+        sid = event.stream_id
+        stream = self.streams.get(sid)
+        if event.flow_controlled_length:
+            self.conn.acknowledge_received_data(event.flow_controlled_length, sid)
+        if stream is None or event.data is None:
+            return
+        if len(stream.body) + len(event.data) > self.options.max_body_size:
+            stream.too_large = True
+            stream.body.clear()
+        elif not stream.too_large:
+            stream.body += event.data
+
+    def _on_stream_ended(self, sid: int) -> None:
+        stream = self.streams.pop(sid, None)
+        if stream is None:
+            return
+        pseudo = {k: v for k, v in stream.raw_headers if k.startswith(":")}
+        regular = [(k, v) for k, v in stream.raw_headers if not k.startswith(":")]
+        if stream.too_large:
+            self.respond(
+                sid,
+                json_response(
+                    413, {"error": f"request body exceeds {self.options.max_body_size} bytes"}
+                ),
+            )
+            return
+        path, query = _split_target(pseudo.get(":path", "/"))
+        headers = _join_headers(regular)
+        if "host" not in headers and ":authority" in pseudo:
+            headers["host"] = pseudo[":authority"]
+        request = Request(
+            method=pseudo.get(":method", "GET").upper(),
+            path=path,
+            query=query,
+            headers=headers,
+            body=bytes(stream.body),
+            http_version="2",
+            raw_headers=regular,
+            stream_id=sid,
+            connection=self,
+        )
+        task = run_eagerly(self.proto.loop, self._dispatch(sid, request))
+        if task is not None:
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _dispatch(self, sid: int, request: Request) -> None:
+        response = await _call_handler(self.options, request)
+        if not self.proto.closed:
+            self.respond(sid, response)
+
+    def respond(self, sid: int, response: Response) -> None:
+        """Send a whole response on stream ``sid`` (body paced by flow control)."""
+        body = response.body or b""
+        headers = [(":status", str(response.status))]
+        headers += [(k.lower(), str(v)) for k, v in response.headers.items()]
+        headers.append(("content-length", str(len(body))))
+        try:
+            self.conn.send_headers(sid, headers, end_stream=not body)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            return  # the client reset the stream or the connection is going away
+        if body:
+            self.pending[sid] = (body, 0)
+            self._send_pending(sid)
+        self.schedule_flush()
+
+    def _send_pending(self, sid: int) -> None:
+        entry = self.pending.get(sid)
+        if entry is None:
+            return
+        body, offset = entry
+        try:
+            while offset < len(body):
+                window = self.conn.local_flow_control_window(sid)
+                size = min(window, self.conn.max_outbound_frame_size, len(body) - offset)
+                if size <= 0:
+                    break
+                end = offset + size
+                self.conn.send_data(sid, body[offset:end], end_stream=end == len(body))
+                offset = end
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            self.pending.pop(sid, None)
+            return
+        if offset >= len(body):
+            self.pending.pop(sid, None)
+        else:
+            self.pending[sid] = (body, offset)
+
+    def _resume_pending(self, sid: int) -> None:
+        targets = list(self.pending) if sid == 0 else [sid]
+        for target in targets:
+            self._send_pending(target)
+
+
+class _H1Mode:
+    """Minimal HTTP/1.1: one request at a time per connection, keep-alive, Content-Length."""
+
+    def __init__(self, proto: _ServerProtocol) -> None:
+        self.proto = proto
+        self.options = proto.options
+        self.buf = bytearray()
+        self.busy = False
+        self.sent_continue = False
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        pass
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self._process()
+
+    def connection_lost(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+    def _fail(self, status: int, message: str) -> None:
+        self._write_response(json_response(status, {"error": message}), keep_alive=False)
+        self.proto.close()
+
+    def _process(self) -> None:
+        if self.busy or self.proto.closed or self.proto.mode is not self:
+            return
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.buf) > MAX_H1_HEADER_BYTES:
+                self._fail(431, "request header section too large")
+            return
+        try:
+            head = bytes(self.buf[:end]).decode("latin-1")
+            request_line, *header_lines = head.split("\r\n")
+            method, target, version = request_line.split(" ", 2)
+            if not version.startswith("HTTP/1."):
+                raise ValueError(version)
+            raw: list[tuple[str, str]] = []
+            for line in header_lines:
+                name, _, value = line.partition(":")
+                if not name or name != name.strip():
+                    raise ValueError(line)
+                raw.append((name.lower(), value.strip()))
+        except ValueError:
+            self._fail(400, "malformed HTTP/1.1 request")
+            return
+        headers = _join_headers(raw)
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            self._fail(501, "chunked request bodies are not supported; send Content-Length")
+            return
+        try:
+            length = int(headers.get("content-length", "0") or "0")
+            if length < 0:
+                raise ValueError(length)
+        except ValueError:
+            self._fail(400, "bad Content-Length")
+            return
+        if length > self.options.max_body_size:
+            self._fail(413, f"request body exceeds {self.options.max_body_size} bytes")
+            return
+        body_start = end + 4
+        if len(self.buf) - body_start < length:
+            expect = headers.get("expect", "").lower()
+            if expect == "100-continue" and not self.sent_continue:
+                self.sent_continue = True
+                self.proto.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            return
+        body = bytes(self.buf[body_start : body_start + length])
+        del self.buf[: body_start + length]
+        self.sent_continue = False
+        method = method.upper()
+        conn_tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
+        if version == "HTTP/1.0":
+            keep_alive = "keep-alive" in conn_tokens
+        else:
+            keep_alive = "close" not in conn_tokens
+        if method == "CONNECT":
+            self._connect(version)
+            return
+        path, query = _split_target(target)
+        request = Request(
+            method=method,
+            path=path,
+            query=query,
+            headers=headers,
+            body=body,
+            http_version="1.1",
+            raw_headers=raw,
+            connection=self,
+        )
+        self.busy = True
+        self.task = self.proto.loop.create_task(self._dispatch(request, keep_alive))
+
+    def _connect(self, version: str) -> None:
+        leftover = bytes(self.buf)
+        self.buf.clear()
+        self.proto.write(f"{version} 200 Connection established\r\n\r\n".encode())
+        if not self.proto.begin_tunnel(leftover):
+            self.proto.close()
+
+    async def _dispatch(self, request: Request, keep_alive: bool) -> None:
+        response = await _call_handler(self.options, request)
+        self.busy = False
+        self.task = None
+        if self.proto.closed:
+            return
+        self._write_response(response, keep_alive)
+        if keep_alive:
+            self._process()
+        else:
+            self.proto.close()
+
+    def _write_response(self, response: Response, keep_alive: bool) -> None:
+        body = response.body or b""
+        try:
+            phrase = http.HTTPStatus(response.status).phrase
+        except ValueError:
+            phrase = "Unknown"
+        lines = [f"HTTP/1.1 {response.status} {phrase}"]
+        for name, value in response.headers.items():
+            if name.lower() not in ("content-length", "connection"):
+                lines.append(f"{name}: {value}")
+        lines.append(f"content-length: {len(body)}")
+        lines.append("connection: keep-alive" if keep_alive else "connection: close")
+        self.proto.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+
+
+async def start_server(
+    handler: Handler,
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext | None = None,
+    *,
+    max_concurrent_streams: int = DEFAULT_MAX_CONCURRENT_STREAMS,
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+    registry: ConnectionRegistry | None = None,
+) -> asyncio.Server:
+    """Listen on ``host:port`` (h2c, HTTP/1.1, and TLS when ``ssl_context`` is given).
+
+    Raises :class:`PortInUseError` when the port is taken. Pass a :class:`ConnectionRegistry`
+    to keep track of live connections (closing them on shutdown, fault injection).
+    """
+    options = _Options(
+        handler=handler,
+        ssl_context=ssl_context,
+        max_concurrent_streams=max_concurrent_streams,
+        max_body_size=max_body_size,
+        registry=registry if registry is not None else ConnectionRegistry(),
+    )
+    loop = asyncio.get_running_loop()
+    try:
+        return await loop.create_server(
+            lambda: _ServerProtocol(options), host, port, ssl=ssl_context, backlog=1024
+        )
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE or "address already in use" in str(exc).lower():
+            raise PortInUseError(port, host) from exc
+        raise
+
+
+def server_port(server: asyncio.Server) -> int:
+    """The port a server actually listens on (useful after binding port 0)."""
+    return int(server.sockets[0].getsockname()[1])
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+async def _serve_until_signalled(
+    name: str,
+    handler: Handler,
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext | None,
+) -> None:
+    import signal
+
+    registry = ConnectionRegistry()
+    server = await start_server(handler, host, port, ssl_context, registry=registry)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    scheme = "https" if ssl_context is not None else "http"
+    print(
+        f"{name} simulator listening on {scheme}://{_url_host(host)}:{server_port(server)}",
+        flush=True,
+    )
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        server.close()
+        registry.close_all()
+        await server.wait_closed()
+
+
+def serve_forever(
+    name: str,
+    handler: Handler,
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext | None = None,
+) -> int:
+    """Run a simulator in the foreground until SIGTERM/SIGINT.
+
+    Prints ``<name> simulator listening on <url>`` once ready. Returns the process exit code:
+    0 on a clean stop, 2 when the port is taken (message on stderr).
+    """
+    import sys
+
+    try:
+        asyncio.run(_serve_until_signalled(name, handler, host, port, ssl_context))
+    except PortInUseError as exc:
+        print(f"{name} simulator: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0

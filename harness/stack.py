@@ -1,0 +1,459 @@
+"""The embedded local stack: start every part on loopback, check it is ready, stop it in order.
+
+Every part is a real server in its own process (own session, so a stop takes its children
+too). Ports are chosen free at start and written, with pids and URLs, to a stack file that
+workers, tests and Locust read. Parts start in dependency order, each with a readiness check and
+a timeout, and stop in reverse order; a part that dies while starting is reported with the tail
+of its log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import redis
+
+from harness.ports import LOOPBACK, free_port
+from reference_impl.config import Config
+
+ROOT = Path(__file__).resolve().parent.parent
+NODE_EMULATOR = Path(__file__).resolve().parent / "node" / "aws_emulator.js"
+DEFAULT_STACK_FILE = ROOT / ".stack" / "stack.json"
+AWS_KEYS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+REGION = "us-east-1"
+
+# Start order. Workers come last: they need everything else.
+PARTS = (
+    "redis",
+    "dynamodb",
+    "kinesis",
+    "aws",
+    "apns",
+    "fcm",
+    "event-api",
+    "fanout-worker",
+    "push-consumer",
+)
+INFRA_PARTS = PARTS[:6]
+WORKER_PARTS = ("event-api", "fanout-worker", "push-consumer")
+
+
+class StackError(RuntimeError):
+    """A part could not start, or the machine lacks something the stack needs."""
+
+
+def stack_file_path() -> Path:
+    return Path(os.environ.get("HARNESS_STACK_FILE", DEFAULT_STACK_FILE))
+
+
+def require_redis_server() -> str:
+    path = shutil.which("redis-server")
+    if not path:
+        raise StackError(
+            "redis-server is not installed: install the Debian package redis-server "
+            "(apt-get install redis-server) or run `make setup`"
+        )
+    return path
+
+
+def require_node_emulators() -> str:
+    node = shutil.which("node")
+    if not node:
+        raise StackError(
+            "node is not installed: install the Debian package nodejs, or run `make setup`"
+        )
+    modules = Path(os.environ.get("FANOUT_NODE_MODULES", ROOT / "node_modules"))
+    missing = [m for m in ("dynalite", "kinesalite") if not (modules / m).is_dir()]
+    if missing:
+        raise StackError(
+            f"npm packages {', '.join(missing)} are not installed in {modules}: run `make setup`"
+        )
+    return node
+
+
+@dataclass
+class PartInfo:
+    name: str
+    pid: int
+    port: int | None
+    url: str | None
+    log: str
+    argv: list[str]
+
+
+@dataclass
+class StackInfo:
+    workdir: str
+    reference_config: str
+    parts: dict[str, PartInfo] = field(default_factory=dict)
+    tls_ca: str | None = None
+
+    def url(self, part: str) -> str:
+        info = self.parts[part]
+        if not info.url:
+            raise StackError(f"part {part} has no URL")
+        return info.url
+
+    @property
+    def redis_url(self) -> str:
+        return self.url("redis")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def read(cls, path: Path) -> StackInfo:
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError as exc:
+            raise StackError(f"no stack file at {path}: run `python -m harness stack up`") from exc
+        parts = {k: PartInfo(**v) for k, v in data.pop("parts").items()}
+        return cls(parts=parts, **data)
+
+    def aws_client(self, service: str) -> Any:
+        endpoint = {"dynamodb": "dynamodb", "kinesis": "kinesis"}.get(service, "aws")
+        return boto3.session.Session().client(
+            service, region_name=REGION, endpoint_url=self.url(endpoint), **AWS_KEYS
+        )
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def wait_until(
+    condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.05
+) -> None:
+    """Poll a condition until it holds; raise TimeoutError naming what was awaited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if condition():
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+class Stack:
+    """Owns the processes of one local stack. Use as a context manager: exit stops everything."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        durable_redis: bool = False,
+        apns_tls: bool = True,
+        reference_overrides: dict[str, Any] | None = None,
+        start_timeout: float = 30.0,
+        with_workers: bool = True,
+        stack_file: Path | None = None,
+    ) -> None:
+        self.workdir = Path(workdir).resolve()
+        self.durable_redis = durable_redis
+        self.apns_tls = apns_tls
+        self.reference_overrides = reference_overrides or {}
+        self.start_timeout = start_timeout
+        self.with_workers = with_workers
+        self.stack_file = stack_file
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.info = StackInfo(
+            workdir=str(self.workdir), reference_config=str(self.workdir / "reference.json")
+        )
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def __enter__(self) -> Stack:
+        self.up()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    def up(self) -> StackInfo:
+        require_redis_server()
+        require_node_emulators()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(exist_ok=True)
+        try:
+            for part in INFRA_PARTS:
+                self._start(part)
+            self.write_reference_config()
+            self.provision()
+            if self.with_workers:
+                for part in WORKER_PARTS:
+                    self._start(part)
+        except BaseException:
+            self.down()
+            raise
+        if self.stack_file:
+            self.stack_file.parent.mkdir(parents=True, exist_ok=True)
+            self.stack_file.write_text(self.info.to_json())
+        return self.info
+
+    def down(self) -> None:
+        for part in reversed(list(self.procs)):
+            stop_process(self.procs.pop(part))
+        if self.stack_file and self.stack_file.exists():
+            self.stack_file.unlink()
+
+    # -- parts ------------------------------------------------------------------------------
+
+    def reference_config(self) -> Config:
+        parts = self.info.parts
+        apns = parts["apns"]
+        values: dict[str, Any] = {
+            "region": REGION,
+            "dynamodb_endpoint": parts["dynamodb"].url,
+            "kinesis_endpoint": parts["kinesis"].url,
+            "sqs_endpoint": parts["aws"].url,
+            **AWS_KEYS,
+            "redis_url": parts["redis"].url,
+            "apns_url": apns.url,
+            "apns_ca_file": self.info.tls_ca,
+            "fcm_url": parts["fcm"].url,
+            "fcm_projects": ["fanout-sender-0", "fanout-sender-1"],
+            "celebrity_threshold": 50,
+            "visibility_timeout_seconds": 5,
+            "dedup_lease_seconds": 8,
+            "event_api_host": LOOPBACK,
+        }
+        values.update(self.reference_overrides)
+        return Config.from_mapping(values)
+
+    def write_reference_config(self) -> None:
+        Path(self.info.reference_config).write_text(self.reference_config().to_json())
+
+    def provision(self) -> None:
+        from reference_impl.provision import provision
+
+        provision(self.reference_config())
+
+    def _argv(self, part: str, port: int | None) -> list[str]:
+        py = sys.executable
+        config = self.info.reference_config
+        ready = str(self.workdir / f"{part}.ready")
+        if part == "redis":
+            data = self.workdir / "redis"
+            data.mkdir(exist_ok=True)
+            persistence = (
+                ["--appendonly", "yes", "--appendfsync", "always"]
+                if self.durable_redis
+                else ["--appendonly", "no"]
+            )
+            return [
+                require_redis_server(),
+                "--port", str(port), "--bind", LOOPBACK, "--save", "", "--dir", str(data),
+                "--daemonize", "no", "--protected-mode", "yes", *persistence,
+            ]  # fmt: skip
+        if part in ("dynamodb", "kinesis"):
+            kind = "dynalite" if part == "dynamodb" else "kinesalite"
+            return [
+                require_node_emulators(),
+                str(NODE_EMULATOR),
+                kind,
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(port),
+            ]
+        if part == "aws":
+            return [py, "-m", "moto.server", "-H", LOOPBACK, "-p", str(port)]
+        if part == "apns":
+            argv = [py, "-m", "harness.simulators.apns", "--host", LOOPBACK, "--port", str(port)]
+            if self.apns_tls:
+                argv += ["--tls", "--cert-dir", str(self.workdir / "tls")]
+            return argv
+        if part == "fcm":
+            return [py, "-m", "harness.simulators.fcm", "--host", LOOPBACK, "--port", str(port)]
+        if part == "event-api":
+            return [py, "-m", "reference_impl.event_api", "--config", config, "--port", str(port)]
+        if part == "fanout-worker":
+            return [
+                py,
+                "-m",
+                "reference_impl.fanout_worker",
+                "--config",
+                config,
+                "--ready-file",
+                ready,
+            ]
+        if part == "push-consumer":
+            return [
+                py,
+                "-m",
+                "reference_impl.push_consumer",
+                "--config",
+                config,
+                "--ready-file",
+                ready,
+            ]
+        raise StackError(f"unknown part {part!r}; parts: {', '.join(PARTS)}")
+
+    def _url(self, part: str, port: int | None) -> str | None:
+        if port is None:
+            return None
+        if part == "redis":
+            return f"redis://{LOOPBACK}:{port}/0"
+        scheme = "https" if part == "apns" and self.apns_tls else "http"
+        return f"{scheme}://{LOOPBACK}:{port}"
+
+    def _ready(self, part: str, info: PartInfo) -> bool:
+        if part == "redis":
+            try:
+                return bool(redis.Redis.from_url(info.url or "", socket_timeout=1).ping())
+            except redis.RedisError:
+                return False
+        if part in ("dynamodb", "kinesis", "aws"):
+            service = {"dynamodb": "dynamodb", "kinesis": "kinesis", "aws": "sqs"}[part]
+            try:
+                client = boto3.session.Session().client(
+                    service, region_name=REGION, endpoint_url=info.url, **AWS_KEYS
+                )
+                {
+                    "dynamodb": lambda: client.list_tables(),
+                    "kinesis": lambda: client.list_streams(),
+                    "sqs": lambda: client.list_queues(),
+                }[service]()
+                return True
+            except Exception:
+                return False
+        if part in ("apns", "fcm"):
+            control = f"http://{LOOPBACK}:{info.port}/_sim/health"
+            if part == "apns" and self.apns_tls:
+                return self._tls_ready(info)
+            return _http_ok(control)
+        if part == "event-api":
+            return _http_ok(f"{info.url}/health")
+        return (self.workdir / f"{part}.ready").exists()
+
+    def _tls_ready(self, info: PartInfo) -> bool:
+        import ssl
+
+        ca = self.workdir / "tls" / "ca.pem"
+        if not ca.exists():
+            return False
+        context = ssl.create_default_context(cafile=str(ca))
+        try:
+            with urllib.request.urlopen(
+                f"https://{LOOPBACK}:{info.port}/_sim/health", timeout=1, context=context
+            ) as response:
+                ok = response.status == 200
+        except OSError:
+            return False
+        if ok:
+            self.info.tls_ca = str(ca)
+        return ok
+
+    def _start(self, part: str) -> PartInfo:
+        port = None if part in ("fanout-worker", "push-consumer") else free_port()
+        argv = self._argv(part, port)
+        log_path = self.workdir / "logs" / f"{part}.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "FANOUT_CONFIG": self.info.reference_config}
+        env.setdefault("FANOUT_NODE_MODULES", str(ROOT / "node_modules"))
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=ROOT,
+                env=env,
+                start_new_session=True,
+            )
+        self.procs[part] = proc
+        info = PartInfo(part, proc.pid, port, self._url(part, port), str(log_path), argv)
+        self.info.parts[part] = info
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise StackError(
+                    f"{part} exited with code {proc.returncode} while starting; "
+                    f"log {log_path}:\n{_log_tail(log_path)}"
+                )
+            return self._ready(part, info)
+
+        try:
+            wait_until(ready, self.start_timeout, f"{part} to become ready")
+        except TimeoutError as exc:
+            raise StackError(f"{exc}; log {log_path}:\n{_log_tail(log_path)}") from exc
+        return info
+
+
+def stop_process(proc: subprocess.Popen[bytes] | int, timeout: float = 5.0) -> None:
+    """SIGTERM the process group, then SIGKILL it if it has not gone within the timeout."""
+    pid = proc if isinstance(proc, int) else proc.pid
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    if isinstance(proc, int):
+        try:
+            wait_until(lambda: not _pid_alive(pid), timeout, f"pid {pid} to stop")
+        except TimeoutError:
+            pass
+    else:
+        try:
+            proc.wait(timeout)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    if not isinstance(proc, int):
+        proc.wait(timeout)
+
+
+def stop_from_file(path: Path) -> list[str]:
+    """Stop a detached stack recorded in a stack file; return the parts stopped."""
+    info = StackInfo.read(path)
+    stopped = []
+    for name in reversed(list(info.parts)):
+        part = info.parts[name]
+        if _pid_alive(part.pid):
+            stop_process(part.pid)
+            stopped.append(name)
+    path.unlink(missing_ok=True)
+    return stopped
+
+
+def status_from_file(path: Path) -> dict[str, str]:
+    info = StackInfo.read(path)
+    return {
+        name: ("running" if _pid_alive(part.pid) else "dead") + (f" {part.url}" if part.url else "")
+        for name, part in info.parts.items()
+    }

@@ -1,0 +1,99 @@
+"""Configuration of the reference implementation.
+
+Every endpoint comes from config, so the same code runs against the embedded local stack and
+against real AWS: leave an endpoint out (or null) and boto3 uses the region's real endpoint.
+The config is a JSON file named by ``--config`` or the ``FANOUT_CONFIG`` environment variable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+CHANNELS = ("push", "email", "in_app", "sms")
+
+
+class ConfigError(ValueError):
+    """A config file is missing, unreadable or holds a bad value."""
+
+
+@dataclass(frozen=True)
+class Config:
+    region: str = "us-east-1"
+    # None means "the real AWS endpoint for the region".
+    dynamodb_endpoint: str | None = None
+    kinesis_endpoint: str | None = None
+    sqs_endpoint: str | None = None
+    aws_access_key_id: str | None = None
+    aws_secret_access_key: str | None = None
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_timeout_seconds: float = 1.0
+    table_prefix: str = "fanout"
+    stream_name: str = "fanout-events"
+    stream_shards: int = 2
+    queue_prefix: str = "fanout"
+    celebrity_threshold: int = 10_000
+    follower_page_size: int = 500
+    # Visibility timeout of the channel queues: how long a failed job waits before retry.
+    visibility_timeout_seconds: int = 10
+    max_receive_count: int = 3
+    # A dedup lease covers one send; it must outlast the provider call, not the whole job.
+    dedup_lease_seconds: int = 30
+    apns_url: str = "https://api.push.apple.com"
+    apns_ca_file: str | None = None
+    apns_topic: str = "com.example.fanout"
+    apns_auth_token: str | None = None
+    fcm_url: str = "https://fcm.googleapis.com"
+    fcm_projects: tuple[str, ...] = ("fanout-sender-0",)
+    fcm_access_token: str | None = None
+    provider_timeout_seconds: float = 5.0
+    consumer_threads: int = 4
+    event_api_host: str = "127.0.0.1"
+    event_api_port: int = 8080
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def table(self, name: str) -> str:
+        return f"{self.table_prefix}-{name}"
+
+    def queue_name(self, channel: str, suffix: str = "") -> str:
+        return f"{self.queue_prefix}-{channel}{suffix}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> Config:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
+        values = dict(data)
+        if "fcm_projects" in values:
+            projects = values["fcm_projects"]
+            if not isinstance(projects, list | tuple) or not projects:
+                raise ConfigError("fcm_projects must be a non-empty list of project ids")
+            values["fcm_projects"] = tuple(str(p) for p in projects)
+        config = cls(**values)
+        if config.celebrity_threshold < 1:
+            raise ConfigError("celebrity_threshold must be at least 1")
+        if config.max_receive_count < 1:
+            raise ConfigError("max_receive_count must be at least 1")
+        return config
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> Config:
+        path = path or os.environ.get("FANOUT_CONFIG")
+        if not path:
+            raise ConfigError("no config: pass --config FILE or set FANOUT_CONFIG")
+        try:
+            data = json.loads(Path(path).read_text())
+        except FileNotFoundError as exc:
+            raise ConfigError(f"config file {path} does not exist") from exc
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a JSON object")
+        return cls.from_mapping(data)

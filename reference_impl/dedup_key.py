@@ -1,0 +1,44 @@
+"""Delivery dedup key (DESIGN.md section 4, push consumer step 5).
+
+The consumer runs ``SET <dedup_key(...)> 1 NX EX DEDUP_TTL_SECONDS`` before sending, so a
+redelivered or redriven job for the same (tenant, notification, recipient) is sent at most once.
+The key is tenant-prefixed in the data, not only in IAM: the same notification ULID and
+recipient under two tenants yield different keys. Pure logic, no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = ["DEDUP_KEY_PREFIX", "DEDUP_TTL_SECONDS", "dedup_key"]
+
+DEDUP_KEY_PREFIX = "dedup:"
+DEDUP_TTL_SECONDS = 2_592_000  # 30 days; bounds dedup-key retention (GDPR)
+
+
+def _check_part(name: str, value: object, *, allow_colon: bool) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{name} must be non-empty")
+    if not allow_colon and ":" in value:
+        raise ValueError(f"{name} must not contain ':' (it separates the hashed parts): {value!r}")
+    return value
+
+
+def dedup_key(tenant_id: str, notification_id: str, recipient: str) -> str:
+    """``"dedup:" + sha256(f"{tenant_id}:{notification_id}:{recipient}").hexdigest()``.
+
+    The hashed string must decode to exactly one (tenant, notification, recipient) triple,
+    otherwise ("a:b", "c", r) and ("a", "b:c", r) would share a key and one would be dropped as
+    a duplicate of the other (a cross-tenant suppression). ':' is therefore refused in
+    ``tenant_id`` and ``notification_id`` (notification ids are ULIDs, recipients are
+    ``user_id#device_id``, so neither legitimately contains one); with the first two parts
+    colon-free, the first two ':' are the separators and ``recipient`` may hold anything.
+    Empty or whitespace-only parts and non-strings raise ValueError. Parts are not normalized.
+    """
+    tenant = _check_part("tenant_id", tenant_id, allow_colon=False)
+    notification = _check_part("notification_id", notification_id, allow_colon=False)
+    who = _check_part("recipient", recipient, allow_colon=True)
+    digest = hashlib.sha256(f"{tenant}:{notification}:{who}".encode()).hexdigest()
+    return DEDUP_KEY_PREFIX + digest

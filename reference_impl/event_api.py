@@ -1,0 +1,356 @@
+"""Event and preferences API: a Lambda handler for API Gateway (HTTP API, payload 2.0).
+
+``handler(event, context)`` is what runs on AWS behind API Gateway; ``serve()`` is the local
+stand-in for API Gateway, a threaded HTTP server that turns each request into the same event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import re
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import cache
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from botocore.exceptions import BotoCoreError, ClientError
+from ulid import ULID
+
+from reference_impl.aws import batch_write, client
+from reference_impl.config import CHANNELS, Config, ConfigError
+from reference_impl.ids import device_id, user_key, valid_id
+from reference_impl.quiet_hours import parse_window
+
+EVENT_KINDS = ("post", "like", "comment", "mention")
+PLATFORMS = ("apns", "fcm")
+MAX_FOLLOWERS_PER_CALL = 1000
+MAX_BODY_BYTES = 1_000_000
+
+
+class BadRequest(Exception):
+    """Input the API refuses; nothing has been stored."""
+
+
+def _response(status: int, body: Any) -> dict[str, Any]:
+    return {
+        "statusCode": status,
+        "headers": {"content-type": "application/json"},
+        "body": json.dumps(body),
+    }
+
+
+class EventApi:
+    """Routes and handlers; one instance per process (the Lambda 'init' phase)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.kinesis = client(config, "kinesis")
+        self.ddb = client(config, "dynamodb")
+        self.routes: list[tuple[str, re.Pattern[str], Callable[..., dict[str, Any]]]] = [
+            ("GET", re.compile(r"^/health$"), self.health),
+            ("GET", re.compile(r"^/openapi\.json$"), self.openapi),
+            ("POST", re.compile(r"^/v1/events$"), self.post_event),
+            (
+                "PUT",
+                re.compile(r"^/v1/tenants/(?P<tenant>[^/]+)/users/(?P<user>[^/]+)/preferences$"),
+                self.put_preferences,
+            ),
+            (
+                "PUT",
+                re.compile(
+                    r"^/v1/tenants/(?P<tenant>[^/]+)/users/(?P<user>[^/]+)/devices/(?P<token>[^/]+)$"
+                ),
+                self.put_device,
+            ),
+            (
+                "POST",
+                re.compile(
+                    r"^/v1/tenants/(?P<tenant>[^/]+)/users/(?P<user>[^/]+)/followers:batch$"
+                ),
+                self.add_followers,
+            ),
+        ]
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def __call__(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+        method = event.get("requestContext", {}).get("http", {}).get("method", "GET").upper()
+        path = event.get("rawPath", "/")
+        allowed: list[str] = []
+        for route_method, pattern, func in self.routes:
+            match = pattern.match(path)
+            if not match:
+                continue
+            if route_method != method:
+                allowed.append(route_method)
+                continue
+            try:
+                params = {k: unquote(v) for k, v in match.groupdict().items()}
+                return func(event, **params)
+            except BadRequest as exc:
+                return _response(400, {"error": str(exc)})
+            except (ClientError, BotoCoreError) as exc:
+                # The store or stream failed: tell the client to retry; nothing half-done is
+                # acknowledged as accepted.
+                return _response(503, {"error": f"backend unavailable: {exc}"})
+        if allowed:
+            return _response(405, {"error": f"method {method} not allowed on {path}"})
+        return _response(404, {"error": f"no route for {path}"})
+
+    @staticmethod
+    def _json_body(event: dict[str, Any]) -> dict[str, Any]:
+        raw = event.get("body") or ""
+        if event.get("isBase64Encoded"):
+            raw = base64.b64decode(raw).decode("utf-8", "replace")
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise BadRequest(f"body is not valid JSON: {exc.msg}") from exc
+        if not isinstance(body, dict):
+            raise BadRequest("body must be a JSON object")
+        return body
+
+    @staticmethod
+    def _require_ids(**ids: Any) -> None:
+        for name, value in ids.items():
+            if not valid_id(value):
+                raise BadRequest(f"{name} must be 1-64 characters of A-Z a-z 0-9 _ . -")
+
+    # -- handlers ---------------------------------------------------------------------------
+
+    def health(self, event: dict[str, Any]) -> dict[str, Any]:
+        return _response(200, {"ok": True})
+
+    def openapi(self, event: dict[str, Any]) -> dict[str, Any]:
+        return _response(200, openapi_document())
+
+    def post_event(self, event: dict[str, Any]) -> dict[str, Any]:
+        body = self._json_body(event)
+        missing = [f for f in ("tenant_id", "author_id", "kind", "object_id") if f not in body]
+        if missing:
+            raise BadRequest(f"missing field(s): {', '.join(missing)}")
+        self._require_ids(
+            tenant_id=body["tenant_id"], author_id=body["author_id"], object_id=body["object_id"]
+        )
+        if body["kind"] not in EVENT_KINDS:
+            raise BadRequest(f"kind must be one of {', '.join(EVENT_KINDS)}")
+        # The id is minted here, once, so a retried fan-out reuses it and dedup can work.
+        notification_id = str(ULID())
+        accepted_at = datetime.now(UTC).isoformat()
+        record = {
+            "tenant_id": body["tenant_id"],
+            "author_id": body["author_id"],
+            "kind": body["kind"],
+            "object_id": body["object_id"],
+            "notification_id": notification_id,
+            "accepted_at": accepted_at,
+        }
+        self.kinesis.put_record(
+            StreamName=self.config.stream_name,
+            Data=json.dumps(record).encode(),
+            PartitionKey=user_key(body["tenant_id"], body["author_id"]),
+        )
+        return _response(202, {"notification_id": notification_id, "accepted_at": accepted_at})
+
+    def put_preferences(self, event: dict[str, Any], tenant: str, user: str) -> dict[str, Any]:
+        self._require_ids(tenant_id=tenant, user_id=user)
+        body = self._json_body(event)
+        zone = body.get("zone")
+        if not isinstance(zone, str):
+            raise BadRequest("zone must be an IANA time zone name such as Europe/Berlin")
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise BadRequest(f"unknown time zone {zone!r}") from exc
+        try:
+            parse_window(body.get("quiet_hours"))
+        except (ValueError, TypeError) as exc:
+            raise BadRequest(f"quiet_hours: {exc}") from exc
+        channels = body.get("channels", {})
+        if not isinstance(channels, dict) or any(
+            c not in CHANNELS or not isinstance(v, bool) for c, v in channels.items()
+        ):
+            raise BadRequest(f"channels must map some of {', '.join(CHANNELS)} to true/false")
+        consent = body.get("push_consent")
+        if consent is not None and not (
+            isinstance(consent, dict) and "granted_at" in consent and "version" in consent
+        ):
+            raise BadRequest("push_consent must be null or {granted_at, version}")
+        prefs = {
+            "zone": zone,
+            "quiet_hours": body.get("quiet_hours"),
+            "channels": channels,
+            "push_consent": consent,
+        }
+        self.ddb.put_item(
+            TableName=self.config.table("preferences"),
+            Item={
+                "pk": {"S": user_key(tenant, user)},
+                "prefs": {"S": json.dumps(prefs)},
+                "updated_at": {"S": datetime.now(UTC).isoformat()},
+            },
+        )
+        return _response(200, {"stored": True})
+
+    def put_device(
+        self, event: dict[str, Any], tenant: str, user: str, token: str
+    ) -> dict[str, Any]:
+        self._require_ids(tenant_id=tenant, user_id=user)
+        body = self._json_body(event)
+        if body.get("platform") not in PLATFORMS:
+            raise BadRequest("platform must be apns or fcm")
+        if not token or len(token) > 4096:
+            raise BadRequest("token must be 1-4096 characters")
+        self.ddb.put_item(
+            TableName=self.config.table("devices"),
+            Item={
+                "pk": {"S": user_key(tenant, user)},
+                "sk": {"S": device_id(token)},
+                "token": {"S": token},
+                "platform": {"S": body["platform"]},
+                "active": {"BOOL": True},
+                "registered_at": {"S": datetime.now(UTC).isoformat()},
+            },
+        )
+        return _response(200, {"device_id": device_id(token)})
+
+    def add_followers(self, event: dict[str, Any], tenant: str, user: str) -> dict[str, Any]:
+        self._require_ids(tenant_id=tenant, author_id=user)
+        followers = self._json_body(event).get("followers")
+        if not isinstance(followers, list) or not followers:
+            raise BadRequest("followers must be a non-empty list of user ids")
+        if len(followers) > MAX_FOLLOWERS_PER_CALL:
+            raise BadRequest(f"at most {MAX_FOLLOWERS_PER_CALL} followers per call")
+        bad = [f for f in followers if not valid_id(f)]
+        if bad:
+            raise BadRequest(f"invalid follower id(s): {bad[:5]}")
+        pk = user_key(tenant, user)
+        table = self.config.table("followers")
+        unique = sorted(set(followers))
+        for start in range(0, len(unique), 25):
+            requests = [
+                {"PutRequest": {"Item": {"pk": {"S": pk}, "sk": {"S": f}}}}
+                for f in unique[start : start + 25]
+            ]
+            batch_write(self.ddb, table, requests)
+        # The count only chooses the fan-out tier, so re-adding a follower may overcount.
+        self.ddb.update_item(
+            TableName=self.config.table("accounts"),
+            Key={"pk": {"S": pk}},
+            UpdateExpression="ADD follower_count :n",
+            ExpressionAttributeValues={":n": {"N": str(len(unique))}},
+        )
+        return _response(200, {"added": len(unique)})
+
+
+@cache
+def openapi_document() -> dict[str, Any]:
+    return yaml.safe_load((Path(__file__).parent / "openapi.yaml").read_text())
+
+
+_api: EventApi | None = None
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The Lambda entry point (API Gateway HTTP API, payload format 2.0)."""
+    global _api
+    if _api is None:
+        _api = EventApi(Config.load())
+    return _api(event, context)
+
+
+# -- local API Gateway ----------------------------------------------------------------------
+
+
+def _request_handler(api: EventApi) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _serve(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            if length > MAX_BODY_BYTES:
+                self._send(_response(413, {"error": f"body over {MAX_BODY_BYTES} bytes"}))
+                return
+            body = self.rfile.read(length) if length else b""
+            path, _, query = self.path.partition("?")
+            event = {
+                "version": "2.0",
+                "rawPath": path,
+                "rawQueryString": query,
+                "headers": {k.lower(): v for k, v in self.headers.items()},
+                "requestContext": {"http": {"method": self.command, "path": path}},
+                "body": base64.b64encode(body).decode(),
+                "isBase64Encoded": True,
+            }
+            self._send(api(event, None))
+
+        def _send(self, response: dict[str, Any]) -> None:
+            payload = response.get("body", "").encode()
+            self.send_response(response["statusCode"])
+            for name, value in response.get("headers", {}).items():
+                self.send_header(name, value)
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_GET = do_POST = do_PUT = do_DELETE = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            return  # one line per request would drown the worker log under load
+
+    return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 512
+
+
+def serve(config: Config, host: str, port: int) -> int:
+    api = EventApi(config)
+    try:
+        server = _Server((host, port), _request_handler(api))
+    except OSError as exc:
+        print(f"error: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def _stop(*_: Any) -> None:
+        if not stop.is_set():
+            stop.set()
+            threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    print(f"event api listening on http://{host}:{port}", flush=True)
+    server.serve_forever(poll_interval=0.2)
+    server.server_close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="reference Event API (local API Gateway)")
+    parser.add_argument("--config", help="config JSON (default: $FANOUT_CONFIG)")
+    parser.add_argument("--host", default=None)
+    parser.add_argument("--port", type=int, default=None)
+    args = parser.parse_args(argv)
+    try:
+        config = Config.load(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return serve(config, args.host or config.event_api_host, args.port or config.event_api_port)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Fan-out planning: pure functions from an accepted event to inbox rows and delivery jobs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from reference_impl.ids import user_key, valid_id
+
+INBOX_TTL = timedelta(days=90)
+Tier = Literal["write", "celebrity"]
+_EVENT_FIELDS = ("tenant_id", "author_id", "kind", "object_id", "notification_id", "accepted_at")
+
+
+class MalformedEvent(ValueError):
+    """A stream record that can never be fanned out; retrying it would block the shard."""
+
+
+@dataclass(frozen=True)
+class FanoutEvent:
+    tenant_id: str
+    author_id: str
+    kind: str
+    object_id: str
+    notification_id: str
+    accepted_at: str
+
+
+def parse_event(data: bytes) -> FanoutEvent:
+    try:
+        raw = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise MalformedEvent(f"not JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise MalformedEvent("record is not a JSON object")
+    missing = [f for f in _EVENT_FIELDS if not isinstance(raw.get(f), str) or not raw.get(f)]
+    if missing:
+        raise MalformedEvent(f"missing field(s): {', '.join(missing)}")
+    if not valid_id(raw["tenant_id"]) or not valid_id(raw["author_id"]):
+        raise MalformedEvent("tenant_id or author_id is not a valid id")
+    return FanoutEvent(**{f: raw[f] for f in _EVENT_FIELDS})
+
+
+def choose_tier(follower_count: int, threshold: int) -> Tier:
+    """Below the threshold write one inbox row per follower; at or above it, one pointer."""
+    return "celebrity" if follower_count >= threshold else "write"
+
+
+def _expires_at(event: FanoutEvent) -> str:
+    accepted = datetime.fromisoformat(event.accepted_at)
+    return str(int((accepted + INBOX_TTL).timestamp()))
+
+
+def inbox_item(event: FanoutEvent, follower_id: str) -> dict[str, Any]:
+    """The follower's inbox row (DynamoDB item), SK = the notification ULID, 90-day TTL."""
+    return {
+        "pk": {"S": user_key(event.tenant_id, follower_id)},
+        "sk": {"S": event.notification_id},
+        "author_id": {"S": event.author_id},
+        "kind": {"S": event.kind},
+        "object_id": {"S": event.object_id},
+        "expires_at": {"N": _expires_at(event)},
+    }
+
+
+def pointer_item(event: FanoutEvent) -> dict[str, Any]:
+    """The one row a celebrity post writes, merged into followers' inboxes at read time."""
+    return {
+        "pk": {"S": user_key(event.tenant_id, event.author_id)},
+        "sk": {"S": event.notification_id},
+        "kind": {"S": event.kind},
+        "object_id": {"S": event.object_id},
+        "expires_at": {"N": _expires_at(event)},
+    }
+
+
+def push_job(event: FanoutEvent, follower_id: str) -> dict[str, Any]:
+    return {**asdict(event), "recipient_user_id": follower_id, "channel": "push"}
+
+
+def sqs_entries(jobs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """SendMessageBatch entries; every message carries the tenant as a message attribute."""
+    return [
+        {
+            "Id": str(i),
+            "MessageBody": json.dumps(job, separators=(",", ":")),
+            "MessageAttributes": {
+                "tenant_id": {"DataType": "String", "StringValue": job["tenant_id"]}
+            },
+        }
+        for i, job in enumerate(jobs)
+    ]
+
+
+def chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

@@ -1,0 +1,161 @@
+"""Fan-out worker: the Lambda behind the Kinesis event stream.
+
+Below the celebrity threshold it writes one inbox row per follower; at or above it, one pointer
+row. Either way it pages over the follower list and enqueues one push job per follower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import sys
+from typing import Any
+
+from reference_impl.aws import batch_write, client, queue_url
+from reference_impl.config import Config, ConfigError
+from reference_impl.event_source import CheckpointStore, KinesisShardPoller, run_pollers
+from reference_impl.fanout import (
+    FanoutEvent,
+    MalformedEvent,
+    choose_tier,
+    chunks,
+    inbox_item,
+    parse_event,
+    pointer_item,
+    push_job,
+    sqs_entries,
+)
+from reference_impl.ids import user_key
+
+log = logging.getLogger("reference_impl.fanout_worker")
+
+
+class FanoutWorker:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.ddb = client(config, "dynamodb")
+        self.sqs = client(config, "sqs")
+        self.push_queue = queue_url(self.sqs, config.queue_name("push"))
+
+    def follower_count(self, event: FanoutEvent) -> int:
+        item = self.ddb.get_item(
+            TableName=self.config.table("accounts"),
+            Key={"pk": {"S": user_key(event.tenant_id, event.author_id)}},
+        ).get("Item", {})
+        return int(item.get("follower_count", {}).get("N", "0"))
+
+    def follower_pages(self, event: FanoutEvent) -> Any:
+        kwargs: dict[str, Any] = {
+            "TableName": self.config.table("followers"),
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": user_key(event.tenant_id, event.author_id)}},
+            "ProjectionExpression": "sk",
+            "Limit": self.config.follower_page_size,
+        }
+        while True:
+            page = self.ddb.query(**kwargs)
+            yield [item["sk"]["S"] for item in page.get("Items", [])]
+            if "LastEvaluatedKey" not in page:
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def enqueue(self, jobs: list[dict[str, Any]]) -> None:
+        for batch in chunks(jobs, 10):
+            entries = sqs_entries(batch)
+            for _ in range(10):
+                failed = self.sqs.send_message_batch(QueueUrl=self.push_queue, Entries=entries).get(
+                    "Failed", []
+                )
+                if not failed:
+                    break
+                retry = {f["Id"] for f in failed}
+                entries = [e for e in entries if e["Id"] in retry]
+            else:
+                raise RuntimeError(f"SendMessageBatch kept failing for {len(entries)} job(s)")
+
+    def fan_out(self, event: FanoutEvent) -> dict[str, Any]:
+        tier = choose_tier(self.follower_count(event), self.config.celebrity_threshold)
+        if tier == "celebrity":
+            self.ddb.put_item(
+                TableName=self.config.table("celebrity_posts"), Item=pointer_item(event)
+            )
+        jobs = 0
+        for followers in self.follower_pages(event):
+            if tier == "write":
+                for batch in chunks(followers, 25):
+                    batch_write(
+                        self.ddb,
+                        self.config.table("inbox"),
+                        [{"PutRequest": {"Item": inbox_item(event, f)}} for f in batch],
+                    )
+            self.enqueue([push_job(event, f) for f in followers])
+            jobs += len(followers)
+        return {"tier": tier, "jobs": jobs}
+
+    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        """Kinesis batch; report the first failure so the mapping retries from there."""
+        for record in event.get("Records", []):
+            sequence = record["kinesis"]["sequenceNumber"]
+            try:
+                fanout_event = parse_event(base64.b64decode(record["kinesis"]["data"]))
+            except MalformedEvent as exc:
+                # Retrying a record that can never parse would block the shard forever.
+                log.error("skipping malformed record %s: %s", sequence, exc)
+                continue
+            try:
+                result = self.fan_out(fanout_event)
+            except Exception:
+                log.exception("fan-out of %s failed", fanout_event.notification_id)
+                return {"batchItemFailures": [{"itemIdentifier": sequence}]}
+            log.info(
+                "%s",
+                json.dumps(
+                    {
+                        "audit": "enqueued",
+                        "tenant_id": fanout_event.tenant_id,
+                        "notification_id": fanout_event.notification_id,
+                        **result,
+                    }
+                ),
+            )
+        return {"batchItemFailures": []}
+
+
+_worker: FanoutWorker | None = None
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The Lambda entry point (Kinesis trigger with ReportBatchItemFailures)."""
+    global _worker
+    if _worker is None:
+        _worker = FanoutWorker(Config.load())
+    return _worker(event, context)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="reference fan-out worker (Kinesis poller)")
+    parser.add_argument("--config", help="config JSON (default: $FANOUT_CONFIG)")
+    parser.add_argument("--ready-file", help="written once the pollers run")
+    args = parser.parse_args(argv)
+    try:
+        config = Config.load(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    worker = FanoutWorker(config)
+    kinesis = client(config, "kinesis")
+    shards = kinesis.list_shards(StreamName=config.stream_name)["Shards"]
+    checkpoints = CheckpointStore(worker.ddb, config.table("checkpoints"), config.stream_name)
+    pollers = [
+        KinesisShardPoller(
+            kinesis, config.stream_name, s["ShardId"], worker, checkpoints, "fanout-worker"
+        ).run
+        for s in shards
+    ]
+    return run_pollers("fanout-worker", pollers, args.ready_file)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

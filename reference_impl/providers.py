@@ -1,0 +1,123 @@
+"""APNs and FCM clients: one HTTP request per device, classified into what to do next."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import zlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from reference_impl.config import Config
+
+Outcome = Literal["sent", "dead_token", "rejected", "retry"]
+
+
+@dataclass(frozen=True)
+class SendResult:
+    outcome: Outcome
+    status: int | None
+    reason: str | None = None
+    retry_after: float | None = None
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _client(url: str, ca_file: str | None, timeout: float) -> httpx.Client:
+    if url.startswith("http://"):
+        # Plaintext HTTP/2 with prior knowledge (the simulator's h2c mode).
+        return httpx.Client(http1=False, http2=True, timeout=timeout)
+    verify: Any = ssl.create_default_context(cafile=ca_file) if ca_file else True
+    return httpx.Client(http2=True, verify=verify, timeout=timeout)
+
+
+def fcm_project_for(recipient_user_id: str, projects: tuple[str, ...]) -> str:
+    """Shard over K sender projects by recipient_user_id mod K (sticky per user)."""
+    digits = "".join(ch for ch in recipient_user_id if ch.isdigit())
+    number = int(digits) if digits else zlib.crc32(recipient_user_id.encode())
+    return projects[number % len(projects)]
+
+
+class ApnsClient:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.http = _client(config.apns_url, config.apns_ca_file, config.provider_timeout_seconds)
+
+    def send(self, token: str, payload: dict[str, Any], apns_id: str) -> SendResult:
+        headers = {
+            "apns-topic": self.config.apns_topic,
+            "apns-push-type": "alert",
+            "apns-id": apns_id,
+        }
+        if self.config.apns_auth_token:
+            headers["authorization"] = f"bearer {self.config.apns_auth_token}"
+        try:
+            response = self.http.post(
+                f"{self.config.apns_url}/3/device/{token}",
+                content=json.dumps(payload, separators=(",", ":")).encode(),
+                headers=headers,
+            )
+        except httpx.HTTPError as exc:
+            return SendResult("retry", None, f"transport: {type(exc).__name__}")
+        status = response.status_code
+        reason = None
+        if status != 200:
+            try:
+                reason = response.json().get("reason")
+            except ValueError:
+                reason = None
+        if status == 200:
+            return SendResult("sent", status)
+        if status == 410 or reason in ("BadDeviceToken", "Unregistered", "DeviceTokenNotForTopic"):
+            return SendResult("dead_token", status, reason)
+        if status == 429 or status >= 500:
+            return SendResult("retry", status, reason, _retry_after(response))
+        return SendResult("rejected", status, reason)
+
+    def close(self) -> None:
+        self.http.close()
+
+
+class FcmClient:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.http = _client(config.fcm_url, None, config.provider_timeout_seconds)
+
+    def send(self, project: str, message: dict[str, Any]) -> SendResult:
+        headers = {"content-type": "application/json"}
+        if self.config.fcm_access_token:
+            headers["authorization"] = f"Bearer {self.config.fcm_access_token}"
+        try:
+            response = self.http.post(
+                f"{self.config.fcm_url}/v1/projects/{project}/messages:send",
+                content=json.dumps({"message": message}).encode(),
+                headers=headers,
+            )
+        except httpx.HTTPError as exc:
+            return SendResult("retry", None, f"transport: {type(exc).__name__}")
+        status = response.status_code
+        if status == 200:
+            return SendResult("sent", status)
+        code = None
+        try:
+            error = response.json().get("error", {})
+            details = error.get("details") or [{}]
+            code = details[0].get("errorCode") or error.get("status")
+        except (ValueError, AttributeError):
+            code = None
+        if code == "UNREGISTERED" or status == 404:
+            return SendResult("dead_token", status, code)
+        if status == 429 or status >= 500:
+            return SendResult("retry", status, code, _retry_after(response))
+        return SendResult("rejected", status, code)
+
+    def close(self) -> None:
+        self.http.close()

@@ -1,0 +1,120 @@
+"""Creates the reference implementation's tables, stream and queues (idempotent).
+
+This is the local equivalent of the CloudFormation stack a team deploys: the harness calls it
+once the AWS endpoints are up, and a team on real AWS runs it against an empty account.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from reference_impl.aws import client
+from reference_impl.config import CHANNELS, Config, ConfigError
+
+# name -> has a sort key
+TABLES: dict[str, bool] = {
+    "inbox": True,
+    "followers": True,
+    "accounts": False,
+    "preferences": False,
+    "devices": True,
+    "celebrity_posts": True,
+    "checkpoints": False,
+}
+
+
+def _create_table(ddb: Any, name: str, with_sort_key: bool) -> None:
+    keys = [{"AttributeName": "pk", "KeyType": "HASH"}]
+    attrs = [{"AttributeName": "pk", "AttributeType": "S"}]
+    if with_sort_key:
+        keys.append({"AttributeName": "sk", "KeyType": "RANGE"})
+        attrs.append({"AttributeName": "sk", "AttributeType": "S"})
+    try:
+        ddb.create_table(
+            TableName=name,
+            KeySchema=keys,
+            AttributeDefinitions=attrs,
+            BillingMode="PAY_PER_REQUEST",
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ResourceInUseException":
+            raise
+
+
+def _wait_active(describe: Any, status_of: Any, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while status_of(describe()) != "ACTIVE":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not become ACTIVE within {timeout:.0f}s")
+        time.sleep(0.05)
+
+
+def provision(config: Config) -> dict[str, str]:
+    """Create everything; return the queue URLs by queue name."""
+    ddb = client(config, "dynamodb")
+    for name, with_sort_key in TABLES.items():
+        _create_table(ddb, config.table(name), with_sort_key)
+    for name in TABLES:
+        table = config.table(name)
+        _wait_active(
+            lambda t=table: ddb.describe_table(TableName=t),
+            lambda d: d["Table"]["TableStatus"],
+            f"table {table}",
+        )
+
+    kinesis = client(config, "kinesis")
+    try:
+        kinesis.create_stream(StreamName=config.stream_name, ShardCount=config.stream_shards)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ResourceInUseException":
+            raise
+    _wait_active(
+        lambda: kinesis.describe_stream(StreamName=config.stream_name),
+        lambda d: d["StreamDescription"]["StreamStatus"],
+        f"stream {config.stream_name}",
+    )
+
+    sqs = client(config, "sqs")
+    urls: dict[str, str] = {}
+    for channel in CHANNELS:
+        dlq_name = config.queue_name(channel, "-dlq")
+        poison_name = config.queue_name(channel, "-poison")
+        for name in (dlq_name, poison_name):
+            urls[name] = sqs.create_queue(QueueName=name)["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=urls[dlq_name], AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+        main = config.queue_name(channel)
+        urls[main] = sqs.create_queue(
+            QueueName=main,
+            Attributes={
+                "VisibilityTimeout": str(config.visibility_timeout_seconds),
+                "RedrivePolicy": json.dumps(
+                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": config.max_receive_count}
+                ),
+            },
+        )["QueueUrl"]
+    return urls
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="create the reference implementation's resources")
+    parser.add_argument("--config", help="config JSON (default: $FANOUT_CONFIG)")
+    args = parser.parse_args(argv)
+    try:
+        urls = provision(Config.load(args.config))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(urls, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,287 @@
+"""Push consumer: the Lambda behind the push queue.
+
+Per job: preferences -> consent (default deny) -> quiet hours in the user's IANA zone (defer
+durably, fail closed) -> devices -> per device: dedup claim -> APNs or FCM -> outcome. A message
+is acknowledged only after a definite outcome for every device; anything uncertain (a Redis
+error, a 429 or 5xx, a transport error) leaves it in the queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import redis as redis_lib
+from ulid import ULID
+
+from reference_impl.aws import client, queue_url
+from reference_impl.config import Config, ConfigError
+from reference_impl.consent import push_consent_granted
+from reference_impl.dedup import DedupStore
+from reference_impl.dedup_key import dedup_key
+from reference_impl.event_source import SqsPoller, run_pollers
+from reference_impl.ids import user_key, valid_id
+from reference_impl.providers import ApnsClient, FcmClient, SendResult, fcm_project_for
+from reference_impl.quiet_hours import decide, parse_window
+
+log = logging.getLogger("reference_impl.push_consumer")
+MAX_SQS_DELAY_SECONDS = 900
+JOB_FIELDS = ("tenant_id", "notification_id", "recipient_user_id", "author_id", "kind")
+
+
+class PoisonJob(ValueError):
+    """A job that no retry can fix: it goes to the poison DLQ, not the retry DLQ."""
+
+
+def parse_job(record: dict[str, Any]) -> dict[str, Any]:
+    try:
+        job = json.loads(record["body"])
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise PoisonJob(f"body is not JSON: {exc}") from exc
+    if not isinstance(job, dict):
+        raise PoisonJob("body is not a JSON object")
+    missing = [f for f in JOB_FIELDS if not isinstance(job.get(f), str) or not job.get(f)]
+    if missing:
+        raise PoisonJob(f"missing field(s): {', '.join(missing)}")
+    attribute = (record.get("messageAttributes") or {}).get("tenant_id") or {}
+    if attribute.get("stringValue") != job["tenant_id"]:
+        raise PoisonJob("tenant_id message attribute missing or different from the body")
+    if not valid_id(job["tenant_id"]) or not valid_id(job["recipient_user_id"]):
+        raise PoisonJob("tenant_id or recipient_user_id is not a valid id")
+    try:
+        ULID.from_str(job["notification_id"])
+    except ValueError as exc:
+        raise PoisonJob("notification_id is not a ULID") from exc
+    return job
+
+
+class PushConsumer:
+    def __init__(
+        self,
+        config: Config,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        redis_client: Any = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.ddb = client(config, "dynamodb")
+        self.sqs = client(config, "sqs")
+        self.queue = queue_url(self.sqs, config.queue_name("push"))
+        self.poison_queue = queue_url(self.sqs, config.queue_name("push", "-poison"))
+        self.redis = redis_client or redis_lib.Redis.from_url(
+            config.redis_url,
+            socket_timeout=config.redis_timeout_seconds,
+            socket_connect_timeout=config.redis_timeout_seconds,
+        )
+        self.dedup = DedupStore(self.redis, config.dedup_lease_seconds)
+        self.apns = ApnsClient(config)
+        self.fcm = FcmClient(config)
+        self.owner = uuid.uuid4().hex[:12]
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def preferences(self, tenant_id: str, user_id: str) -> dict[str, Any] | None:
+        item = self.ddb.get_item(
+            TableName=self.config.table("preferences"),
+            Key={"pk": {"S": user_key(tenant_id, user_id)}},
+            ConsistentRead=True,
+        ).get("Item")
+        return json.loads(item["prefs"]["S"]) if item else None
+
+    def devices(self, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
+        items = self.ddb.query(
+            TableName=self.config.table("devices"),
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": user_key(tenant_id, user_id)}},
+            ConsistentRead=True,
+        ).get("Items", [])
+        return [
+            {"device_id": i["sk"]["S"], "token": i["token"]["S"], "platform": i["platform"]["S"]}
+            for i in items
+            if i.get("active", {}).get("BOOL", True)
+        ]
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def deactivate(self, tenant_id: str, user_id: str, device_id: str) -> None:
+        self.ddb.update_item(
+            TableName=self.config.table("devices"),
+            Key={"pk": {"S": user_key(tenant_id, user_id)}, "sk": {"S": device_id}},
+            UpdateExpression="SET active = :f, deactivated_at = :t",
+            ExpressionAttributeValues={
+                ":f": {"BOOL": False},
+                ":t": {"S": self.clock().isoformat()},
+            },
+        )
+
+    def defer(self, job: dict[str, Any], release_at: datetime) -> None:
+        """Re-enqueue with a delay (SQS caps it at 15 minutes; a longer wait hops again)."""
+        seconds = math.ceil((release_at - self.clock()).total_seconds())
+        delay = max(1, min(MAX_SQS_DELAY_SECONDS, seconds))
+        self.sqs.send_message(
+            QueueUrl=self.queue,
+            MessageBody=json.dumps({**job, "deferred_until": release_at.isoformat()}),
+            DelaySeconds=delay,
+            MessageAttributes={
+                "tenant_id": {"DataType": "String", "StringValue": job["tenant_id"]}
+            },
+        )
+
+    def audit(self, outcome: str, job: dict[str, Any], **extra: Any) -> None:
+        record = {
+            "audit": outcome,
+            "at": self.clock().isoformat(),
+            "tenant_id": job.get("tenant_id"),
+            "notification_id": job.get("notification_id"),
+            "recipient_user_id": job.get("recipient_user_id"),
+            **extra,
+        }
+        log.info("%s", json.dumps(record))
+
+    # -- delivery ---------------------------------------------------------------------------
+
+    def send(self, job: dict[str, Any], device: dict[str, Any]) -> SendResult:
+        nid = job["notification_id"]
+        text = f"{job['author_id']} {job['kind']}"
+        if device["platform"] == "apns":
+            payload = {
+                "aps": {"alert": {"title": "New activity", "body": text}},
+                "tenant_id": job["tenant_id"],
+                "notification_id": nid,
+            }
+            return self.apns.send(device["token"], payload, str(ULID.from_str(nid).to_uuid()))
+        message = {
+            "token": device["token"],
+            "notification": {"title": "New activity", "body": text},
+            "data": {"tenant_id": job["tenant_id"], "notification_id": nid},
+        }
+        project = fcm_project_for(job["recipient_user_id"], self.config.fcm_projects)
+        return self.fcm.send(project, message)
+
+    def deliver(self, job: dict[str, Any]) -> bool:
+        """Process one job; True when it may be acknowledged."""
+        tenant, user = job["tenant_id"], job["recipient_user_id"]
+        prefs = self.preferences(tenant, user)
+        if not push_consent_granted(prefs):
+            self.audit("denied_consent", job)
+            return True
+        if prefs and prefs.get("channels", {}).get("push") is False:
+            self.audit("opted_out", job)
+            return True
+        zone = prefs.get("zone") if prefs else None
+        try:
+            window = parse_window(prefs.get("quiet_hours") if prefs else None)
+        except ValueError:
+            window = None
+            zone = None  # an unreadable preference fails closed, like an unknown zone
+        decision = decide(self.clock(), zone, window)
+        if not decision.send:
+            assert decision.release_at is not None
+            self.defer(job, decision.release_at)
+            self.audit(
+                "deferred", job, reason=decision.reason, until=decision.release_at.isoformat()
+            )
+            return True
+        devices = self.devices(tenant, user)
+        if not devices:
+            self.audit("no_device", job)
+            return True
+        complete = True
+        for device in devices:
+            key = dedup_key(tenant, job["notification_id"], f"{user}#{device['device_id']}")
+            claim = self.dedup.claim(key, self.owner)
+            if claim == "already_sent":
+                self.audit("deduped", job, device_id=device["device_id"])
+                continue
+            if claim == "in_flight":
+                complete = False
+                continue
+            result = self.send(job, device)
+            if result.outcome == "retry":
+                self.dedup.release(key, self.owner)
+                self.audit("retry", job, device_id=device["device_id"], status=result.status)
+                complete = False
+                continue
+            self.dedup.mark_sent(key)
+            if result.outcome == "dead_token":
+                self.deactivate(tenant, user, device["device_id"])
+            self.audit(
+                result.outcome,
+                job,
+                device_id=device["device_id"],
+                status=result.status,
+                reason=result.reason,
+            )
+        return complete
+
+    def to_poison(self, record: dict[str, Any], reason: str) -> None:
+        self.sqs.send_message(
+            QueueUrl=self.poison_queue,
+            MessageBody=record.get("body") or "",
+            MessageAttributes={"reason": {"DataType": "String", "StringValue": reason[:256]}},
+        )
+
+    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        failures = []
+        for record in event.get("Records", []):
+            try:
+                job = parse_job(record)
+            except PoisonJob as exc:
+                self.to_poison(record, str(exc))
+                log.error("poison job %s: %s", record.get("messageId"), exc)
+                continue
+            try:
+                ok = self.deliver(job)
+            except redis_lib.RedisError as exc:
+                # Fail closed: no dedup decision, no send, no ack.
+                self.audit("dedup_unavailable", job, error=type(exc).__name__)
+                ok = False
+            except Exception:
+                log.exception("job %s failed", record.get("messageId"))
+                ok = False
+            if not ok:
+                failures.append({"itemIdentifier": record["messageId"]})
+        return {"batchItemFailures": failures}
+
+
+_consumer: PushConsumer | None = None
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The Lambda entry point (SQS trigger with ReportBatchItemFailures)."""
+    global _consumer
+    if _consumer is None:
+        _consumer = PushConsumer(Config.load())
+    return _consumer(event, context)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="reference push consumer (SQS poller)")
+    parser.add_argument("--config", help="config JSON (default: $FANOUT_CONFIG)")
+    parser.add_argument("--ready-file", help="written once the pollers run")
+    args = parser.parse_args(argv)
+    try:
+        config = Config.load(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    # One consumer per poller thread: its HTTP/2 connections are not shared across threads.
+    consumers = [PushConsumer(config) for _ in range(config.consumer_threads)]
+    arn = consumers[0].sqs.get_queue_attributes(
+        QueueUrl=consumers[0].queue, AttributeNames=["QueueArn"]
+    )["Attributes"]["QueueArn"]
+    pollers = [
+        SqsPoller(c.sqs, c.queue, arn, c, "push-consumer", wait_seconds=1).run for c in consumers
+    ]
+    return run_pollers("push-consumer", pollers, args.ready_file)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
