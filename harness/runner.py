@@ -157,7 +157,8 @@ def execute(
     try:
         progress("stack", "starting redis, dynalite, kinesalite, moto, simulators, workers")
         info = stack.up()
-        history.append("phase", detail="stack_up")
+        pids = {name: part.pid for name, part in info.parts.items()}
+        history.append("phase", detail=json.dumps({"stack_up": pids}))
         progress("stack", f"ready ({len(info.parts)} parts, logs in {run_dir / 'stack' / 'logs'})")
         start = clock()
         population = generate(seed, start, scenario.population)

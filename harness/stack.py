@@ -377,8 +377,31 @@ class Stack:
             self.info.tls_ca = str(ca)
         return ok
 
-    def _start(self, part: str) -> PartInfo:
-        port = None if part in ("fanout-worker", "push-consumer") else free_port()
+    def stop_part(self, part: str) -> None:
+        """Stop one part (SIGTERM, then SIGKILL); its port stays reserved for a restart."""
+        proc = self.procs.pop(part, None)
+        if proc is not None:
+            stop_process(proc)
+        (self.workdir / f"{part}.ready").unlink(missing_ok=True)
+
+    def kill_part(self, part: str) -> None:
+        """kill -9 one part, as a crash would."""
+        proc = self.procs.pop(part, None)
+        if proc is not None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        (self.workdir / f"{part}.ready").unlink(missing_ok=True)
+
+    def start_part(self, part: str) -> PartInfo:
+        """(Re)start one part on the port it had, so clients need no new config."""
+        if part in self.procs:
+            raise StackError(f"{part} is already running")
+        previous = self.info.parts.get(part)
+        return self._start(part, previous.port if previous else None)
+
+    def _start(self, part: str, port: int | None = None) -> PartInfo:
+        if port is None and part not in ("fanout-worker", "push-consumer"):
+            port = free_port()
         argv = self._argv(part, port)
         log_path = self.workdir / "logs" / f"{part}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "FANOUT_CONFIG": self.info.reference_config}

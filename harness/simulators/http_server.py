@@ -40,6 +40,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack
 from h2.errors import ErrorCodes
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,9 @@ MAX_H1_HEADER_BYTES = 64 * 1024
 # Large receive windows: the server buffers whole bodies anyway, so let clients stream freely.
 STREAM_WINDOW = 1 << 20
 CONNECTION_WINDOW = 16 << 20
+FLUSH_EVERY = 16
+# response headers whose values are unique per response (not worth HPACK indexing)
+UNIQUE_VALUE_HEADERS = frozenset({"apns-id", "apns-unique-id", "x-request-id"})
 
 
 class PortInUseError(OSError):
@@ -330,6 +334,7 @@ class H2ServerConnection:
         self.pending: dict[int, tuple[bytes, int]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self._flush_scheduled = False
+        self._unflushed = 0
         self.goaway_sent = False
 
     def start(self) -> None:
@@ -354,6 +359,7 @@ class H2ServerConnection:
     # -- I/O ----------------------------------------------------------------------------------
     def flush(self) -> None:
         self._flush_scheduled = False
+        self._unflushed = 0
         self.proto.write(self.conn.data_to_send())
 
     def schedule_flush(self) -> None:
@@ -460,8 +466,14 @@ class H2ServerConnection:
     def respond(self, sid: int, response: Response) -> None:
         """Send a whole response on stream ``sid`` (body paced by flow control)."""
         body = response.body or b""
-        headers = [(":status", str(response.status))]
-        headers += [(k.lower(), str(v)) for k, v in response.headers.items()]
+        headers: list[tuple[str, str]] = [(":status", str(response.status))]
+        for name, value in response.headers.items():
+            name = name.lower()
+            if name in UNIQUE_VALUE_HEADERS:
+                # A value that never repeats: keep it out of the HPACK dynamic table.
+                headers.append(hpack.NeverIndexedHeaderTuple(name, str(value)))
+            else:
+                headers.append((name, str(value)))
         headers.append(("content-length", str(len(body))))
         try:
             self.conn.send_headers(sid, headers, end_stream=not body)
@@ -470,7 +482,13 @@ class H2ServerConnection:
         if body:
             self.pending[sid] = (body, 0)
             self._send_pending(sid)
-        self.schedule_flush()
+        # Write every few responses rather than once per batch: the client can start on the
+        # first answers while the rest of a large batch is still being handled.
+        self._unflushed += 1
+        if self._unflushed >= FLUSH_EVERY:
+            self.flush()
+        else:
+            self.schedule_flush()
 
     def _send_pending(self, sid: int) -> None:
         entry = self.pending.get(sid)

@@ -29,8 +29,10 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack
 
 WINDOW = 16 << 20
+FLUSH_EVERY = 1 << 30
 
 
 class H2ClientError(ConnectionError):
@@ -61,7 +63,14 @@ class H2ClientConnection(asyncio.Protocol):
     def __init__(self, authority: str, scheme: str) -> None:
         self.authority = authority
         self.scheme = scheme
-        config = h2.config.H2Configuration(client_side=True, header_encoding=None)
+        config = h2.config.H2Configuration(
+            client_side=True,
+            header_encoding=None,
+            validate_inbound_headers=False,
+            normalize_inbound_headers=False,
+            validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+        )
         self.conn = h2.connection.H2Connection(config=config)
         self.conn.local_settings = h2.settings.Settings(
             client=True,
@@ -76,6 +85,7 @@ class H2ClientConnection(asyncio.Protocol):
         self.window_opened = asyncio.Event()
         self.closed: BaseException | None = None
         self._flush_scheduled = False
+        self._unflushed = 0
 
     @classmethod
     async def open(
@@ -169,7 +179,8 @@ class H2ClientConnection(asyncio.Protocol):
             (":method", method),
             (":scheme", self.scheme),
             (":authority", self.authority),
-            (":path", path),
+            # unique per request (device token): keep it out of the HPACK dynamic tables
+            hpack.NeverIndexedHeaderTuple(":path", path),
         ]
         hdrs += [(k.lower(), v) for k, v in (headers or {}).items()]
         if body:
@@ -192,7 +203,11 @@ class H2ClientConnection(asyncio.Protocol):
             chunk = body[offset : offset + window]
             offset += len(chunk)
             self.conn.send_data(sid, chunk, end_stream=offset >= len(body))
-        self._schedule_flush()
+        self._unflushed += 1
+        if self._unflushed >= FLUSH_EVERY:
+            self._flush()
+        else:
+            self._schedule_flush()
         return await future
 
     def close(self) -> None:
@@ -204,6 +219,7 @@ class H2ClientConnection(asyncio.Protocol):
     # -- internals -----------------------------------------------------------------------------
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self._unflushed = 0
         if self.transport is not None and not self.transport.is_closing():
             data = self.conn.data_to_send()
             if data:

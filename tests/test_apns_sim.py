@@ -1,0 +1,555 @@
+"""The APNs simulator as a real server on a real socket, driven by real clients."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import selectors
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from aioapns import APNs, NotificationRequest
+from aioapns.connection import APNsProductionClientProtocol
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from harness.simulators.loadcheck import H2ClientConnection
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[1]
+MODULE = "harness.simulators.apns"
+START_TIMEOUT = 30.0
+
+
+# -- a simulator subprocess ---------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Sim:
+    proc: subprocess.Popen[str]
+    port: int
+    url: str
+    cert_dir: Path | None
+
+    @property
+    def ca(self) -> Path:
+        assert self.cert_dir is not None
+        return self.cert_dir / "ca.pem"
+
+    def client_ssl(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca))
+
+    def control(self, method: str, path: str, body: object = None) -> tuple[int, dict]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        ctx = self.client_ssl() if self.cert_dir is not None else None
+        try:
+            with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    def next_seq(self) -> int:
+        return self.control("GET", "/_sim/ledger?since=0")[1]["next"]
+
+    def ledger(self, since: int = 0) -> list[dict]:
+        status, body = self.control("GET", f"/_sim/ledger?since={since}")
+        assert status == 200
+        return body["rows"]
+
+
+def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout):
+            return ""
+    return proc.stdout.readline()
+
+
+def _wait_healthy(sim: Sim, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        try:
+            status, body = sim.control("GET", "/_sim/health")
+            if status == 200 and body.get("ok"):
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline or sim.proc.poll() is not None:
+            raise AssertionError("simulator did not become healthy")
+        time.sleep(delay)  # back-off between polls of a condition, bounded by the deadline
+        delay = min(delay * 2, 0.2)
+
+
+def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> int:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        return proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=15)
+        raise
+    finally:
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@contextmanager
+def run_sim(module: str, log_dir: Path, *, tls: bool = False) -> Iterator[Sim]:
+    port = free_port()
+    cmd = [sys.executable, "-m", module, "--port", str(port)]
+    cert_dir = None
+    if tls:
+        cert_dir = log_dir / "certs"
+        cmd += ["--tls", "--cert-dir", str(cert_dir)]
+    stderr = open(log_dir / f"{module}-{port}.stderr", "w")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    try:
+        line = _read_line(proc, START_TIMEOUT)
+        scheme = "https" if tls else "http"
+        assert line.strip() == f"apns simulator listening on {scheme}://127.0.0.1:{port}", line
+        sim = Sim(proc, port, f"{scheme}://127.0.0.1:{port}", cert_dir)
+        _wait_healthy(sim, START_TIMEOUT)
+        yield sim
+    finally:
+        stop(proc)
+        stderr.close()
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    with run_sim(MODULE, tmp_path_factory.mktemp("apns-plain")) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def tls_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    with run_sim(MODULE, tmp_path_factory.mktemp("apns-tls"), tls=True) as s:
+        yield s
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def new_token() -> str:
+    return uuid.uuid4().hex + uuid.uuid4().hex  # 64 hex characters
+
+
+def es256_key() -> str:
+    key = ec.generate_private_key(ec.SECP256R1())
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+
+
+def apns_client(**kwargs: object) -> APNs:
+    return APNs(key=es256_key(), key_id="ABC123DEFG", team_id="TEAM123456", topic="com.example.app", **kwargs)  # type: ignore[arg-type]
+
+
+def aim_at(client: APNs, port: int, *, tls: bool) -> None:
+    """Point an aioapns client at 127.0.0.1:port through its protocol class attributes."""
+    client.pool.protocol_class = type(
+        "SimulatorProtocol",
+        (APNsProductionClientProtocol,),
+        {"APNS_SERVER": "127.0.0.1", "APNS_PORT": port},
+    )
+    if not tls:
+        client.pool.ssl_context = None  # loop.create_connection(ssl=None): plaintext h2
+
+
+async def send_one(client: APNs, token: str, tenant: str, notification: str) -> object:
+    request = NotificationRequest(
+        device_token=token,
+        message={"aps": {"alert": {"title": "hi"}}, "tenant_id": tenant, "notification_id": notification},
+    )
+    try:
+        return await asyncio.wait_for(client.send_notification(request), 20)
+    finally:
+        client.pool.close()
+
+
+def payload_of_size(size: int) -> bytes:
+    base = {"aps": {"alert": "x"}, "pad": ""}
+    overhead = len(json.dumps(base, separators=(",", ":")).encode())
+    base["pad"] = "p" * (size - overhead)
+    body = json.dumps(base, separators=(",", ":")).encode()
+    assert len(body) == size
+    return body
+
+
+def h2c(sim: Sim) -> httpx.Client:
+    return httpx.Client(http1=False, http2=True, base_url=sim.url, timeout=20)
+
+
+# -- aioapns (unchanged, from PyPI) -------------------------------------------------------------
+def test_aioapns_tls_through_its_proxy_support(tls_sim: Sim) -> None:
+    """No patching: aioapns' own proxy_host/proxy_port, SNI and cert check for api.push.apple.com."""
+    token = new_token()
+    since = tls_sim.next_seq()
+
+    async def go() -> object:
+        client = apns_client(
+            ssl_context=tls_sim.client_ssl(), proxy_host="127.0.0.1", proxy_port=tls_sim.port
+        )
+        return await send_one(client, token, "tenant-a", "notif-1")
+
+    result = asyncio.run(go())
+    assert result.is_successful, (result.status, result.description)
+    rows = tls_sim.ledger(since)
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["token"], row["tenant_id"], row["notification_id"], row["status"]) == (
+        token,
+        "tenant-a",
+        "notif-1",
+        200,
+    )
+    assert row["apns_id"] == result.notification_id and row["provider"] == "apns"
+
+
+def test_aioapns_tls_direct_without_alpn(tls_sim: Sim) -> None:
+    token = new_token()
+    since = tls_sim.next_seq()
+
+    async def go() -> object:
+        client = apns_client(ssl_context=tls_sim.client_ssl())
+        aim_at(client, tls_sim.port, tls=True)
+        return await send_one(client, token, "tenant-b", "notif-2")
+
+    result = asyncio.run(go())
+    assert result.is_successful
+    [row] = tls_sim.ledger(since)
+    assert (row["token"], row["tenant_id"], row["notification_id"], row["status"]) == (
+        token,
+        "tenant-b",
+        "notif-2",
+        200,
+    )
+
+
+def test_aioapns_plaintext_and_error_results(sim: Sim) -> None:
+    good, dead = new_token(), new_token()
+    assert sim.control("POST", "/_sim/tokens/unregistered", {"tokens": [dead]})[0] == 200
+    since = sim.next_seq()
+
+    async def go() -> list[object]:
+        client = apns_client()
+        aim_at(client, sim.port, tls=False)
+        results = []
+        for token in (good, dead, "not-a-token"):
+            request = NotificationRequest(
+                device_token=token, message={"aps": {"alert": "x"}, "tenant_id": "t"}
+            )
+            results.append(await asyncio.wait_for(client.send_notification(request), 20))
+        client.pool.close()
+        return results
+
+    ok, gone, bad = asyncio.run(go())
+    assert ok.is_successful
+    assert (gone.status, gone.description) == ("410", "Unregistered")
+    assert isinstance(gone.timestamp, int) and gone.timestamp > 1_600_000_000_000
+    assert (bad.status, bad.description) == ("400", "BadDeviceToken")
+    rows = sim.ledger(since)
+    assert [(r["status"], r["reason"]) for r in rows] == [
+        (200, None),
+        (410, "Unregistered"),
+        (400, "BadDeviceToken"),
+    ]
+    assert all(r["tenant_id"] == "t" for r in rows)
+
+
+# -- httpx, h2c prior knowledge and TLS ---------------------------------------------------------
+def test_h2c_success_echoes_apns_id(sim: Sim) -> None:
+    token, apns_id = new_token(), str(uuid.uuid4()).upper()
+    with h2c(sim) as client:
+        r = client.post(f"/3/device/{token}", json={"aps": {}, "x": 1}, headers={"apns-id": apns_id})
+        assert r.http_version == "HTTP/2"
+        assert r.status_code == 200 and r.content == b""
+        assert r.headers["apns-id"] == apns_id
+        r = client.post(f"/3/device/{token}", json={"aps": {"alert": "x"}})
+        assert r.status_code == 200
+        assert uuid.UUID(r.headers["apns-id"])
+
+
+def test_tls_h2_and_http11_via_alpn(tls_sim: Sim) -> None:
+    token = new_token()
+    with httpx.Client(http2=True, verify=tls_sim.client_ssl(), base_url=tls_sim.url) as client:
+        r = client.post(f"/3/device/{token}", json={"aps": {"alert": "x"}})
+        assert (r.http_version, r.status_code) == ("HTTP/2", 200)
+    with httpx.Client(verify=tls_sim.client_ssl(), base_url=tls_sim.url) as client:
+        r = client.post("/3/device/abc", json={"aps": {"alert": "x"}})
+        assert (r.http_version, r.status_code) == ("HTTP/1.1", 400)
+        assert r.json() == {"reason": "BadDeviceToken"}
+
+
+@pytest.mark.parametrize(
+    ("path", "method", "headers", "body", "status", "reason"),
+    [
+        ("/3/device/abc", "POST", {}, b'{"aps":{}}', 400, "BadDeviceToken"),
+        ("/3/device/" + "g" * 64, "POST", {}, b'{"aps":{}}', 400, "BadDeviceToken"),
+        ("/3/device/", "POST", {}, b'{"aps":{}}', 400, "MissingDeviceToken"),
+        ("/3/device/TOKEN", "GET", {}, b"", 405, "MethodNotAllowed"),
+        ("/3/devices/TOKEN", "POST", {}, b'{"aps":{}}', 404, "BadPath"),
+        ("/3/device/TOKEN", "POST", {}, b"", 400, "PayloadEmpty"),
+        ("/3/device/TOKEN", "POST", {}, b"{not json", 400, "BadPayload"),
+        ("/3/device/TOKEN", "POST", {"apns-id": "nope"}, b'{"aps":{}}', 400, "BadMessageId"),
+        ("/3/device/TOKEN", "POST", {"apns-priority": "7"}, b'{"aps":{}}', 400, "BadPriority"),
+        ("/3/device/TOKEN", "POST", {"apns-push-type": "x"}, b'{"aps":{}}', 400, "InvalidPushType"),
+        (
+            "/3/device/TOKEN",
+            "POST",
+            {"authorization": "bearer not-a-jwt"},
+            b'{"aps":{}}',
+            403,
+            "InvalidProviderToken",
+        ),
+    ],
+)
+def test_apple_error_reasons(sim: Sim, path, method, headers, body, status, reason) -> None:
+    path = path.replace("TOKEN", new_token())
+    since = sim.next_seq()
+    with h2c(sim) as client:
+        r = client.request(method, path, headers=headers, content=body)
+    assert r.status_code == status
+    assert r.json() == {"reason": reason}
+    assert uuid.UUID(r.headers["apns-id"])
+    [row] = sim.ledger(since)
+    assert (row["status"], row["reason"], row["apns_id"]) == (status, reason, r.headers["apns-id"])
+
+
+def test_jwt_bearer_accepted_unverified(sim: Sim) -> None:
+    import jwt
+
+    token = jwt.encode({"iss": "TEAM", "iat": int(time.time())}, es256_key(), algorithm="ES256")
+    with h2c(sim) as client:
+        r = client.post(
+            f"/3/device/{new_token()}",
+            json={"aps": {}},
+            headers={"authorization": f"bearer {token}", "apns-topic": "com.example.app"},
+        )
+    assert r.status_code == 200
+
+
+def test_unregistered_410_with_timestamp(sim: Sim) -> None:
+    token = new_token()
+    with h2c(sim) as client:
+        before = int(time.time() * 1000)
+        assert client.post(f"/3/device/{token}", json={"aps": {}}).status_code == 200
+        r = client.post("/_sim/tokens/unregistered", json={"tokens": [token]})
+        assert r.status_code == 200
+        r = client.post(f"/3/device/{token}", json={"aps": {}, "tenant_id": "t9"})
+    assert r.status_code == 410
+    body = r.json()
+    assert body["reason"] == "Unregistered"
+    assert isinstance(body["timestamp"], int)
+    assert before <= body["timestamp"] <= int(time.time() * 1000)
+    row = sim.ledger(sim.next_seq() - 1)[0]
+    assert (row["token"], row["status"], row["reason"], row["tenant_id"]) == (
+        token,
+        410,
+        "Unregistered",
+        "t9",
+    )
+
+
+def test_payload_size_limit(sim: Sim) -> None:
+    token = new_token()
+    with h2c(sim) as client:
+        assert client.post(f"/3/device/{token}", content=payload_of_size(4096)).status_code == 200
+        r = client.post(f"/3/device/{token}", content=payload_of_size(4097))
+        assert (r.status_code, r.json()) == (413, {"reason": "PayloadTooLarge"})
+        voip = {"apns-push-type": "voip"}
+        r = client.post(f"/3/device/{token}", content=payload_of_size(5000), headers=voip)
+        assert r.status_code == 200
+
+
+def test_large_bodies_flow_control(sim: Sim) -> None:
+    """A 3 MiB request body (beyond every initial window) and a large ledger response."""
+    body = payload_of_size(3 * 1024 * 1024)
+    since = sim.next_seq()
+
+    async def go() -> None:
+        conn = await H2ClientConnection.open("127.0.0.1", sim.port)
+        try:
+            r = await conn.request("POST", f"/3/device/{new_token()}", {}, body)
+            assert (r.status, r.json()) == (413, {"reason": "PayloadTooLarge"})
+        finally:
+            conn.close()
+
+    asyncio.run(go())
+    with h2c(sim) as client:
+        for i in range(600):
+            client.post(f"/3/device/{new_token()}", json={"aps": {}, "notification_id": f"n{i}"})
+        r = client.get(f"/_sim/ledger?since={since}")
+    assert r.status_code == 200 and len(r.content) > 100_000
+    assert len(r.json()["rows"]) == 601
+
+
+def test_500_concurrent_streams_on_one_connection(sim: Sim) -> None:
+    tokens = [new_token() for _ in range(500)]
+    since = sim.next_seq()
+
+    async def go() -> list[int]:
+        conn = await H2ClientConnection.open("127.0.0.1", sim.port)
+        try:
+
+            async def one(i: int, token: str) -> int:
+                body = json.dumps({"aps": {}, "notification_id": str(i)}).encode()
+                r = await conn.request("POST", f"/3/device/{token}", {}, body)
+                return r.status
+
+            return await asyncio.wait_for(
+                asyncio.gather(*(one(i, t) for i, t in enumerate(tokens))), 60
+            )
+        finally:
+            conn.close()
+
+    statuses = asyncio.run(go())
+    assert statuses == [200] * 500
+    rows = sim.ledger(since)
+    assert sorted(r["token"] for r in rows) == sorted(tokens)
+    assert sorted(int(r["notification_id"]) for r in rows) == list(range(500))
+
+
+def test_httpx_async_many_streams_one_connection(sim: Sim) -> None:
+    async def go() -> list[int]:
+        limits = httpx.Limits(max_connections=1)
+        async with httpx.AsyncClient(
+            http1=False, http2=True, base_url=sim.url, limits=limits, timeout=30
+        ) as client:
+            responses = await asyncio.gather(
+                *(client.post(f"/3/device/{new_token()}", json={"aps": {}}) for _ in range(200))
+            )
+        return [r.status_code for r in responses]
+
+    assert asyncio.run(go()) == [200] * 200
+
+
+# -- control API --------------------------------------------------------------------------------
+def test_ledger_and_reset(tmp_path: Path) -> None:
+    with run_sim(MODULE, tmp_path) as own:
+        token = new_token()
+        with h2c(own) as client:
+            assert client.get("/_sim/health").json() == {"ok": True, "provider": "apns"}
+            for i in range(3):
+                client.post(f"/3/device/{token}", json={"aps": {}, "notification_id": f"n{i}"})
+            page = client.get("/_sim/ledger?since=1").json()
+            assert page["next"] == 3
+            assert [r["seq"] for r in page["rows"]] == [1, 2]
+            assert set(page["rows"][0]) == {
+                "seq",
+                "provider",
+                "received_at",
+                "tenant_id",
+                "notification_id",
+                "token",
+                "project",
+                "status",
+                "reason",
+                "apns_id",
+            }
+            assert client.get("/_sim/ledger?since=3").json() == {"rows": [], "next": 3}
+            client.post("/_sim/tokens/unregistered", json={"tokens": [token]})
+            assert client.post(f"/3/device/{token}", json={"aps": {}}).status_code == 410
+            assert client.post("/_sim/reset").status_code == 200
+            assert client.get("/_sim/ledger").json() == {"rows": [], "next": 0}
+            assert client.post(f"/3/device/{token}", json={"aps": {}}).status_code == 200
+            assert client.get("/_sim/ledger").json()["rows"][0]["seq"] == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/_sim/ledger?since=-1", None),
+        ("GET", "/_sim/ledger?since=abc", None),
+        ("POST", "/_sim/tokens/unregistered", b"not json"),
+        ("POST", "/_sim/tokens/unregistered", b'{"tokens": "abc"}'),
+        ("POST", "/_sim/tokens/unregistered", b'{"tokens": [1]}'),
+    ],
+)
+def test_bad_control_input(sim: Sim, method, path, body) -> None:
+    with h2c(sim) as client:
+        r = client.request(method, path, content=body)
+    assert r.status_code == 400
+    assert isinstance(r.json()["error"], str)
+
+
+def test_http11_keep_alive(sim: Sim) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=10)
+    try:
+        for _ in range(3):
+            conn.request("GET", "/_sim/health")
+            resp = conn.getresponse()
+            assert resp.status == 200 and json.loads(resp.read())["provider"] == "apns"
+        body = json.dumps({"aps": {"alert": "x"}, "tenant_id": "t1"})
+        conn.request("POST", f"/3/device/{new_token()}", body=body)
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.getheader("apns-id")
+        resp.read()
+    finally:
+        conn.close()
+
+
+# -- process behaviour ----------------------------------------------------------------------------
+def test_port_in_use_exits_2(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", MODULE, "--port", str(port)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 2
+    assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_cleanly(tmp_path: Path, sig: int) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", MODULE, "--port", str(port), "--tls"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = _read_line(proc, START_TIMEOUT)
+        assert line.strip() == f"apns simulator listening on https://127.0.0.1:{port}"
+        # an open connection must not keep the process alive
+        with socket.create_connection(("127.0.0.1", port), timeout=10):
+            assert stop(proc, sig) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=15)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert "TLS material in" in err and "Traceback" not in err

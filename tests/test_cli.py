@@ -1,0 +1,86 @@
+"""The command line as a user meets it: clear errors, non-zero exits, nothing left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+
+import pandas as pd
+import pytest
+from conftest import run_cli
+
+from harness.stack import StackInfo, _pid_alive
+
+
+def test_unknown_scenario_is_a_clear_error():
+    result = run_cli("run", "no-such-scenario")
+    assert result.returncode == 2
+    assert "unknown scenario 'no-such-scenario'" in result.stderr
+    assert "smoke" in result.stderr
+
+
+def test_serving_on_a_taken_port_is_a_clear_error():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        for part in ("apns", "redis", "fcm"):
+            result = run_cli("serve", part, "--port", str(port))
+            assert result.returncode == 2, result
+            assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
+
+
+def test_missing_redis_server_is_a_clear_error(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    os.symlink(shutil.which("node"), bin_dir / "node")
+    result = run_cli("run", "smoke", "--out", str(tmp_path), env={"PATH": str(bin_dir)})
+    assert result.returncode == 2
+    assert "redis-server is not installed" in result.stderr
+    assert "apt-get install redis-server" in result.stderr
+
+
+@pytest.mark.integration
+def test_stack_up_status_down_leaves_nothing_running(tmp_path):
+    stack_file = tmp_path / "stack.json"
+    env = {"HARNESS_STACK_FILE": str(stack_file)}
+    up = run_cli("stack", "up", env=env)
+    assert up.returncode == 0, up.stderr
+    info = StackInfo.read(stack_file)
+    try:
+        pids = [p.pid for p in info.parts.values()]
+        assert all(_pid_alive(pid) for pid in pids)
+        status = run_cli("stack", "status", env=env)
+        assert status.returncode == 0
+        assert status.stdout.count("running") == len(info.parts)
+        again = run_cli("stack", "up", env=env)
+        assert again.returncode == 2 and "already up" in again.stderr
+    finally:
+        down = run_cli("stack", "down", env=env)
+    assert down.returncode == 0
+    assert not any(_pid_alive(pid) for pid in pids)
+    assert not stack_file.exists()
+
+
+@pytest.mark.integration
+def test_smoke_run_passes_and_writes_its_run_directory(tmp_path):
+    result = run_cli("run", "smoke", "--seed", "42", "--out", str(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "verdict: PASS" in result.stdout
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["seed"] == 42 and summary["scenario"] == "smoke"
+    once = summary["checkers"]["effectively_once"]
+    assert once["valid"] and once["expected"] > 0
+    assert once["delivered"] == once["expected"]
+    assert once["duplicated"] == once["lost"] == once["unexpected"] == 0
+    history = pd.read_parquet(run_dir / "history.parquet")
+    assert (history["kind"] == "inject").sum() == 8
+    assert (history["kind"] == "provider").sum() >= once["expected"]
+    # Every part the run started is gone.
+    phases = history[history["kind"] == "phase"]["detail"].tolist()
+    pids = json.loads(phases[0])["stack_up"]
+    assert set(pids) >= {"redis", "dynamodb", "kinesis", "aws", "apns", "fcm", "push-consumer"}
+    assert not any(_pid_alive(pid) for pid in pids.values())

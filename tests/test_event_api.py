@@ -1,0 +1,85 @@
+"""The Event API over HTTP: what it accepts, and clear 4xx answers for what it refuses."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from ulid import ULID
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def api(stack):
+    with httpx.Client(base_url=stack.info.url("event-api"), timeout=10) as client:
+        yield client
+
+
+def test_accepts_an_event_with_a_ulid(api):
+    response = api.post(
+        "/v1/events", json={"tenant_id": "t1", "author_id": "a1", "kind": "like", "object_id": "o"}
+    )
+    assert response.status_code == 202
+    ULID.from_str(response.json()["notification_id"])
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ({"author_id": "a", "kind": "post", "object_id": "o"}, "missing field(s): tenant_id"),
+        ({"tenant_id": "t", "author_id": "a", "kind": "shout", "object_id": "o"}, "kind must be"),
+        (
+            {"tenant_id": "t#x", "author_id": "a", "kind": "post", "object_id": "o"},
+            "tenant_id must be",
+        ),
+        ([1, 2], "JSON object"),
+    ],
+)
+def test_bad_events_get_400_with_a_reason(api, body, reason):
+    response = api.post("/v1/events", json=body)
+    assert response.status_code == 400
+    assert reason in response.json()["error"]
+
+
+def test_invalid_json_is_400(api):
+    response = api.post(
+        "/v1/events", content=b"{oops", headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert "not valid JSON" in response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("prefs", "reason"),
+    [
+        ({"zone": "Mars/Olympus"}, "unknown time zone"),
+        ({"zone": "UTC", "quiet_hours": {"start": "25:00", "end": "07:00"}}, "quiet_hours"),
+        ({"zone": "UTC", "push_consent": {"granted_at": "2026-01-01"}}, "push_consent"),
+        ({"zone": "UTC", "channels": {"pigeon": True}}, "channels"),
+    ],
+)
+def test_bad_preferences_get_400(api, prefs, reason):
+    response = api.put("/v1/tenants/t1/users/u1/preferences", json=prefs)
+    assert response.status_code == 400
+    assert reason in response.json()["error"]
+
+
+def test_devices_need_a_known_platform(api):
+    assert (
+        api.put("/v1/tenants/t1/users/u1/devices/abc", json={"platform": "bb10"}).status_code == 400
+    )
+    assert (
+        api.put("/v1/tenants/t1/users/u1/devices/abc", json={"platform": "fcm"}).status_code == 200
+    )
+
+
+def test_unknown_route_and_wrong_method(api):
+    assert api.get("/v1/nothing").status_code == 404
+    assert api.get("/v1/events").status_code == 405
+
+
+def test_openapi_document_lists_the_routes(api):
+    spec = api.get("/openapi.json").json()
+    assert spec["openapi"].startswith("3.")
+    assert "/v1/events" in spec["paths"]
+    assert "/v1/tenants/{tenant_id}/users/{user_id}/preferences" in spec["paths"]

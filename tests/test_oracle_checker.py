@@ -1,0 +1,137 @@
+"""effectively_once over hand-built histories: it must see duplicates, losses and strays."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pandas as pd
+
+from harness.checkers import effectively_once
+from harness.history import History
+from harness.oracle import expected_deliveries
+from harness.population import PopulationSpec, generate
+
+START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+SPEC = PopulationSpec(tenants=2, users_per_tenant=30, celebrity_followers=20, regular_authors=1)
+
+
+def _population():
+    return generate(11, START, SPEC)
+
+
+def _history_with_injection(population, tenant="tenant-0"):
+    history = History()
+    author = next(a for a in population.authors if a.tenant_id == tenant and a.celebrity)
+    history.append(
+        "inject",
+        tenant_id=tenant,
+        author_id=author.user_id,
+        notification_id="01JNOTIFICATION0000000000",
+    )
+    return history
+
+
+def _deliver(history, rows, status=200):
+    history.extend_provider(
+        [
+            {
+                "received_at": 1.0,
+                "tenant_id": r.tenant_id,
+                "notification_id": r.notification_id,
+                "token": r.token,
+                "provider": "apns",
+                "project": None,
+                "status": status,
+                "reason": None,
+            }
+            for r in rows
+        ]
+    )
+
+
+def _expectation(population, history):
+    injected = history.frame().query("kind == 'inject'")
+    return expected_deliveries(population, injected)
+
+
+def test_every_expected_delivery_once_passes():
+    population = _population()
+    history = _history_with_injection(population)
+    expectation = _expectation(population, history)
+    assert len(expectation.deliveries) > 5
+    _deliver(history, list(expectation.deliveries.itertuples()))
+    verdict = effectively_once.check(expectation, history.frame())
+    assert verdict.valid
+    assert verdict.counts["expected"] == verdict.counts["delivered"] == len(expectation.deliveries)
+    assert verdict.counts["duplicated"] == verdict.counts["lost"] == 0
+
+
+def test_a_duplicate_and_a_loss_fail_with_counts():
+    population = _population()
+    history = _history_with_injection(population)
+    expectation = _expectation(population, history)
+    rows = list(expectation.deliveries.itertuples())
+    _deliver(history, rows[1:])  # the first one is lost
+    _deliver(history, rows[2:3])  # the third one arrives twice
+    verdict = effectively_once.check(expectation, history.frame())
+    assert not verdict.valid
+    assert verdict.counts["lost"] == 1
+    assert verdict.counts["duplicated"] == 1
+    assert verdict.counts["delivered"] == len(rows) - 1
+    assert verdict.details["lost_examples"][0]["token"] == rows[0].token
+
+
+def test_non_200_answers_are_not_deliveries():
+    population = _population()
+    history = _history_with_injection(population)
+    expectation = _expectation(population, history)
+    rows = list(expectation.deliveries.itertuples())
+    _deliver(history, rows, status=503)
+    verdict = effectively_once.check(expectation, history.frame())
+    assert verdict.counts["lost"] == len(rows)
+    assert verdict.counts["delivered"] == 0
+
+
+def test_delivery_to_another_tenant_or_suppressed_user_is_unexpected():
+    population = _population()
+    history = _history_with_injection(population)
+    expectation = _expectation(population, history)
+    rows = list(expectation.deliveries.itertuples())
+    _deliver(history, rows)
+    stray = rows[0]._replace(tenant_id="tenant-1")
+    no_consent = next(
+        u
+        for u in population.users
+        if u.consent is None and population.devices_of(u.tenant_id, u.user_id)
+    )
+    device = population.devices_of(no_consent.tenant_id, no_consent.user_id)[0]
+    denied = rows[0]._replace(tenant_id=device.tenant_id, token=device.token)
+    _deliver(history, [stray, denied])
+    verdict = effectively_once.check(expectation, history.frame())
+    assert not verdict.valid
+    assert verdict.counts["unexpected"] == 2
+
+
+def test_suppressed_reasons_come_from_the_population():
+    population = _population()
+    history = _history_with_injection(population)
+    expectation = _expectation(population, history)
+    author = next(a for a in population.authors if a.tenant_id == "tenant-0" and a.celebrity)
+    expected_no_consent = sum(
+        len(population.devices_of("tenant-0", f))
+        for f in author.followers
+        if population.user("tenant-0", f).consent is None
+    )
+    assert expectation.suppressed["no_consent"] == expected_no_consent
+    total_devices = sum(len(population.devices_of("tenant-0", f)) for f in author.followers)
+    suppressed_devices = sum(v for k, v in expectation.suppressed.items() if k != "no_device")
+    assert len(expectation.deliveries) + suppressed_devices == total_devices
+
+
+def test_history_round_trips_through_parquet(tmp_path):
+    population = _population()
+    history = _history_with_injection(population)
+    history.write(tmp_path / "history.parquet")
+    frame = pd.read_parquet(tmp_path / "history.parquet")
+    assert list(frame["kind"]) == ["inject"]
+    assert frame["notification_id"].iloc[0] == "01JNOTIFICATION0000000000"
