@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 
 from harness import history as history_mod
-from harness.checkers import effectively_once
+from harness.checkers import effectively_once, quiet_hours
 from harness.checkers.verdict import Verdict
 from harness.history import History
 from harness.load import load_population, post_event
@@ -204,7 +204,11 @@ def execute(
             f"{collector.rows} provider requests recorded"
             + ("" if finished else f" (timed out after {scenario.timeout_seconds:.0f}s)"),
         )
-        verdicts = [effectively_once.check(expectation, history.frame())]
+        frame = history.frame()
+        verdicts = [
+            effectively_once.check(expectation, frame),
+            quiet_hours.check(population, expectation, frame),
+        ]
         return history, population, verdicts, error
     except BaseException as exc:  # the run still leaves its history and says what failed
         error = f"{type(exc).__name__}: {exc}"

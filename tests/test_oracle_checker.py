@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pandas as pd
 
-from harness.checkers import effectively_once
+from harness.checkers import effectively_once, quiet_hours
 from harness.history import History
 from harness.oracle import expected_deliveries
 from harness.population import PopulationSpec, generate
@@ -135,3 +135,69 @@ def test_history_round_trips_through_parquet(tmp_path):
     frame = pd.read_parquet(tmp_path / "history.parquet")
     assert list(frame["kind"]) == ["inject"]
     assert frame["notification_id"].iloc[0] == "01JNOTIFICATION0000000000"
+
+
+def _deferred_row(population, expectation):
+    return next(r for r in expectation.deliveries.itertuples() if r.quiet_until == r.quiet_until)
+
+
+def _at(history, row, when):
+    history.extend_provider(
+        [
+            {
+                "received_at": when,
+                "tenant_id": row.tenant_id,
+                "notification_id": row.notification_id,
+                "token": row.token,
+                "provider": "fcm",
+                "project": "p",
+                "status": 200,
+                "reason": None,
+            }
+        ]
+    )
+
+
+def test_quiet_hours_passes_when_deferred_ones_arrive_after_the_window():
+    population = _population()
+    history = _history_with_injection(population)
+    expectation = _expectation(population, history)
+    row = _deferred_row(population, expectation)
+    _at(history, row, row.quiet_until + 1.5)
+    verdict = quiet_hours.check(population, expectation, history.frame())
+    assert verdict.valid
+    assert verdict.counts["deferred_delivered"] == 1
+    assert verdict.details["max_release_delay_seconds"] == 1.5
+
+
+def test_quiet_hours_fails_on_a_delivery_inside_the_window_or_a_late_release():
+    population = _population()
+    history = _history_with_injection(population)
+    expectation = _expectation(population, history)
+    deferred = [r for r in expectation.deliveries.itertuples() if r.quiet_until == r.quiet_until]
+    assert len(deferred) >= 2
+    _at(history, deferred[0], deferred[0].quiet_until - 0.5)
+    _at(history, deferred[1], deferred[1].quiet_until + 31)
+    verdict = quiet_hours.check(population, expectation, history.frame(), release_bound_seconds=30)
+    assert not verdict.valid
+    assert verdict.counts["delivered_inside_window"] == 1
+    assert verdict.counts["released_late"] == 1
+
+
+def test_quiet_hours_fails_on_any_delivery_to_a_user_quiet_all_run():
+    population = _population()
+    history = _history_with_injection(population)
+    expectation = _expectation(population, history)
+    user = next(
+        u
+        for u in population.users
+        if u.quiet_state == "whole_run" and population.devices_of(u.tenant_id, u.user_id)
+    )
+    device = population.devices_of(user.tenant_id, user.user_id)[0]
+    row = next(expectation.deliveries.itertuples())._replace(
+        tenant_id=user.tenant_id, token=device.token
+    )
+    _at(history, row, 5.0)
+    verdict = quiet_hours.check(population, expectation, history.frame())
+    assert verdict.counts["delivered_inside_window"] == 1
+    assert not verdict.valid
