@@ -21,6 +21,10 @@ def _check_part(name: str, value: object, *, allow_colon: bool) -> str:
         raise ValueError(f"{name} must be a string, got {type(value).__name__}")
     if not value.strip():
         raise ValueError(f"{name} must be non-empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{name} is not valid Unicode text (lone surrogate): {value!r}") from exc
     if not allow_colon and ":" in value:
         raise ValueError(f"{name} must not contain ':' (it separates the hashed parts): {value!r}")
     return value

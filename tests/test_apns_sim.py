@@ -164,7 +164,13 @@ def es256_key() -> str:
 
 
 def apns_client(**kwargs: object) -> APNs:
-    return APNs(key=es256_key(), key_id="ABC123DEFG", team_id="TEAM123456", topic="com.example.app", **kwargs)  # type: ignore[arg-type]
+    return APNs(
+        key=es256_key(),
+        key_id="ABC123DEFG",
+        team_id="TEAM123456",
+        topic="com.example.app",
+        **kwargs,
+    )  # type: ignore[arg-type]
 
 
 def aim_at(client: APNs, port: int, *, tls: bool) -> None:
@@ -181,7 +187,11 @@ def aim_at(client: APNs, port: int, *, tls: bool) -> None:
 async def send_one(client: APNs, token: str, tenant: str, notification: str) -> object:
     request = NotificationRequest(
         device_token=token,
-        message={"aps": {"alert": {"title": "hi"}}, "tenant_id": tenant, "notification_id": notification},
+        message={
+            "aps": {"alert": {"title": "hi"}},
+            "tenant_id": tenant,
+            "notification_id": notification,
+        },
     )
     try:
         return await asyncio.wait_for(client.send_notification(request), 20)
@@ -203,31 +213,6 @@ def h2c(sim: Sim) -> httpx.Client:
 
 
 # -- aioapns (unchanged, from PyPI) -------------------------------------------------------------
-def test_aioapns_tls_through_its_proxy_support(tls_sim: Sim) -> None:
-    """No patching: aioapns' own proxy_host/proxy_port, SNI and cert check for api.push.apple.com."""
-    token = new_token()
-    since = tls_sim.next_seq()
-
-    async def go() -> object:
-        client = apns_client(
-            ssl_context=tls_sim.client_ssl(), proxy_host="127.0.0.1", proxy_port=tls_sim.port
-        )
-        return await send_one(client, token, "tenant-a", "notif-1")
-
-    result = asyncio.run(go())
-    assert result.is_successful, (result.status, result.description)
-    rows = tls_sim.ledger(since)
-    assert len(rows) == 1
-    row = rows[0]
-    assert (row["token"], row["tenant_id"], row["notification_id"], row["status"]) == (
-        token,
-        "tenant-a",
-        "notif-1",
-        200,
-    )
-    assert row["apns_id"] == result.notification_id and row["provider"] == "apns"
-
-
 def test_aioapns_tls_direct_without_alpn(tls_sim: Sim) -> None:
     token = new_token()
     since = tls_sim.next_seq()
@@ -283,13 +268,31 @@ def test_aioapns_plaintext_and_error_results(sim: Sim) -> None:
 def test_h2c_success_echoes_apns_id(sim: Sim) -> None:
     token, apns_id = new_token(), str(uuid.uuid4()).upper()
     with h2c(sim) as client:
-        r = client.post(f"/3/device/{token}", json={"aps": {}, "x": 1}, headers={"apns-id": apns_id})
+        r = client.post(
+            f"/3/device/{token}", json={"aps": {}, "x": 1}, headers={"apns-id": apns_id}
+        )
         assert r.http_version == "HTTP/2"
         assert r.status_code == 200 and r.content == b""
         assert r.headers["apns-id"] == apns_id
         r = client.post(f"/3/device/{token}", json={"aps": {"alert": "x"}})
         assert r.status_code == 200
         assert uuid.UUID(r.headers["apns-id"])
+
+
+def test_connect_tunnel_keeps_apples_host_name(tls_sim: Sim) -> None:
+    """The port doubles as an HTTPS proxy to itself: CONNECT, then TLS for api.push.apple.com."""
+    token = new_token()
+    since = tls_sim.next_seq()
+    with httpx.Client(
+        http2=True, verify=tls_sim.client_ssl(), proxy=f"http://127.0.0.1:{tls_sim.port}"
+    ) as client:
+        r = client.post(
+            f"https://api.push.apple.com/3/device/{token}",
+            json={"aps": {"alert": "x"}, "tenant_id": "t-proxy"},
+        )
+    assert (r.http_version, r.status_code) == ("HTTP/2", 200)
+    [row] = tls_sim.ledger(since)
+    assert (row["token"], row["tenant_id"], row["status"]) == (token, "t-proxy", 200)
 
 
 def test_tls_h2_and_http11_via_alpn(tls_sim: Sim) -> None:

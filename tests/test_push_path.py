@@ -163,10 +163,12 @@ def test_dedup_store_down_means_no_send_then_exactly_one_after_recovery(stack):
     try:
         nid = t.post("dedup-author")
         wait_until(
-            lambda: t.rows_for(nid)
-            or any(
-                r.get("audit") == "dedup_unavailable" and r["notification_id"] == nid
-                for r in audit_lines(stack, "push-consumer")
+            lambda: (
+                t.rows_for(nid)
+                or any(
+                    r.get("audit") == "dedup_unavailable" and r["notification_id"] == nid
+                    for r in audit_lines(stack, "push-consumer")
+                )
             ),
             30,
             "the consumer to meet the dedup outage",

@@ -4,20 +4,22 @@ One listening port accepts:
 
 * HTTP/2 with prior knowledge (h2c: the client opens with the connection preface),
 * HTTP/1.1 (keep-alive, ``Content-Length`` bodies, ``Expect: 100-continue``),
-* with an :class:`ssl.SSLContext`: TLS, ALPN ``h2`` / ``http/1.1``; a client that offers no ALPN
-  (aioapns does not) is sniffed after the handshake exactly like a plaintext one,
-* ``CONNECT host:port`` over HTTP/1.1: the server answers ``200 Connection established`` and
-  tunnels to *itself* (TLS when it has a context). Clients that support an HTTPS proxy (aioapns'
-  ``proxy_host``/``proxy_port``) thereby reach the simulator while keeping the provider's real
-  host name for SNI and certificate checks.
+* with an :class:`ssl.SSLContext`: TLS (detected from the first byte, so plaintext still works
+  on the same port), ALPN ``h2`` / ``http/1.1``; a client that offers no ALPN (aioapns does
+  not) is sniffed after the handshake exactly like a plaintext one,
+* ``CONNECT host:port`` over HTTP/1.1: answered ``200 Connection established``, and the tunnel
+  leads back to this same server (TLS inside it when the server has a context). Clients that
+  support an HTTPS proxy thereby reach the simulator with the provider's real host name for SNI
+  and certificate checks (the generated certificate covers api.push.apple.com etc.).
 
-Every complete request is handed to ``async def handler(Request) -> Response``. Each HTTP/2
-stream is answered independently (many concurrent streams per connection), with outbound flow
-control honoured for large responses and inbound data acknowledged as it is buffered.
+Every complete request goes to ``async def handler(Request) -> Response``, run eagerly (no Task
+unless it suspends). Each HTTP/2 stream is answered independently (up to 1000 concurrent
+streams per connection), with outbound flow control honoured for large responses and inbound
+data acknowledged as it is buffered.
 
 Fault injection hooks (later): every request carries ``request.connection`` (the live
-connection object); :meth:`H2ServerConnection.goaway` sends GOAWAY, :class:`ConnectionRegistry`
-lists the live connections of a server.
+connection's mode object); :meth:`H2ServerConnection.goaway` sends GOAWAY, and a
+:class:`ConnectionRegistry` passed to :func:`start_server` lists a server's live connections.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ import errno
 import http
 import json
 import logging
+import signal
 import ssl
+import sys
 import time
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
@@ -146,45 +150,105 @@ class ConnectionRegistry:
 class _Options:
     handler: Handler
     ssl_context: ssl.SSLContext | None
+    plaintext_with_tls: bool
     max_concurrent_streams: int
     max_body_size: int
     registry: ConnectionRegistry
 
 
+class _TlsLayer:
+    """Server-side TLS over memory BIOs, so that the bytes used to sniff it are not lost."""
+
+    def __init__(self, ctx: ssl.SSLContext) -> None:
+        self.incoming = ssl.MemoryBIO()
+        self.outgoing = ssl.MemoryBIO()
+        self.obj = ctx.wrap_bio(self.incoming, self.outgoing, server_side=True)
+        self.established = False
+
+    def feed(self, data: bytes) -> tuple[bytes, bool]:
+        """(decrypted application data, handshake completed by this call). Raises SSLError."""
+        self.incoming.write(data)
+        just_established = False
+        if not self.established:
+            try:
+                self.obj.do_handshake()
+            except ssl.SSLWantReadError:
+                return b"", False
+            self.established = just_established = True
+        chunks = []
+        while True:
+            try:
+                chunk = self.obj.read(256 * 1024)
+            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks), just_established
+
+    def take_outgoing(self) -> bytes:
+        return self.outgoing.read()
+
+    def encrypt(self, data: bytes) -> bytes:
+        self.obj.write(data)
+        return self.outgoing.read()
+
+
 class _ServerProtocol(asyncio.Protocol):
-    """Accepts one connection, sniffs HTTP/2 vs HTTP/1.1 and delegates to a mode object."""
+    """One connection: sniffs TLS vs plaintext, then HTTP/2 vs HTTP/1.1, and delegates."""
 
     def __init__(self, options: _Options) -> None:
         self.options = options
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
+        self.tls: _TlsLayer | None = None
         self.mode: H2ServerConnection | _H1Mode | None = None
         self._sniff = b""
-        self._tls_pending: bytearray | None = None
-        self._tls_upgraded = False
+        self._detect_tls = False
         self.closed = False
 
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        self.options.registry.add(self)
-        self._attach(transport)
-
-    def _attach(self, transport: asyncio.Transport) -> None:
         self.transport = transport
+        self.options.registry.add(self)
+        self._restart()
+
+    def _restart(self) -> None:
+        """Start of the connection, or of a CONNECT tunnel: sniff everything again."""
         self.mode = None
         self._sniff = b""
-        ssl_obj = transport.get_extra_info("ssl_object")
-        alpn = ssl_obj.selected_alpn_protocol() if ssl_obj is not None else None
-        if alpn == "h2":
-            self._start_mode(H2ServerConnection(self), b"")
-        elif alpn == "http/1.1":
-            self._start_mode(_H1Mode(self), b"")
+        self._detect_tls = self.options.ssl_context is not None and self.tls is None
 
     def data_received(self, data: bytes) -> None:
-        if self._tls_pending is not None:
-            self._tls_pending += data
-            return
+        if self._detect_tls:
+            self._detect_tls = False
+            if data[:1] == b"\x16":  # a TLS handshake record (ClientHello)
+                assert self.options.ssl_context is not None
+                self.tls = _TlsLayer(self.options.ssl_context)
+            elif not self.options.plaintext_with_tls:
+                self.close()
+                return
+        if self.tls is not None:
+            try:
+                data, established = self.tls.feed(data)
+            except ssl.SSLError as exc:
+                log.debug("TLS error: %s", exc)
+                self._write_raw(self.tls.take_outgoing())
+                self.close()
+                return
+            self._write_raw(self.tls.take_outgoing())
+            if established:
+                alpn = self.tls.obj.selected_alpn_protocol()
+                if alpn == "h2":
+                    self._start_mode(H2ServerConnection(self), b"")
+                elif alpn == "http/1.1":
+                    self._start_mode(_H1Mode(self), b"")
+            if not data:
+                return
+        self._app_data(data)
+
+    def _app_data(self, data: bytes) -> None:
         if self.mode is not None:
             self.mode.data_received(data)
             return
@@ -220,52 +284,48 @@ class _ServerProtocol(asyncio.Protocol):
             self.transport.resume_reading()
 
     # -- helpers -----------------------------------------------------------------------------
-    def write(self, data: bytes) -> None:
+    def get_extra_info(self, name: str) -> Any:
+        """Like the transport's, with ``ssl_object`` from our own TLS layer."""
+        if name == "ssl_object":
+            return self.tls.obj if self.tls is not None else None
+        return self.transport.get_extra_info(name) if self.transport is not None else None
+
+    def _write_raw(self, data: bytes) -> None:
         if data and self.transport is not None and not self.closed:
             self.transport.write(data)
+
+    def write(self, data: bytes) -> None:
+        if data and self.transport is not None and not self.closed:
+            self.transport.write(self.tls.encrypt(data) if self.tls is not None else data)
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
             self.transport.close()
 
     def begin_tunnel(self, leftover: bytes) -> bool:
-        """Turn this connection into a tunnel to ourselves after a CONNECT (see module doc)."""
-        assert self.transport is not None
-        ctx = self.options.ssl_context
-        if ctx is None:
-            self._attach(self.transport)
-            if leftover:
-                self.data_received(leftover)
-            return True
-        if leftover or not getattr(self.transport, "_start_tls_compatible", False):
-            return False
-        self.transport.pause_reading()
-        self._tls_pending = bytearray()
-        self.loop.create_task(self._upgrade_tls(ctx))
-        return True
+        """After ``CONNECT``: the tunnel leads to this same server, so sniff afresh.
 
-    async def _upgrade_tls(self, ctx: ssl.SSLContext) -> None:
-        assert self.transport is not None
-        try:
-            new_transport = await self.loop.start_tls(self.transport, self, ctx, server_side=True)
-        except (OSError, ssl.SSLError, ConnectionError) as exc:
-            log.debug("TLS inside CONNECT tunnel failed: %s", exc)
-            self._tls_pending = None
-            self.close()
-            return
-        if new_transport is None:
-            return
-        pending = bytes(self._tls_pending or b"")
-        self._tls_pending = None
-        self._attach(new_transport)  # type: ignore[arg-type]
-        if pending:
-            self.data_received(pending)
+        Inside the tunnel a client may start TLS (unless the CONNECT itself came over TLS).
+        """
+        self._restart()
+        if leftover:
+            self.data_received(leftover)
+        return True
 
 
 @types.coroutine
 def _resume(coro: Coroutine[Any, Any, None], waiting_on: Any) -> Generator[Any, Any, None]:
     """Continue, inside a Task, a coroutine that :func:`run_eagerly` started."""
-    yield waiting_on  # the Task now waits for what the coroutine was waiting for
+    while True:
+        try:
+            yield waiting_on  # the Task waits for what the coroutine was waiting for
+        except BaseException as exc:  # e.g. CancelledError: deliver it to the coroutine
+            try:
+                waiting_on = coro.throw(exc)
+            except StopIteration:
+                return
+            continue
+        break
     yield from coro  # type: ignore[misc]
 
 
@@ -657,24 +717,27 @@ async def start_server(
     max_concurrent_streams: int = DEFAULT_MAX_CONCURRENT_STREAMS,
     max_body_size: int = DEFAULT_MAX_BODY_SIZE,
     registry: ConnectionRegistry | None = None,
+    plaintext_with_tls: bool = True,
 ) -> asyncio.Server:
     """Listen on ``host:port`` (h2c, HTTP/1.1, and TLS when ``ssl_context`` is given).
 
+    With TLS, a connection whose first byte is not a TLS record is served as plaintext on the
+    same port (``plaintext_with_tls=False`` refuses it): this is what lets a client use the
+    port as its HTTPS proxy (``CONNECT``, then TLS to the simulator inside the tunnel).
     Raises :class:`PortInUseError` when the port is taken. Pass a :class:`ConnectionRegistry`
     to keep track of live connections (closing them on shutdown, fault injection).
     """
     options = _Options(
         handler=handler,
         ssl_context=ssl_context,
+        plaintext_with_tls=plaintext_with_tls,
         max_concurrent_streams=max_concurrent_streams,
         max_body_size=max_body_size,
         registry=registry if registry is not None else ConnectionRegistry(),
     )
     loop = asyncio.get_running_loop()
     try:
-        return await loop.create_server(
-            lambda: _ServerProtocol(options), host, port, ssl=ssl_context, backlog=1024
-        )
+        return await loop.create_server(lambda: _ServerProtocol(options), host, port, backlog=1024)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE or "address already in use" in str(exc).lower():
             raise PortInUseError(port, host) from exc
@@ -697,8 +760,6 @@ async def _serve_until_signalled(
     port: int,
     ssl_context: ssl.SSLContext | None,
 ) -> None:
-    import signal
-
     registry = ConnectionRegistry()
     server = await start_server(handler, host, port, ssl_context, registry=registry)
     stop = asyncio.Event()
@@ -732,8 +793,6 @@ def serve_forever(
     Prints ``<name> simulator listening on <url>`` once ready. Returns the process exit code:
     0 on a clean stop, 2 when the port is taken (message on stderr).
     """
-    import sys
-
     try:
         asyncio.run(_serve_until_signalled(name, handler, host, port, ssl_context))
     except PortInUseError as exc:
