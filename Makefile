@@ -13,12 +13,12 @@ demo: setup
 	@$(PY) -m harness run $(DEMO_SCENARIO) $(if $(SEED),--seed $(SEED),)
 
 lint: setup
-	@$(VENV)/bin/ruff check harness reference_impl tests
-	@$(VENV)/bin/ruff format --check harness reference_impl tests
+	@$(VENV)/bin/ruff check harness reference_impl chaos benchmarks tests
+	@$(VENV)/bin/ruff format --check harness reference_impl chaos benchmarks tests
 
 format: setup
-	@$(VENV)/bin/ruff format harness reference_impl tests
-	@$(VENV)/bin/ruff check --fix harness reference_impl tests
+	@$(VENV)/bin/ruff format harness reference_impl chaos benchmarks tests
+	@$(VENV)/bin/ruff check --fix harness reference_impl chaos benchmarks tests
 
 test: setup lint
 	@$(PY) -m pytest -m "not slow" -q
@@ -28,7 +28,10 @@ test-all: setup lint
 
 bench: setup
 	@mkdir -p reports/bench
-	@$(PY) -m pytest -m slow -q -p no:cacheprovider
+	@for b in benchmarks/bench_*.py; do \
+		name=$$(basename $$b .py); name=$${name#bench_}; \
+		echo "== $$name"; $(PY) $$b --out reports/bench/$$name.json || exit 1; \
+	done
 
 clean:
 	@-[ -f .stack/stack.json ] && $(PY) -m harness stack down || true
