@@ -5,18 +5,13 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
-import selectors
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -25,116 +20,13 @@ from aioapns import APNs, NotificationRequest
 from aioapns.connection import APNsProductionClientProtocol
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from sim_process import REPO, START_TIMEOUT, Sim, free_port, read_line, run_sim, stop
 
 from harness.simulators.loadcheck import H2ClientConnection
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[1]
 MODULE = "harness.simulators.apns"
-START_TIMEOUT = 30.0
-
-
-# -- a simulator subprocess ---------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Sim:
-    proc: subprocess.Popen[str]
-    port: int
-    url: str
-    cert_dir: Path | None
-
-    @property
-    def ca(self) -> Path:
-        assert self.cert_dir is not None
-        return self.cert_dir / "ca.pem"
-
-    def client_ssl(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.ca))
-
-    def control(self, method: str, path: str, body: object = None) -> tuple[int, dict]:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        ctx = self.client_ssl() if self.cert_dir is not None else None
-        try:
-            with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
-                return resp.status, json.loads(resp.read())
-        except urllib.error.HTTPError as err:
-            return err.code, json.loads(err.read())
-
-    def next_seq(self) -> int:
-        return self.control("GET", "/_sim/ledger?since=0")[1]["next"]
-
-    def ledger(self, since: int = 0) -> list[dict]:
-        status, body = self.control("GET", f"/_sim/ledger?since={since}")
-        assert status == 200
-        return body["rows"]
-
-
-def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
-    assert proc.stdout is not None
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        if not sel.select(timeout):
-            return ""
-    return proc.stdout.readline()
-
-
-def _wait_healthy(sim: Sim, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    delay = 0.01
-    while True:
-        try:
-            status, body = sim.control("GET", "/_sim/health")
-            if status == 200 and body.get("ok"):
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline or sim.proc.poll() is not None:
-            raise AssertionError("simulator did not become healthy")
-        time.sleep(delay)  # back-off between polls of a condition, bounded by the deadline
-        delay = min(delay * 2, 0.2)
-
-
-def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> int:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-    try:
-        return proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=15)
-        raise
-    finally:
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-
-@contextmanager
-def run_sim(module: str, log_dir: Path, *, tls: bool = False) -> Iterator[Sim]:
-    port = free_port()
-    cmd = [sys.executable, "-m", module, "--port", str(port)]
-    cert_dir = None
-    if tls:
-        cert_dir = log_dir / "certs"
-        cmd += ["--tls", "--cert-dir", str(cert_dir)]
-    stderr = open(log_dir / f"{module}-{port}.stderr", "w")  # noqa: SIM115
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True)
-    try:
-        line = _read_line(proc, START_TIMEOUT)
-        scheme = "https" if tls else "http"
-        assert line.strip() == f"apns simulator listening on {scheme}://127.0.0.1:{port}", line
-        sim = Sim(proc, port, f"{scheme}://127.0.0.1:{port}", cert_dir)
-        _wait_healthy(sim, START_TIMEOUT)
-        yield sim
-    finally:
-        stop(proc)
-        stderr.close()
 
 
 @pytest.fixture(scope="module")
@@ -543,7 +435,7 @@ def test_signal_stops_cleanly(tmp_path: Path, sig: int) -> None:
         text=True,
     )
     try:
-        line = _read_line(proc, START_TIMEOUT)
+        line = read_line(proc, START_TIMEOUT)
         assert line.strip() == f"apns simulator listening on https://127.0.0.1:{port}"
         # an open connection must not keep the process alive
         with socket.create_connection(("127.0.0.1", port), timeout=10):

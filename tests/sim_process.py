@@ -1,0 +1,120 @@
+"""A provider simulator as a subprocess for the simulator tests: start, wait healthy, stop."""
+
+from __future__ import annotations
+
+import json
+import selectors
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.ports import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+START_TIMEOUT = 30.0
+
+
+@dataclass
+class Sim:
+    proc: subprocess.Popen[str]
+    port: int
+    url: str
+    cert_dir: Path | None
+
+    @property
+    def ca(self) -> Path:
+        assert self.cert_dir is not None
+        return self.cert_dir / "ca.pem"
+
+    def client_ssl(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca))
+
+    def control(self, method: str, path: str, body: object = None) -> tuple[int, dict]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        ctx = self.client_ssl() if self.cert_dir is not None else None
+        try:
+            with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    def next_seq(self) -> int:
+        return self.control("GET", "/_sim/ledger?since=0")[1]["next"]
+
+    def ledger(self, since: int = 0) -> list[dict]:
+        status, body = self.control("GET", f"/_sim/ledger?since={since}")
+        assert status == 200
+        return body["rows"]
+
+
+def read_line(proc: subprocess.Popen[str], timeout: float) -> str:
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout):
+            return ""
+    return proc.stdout.readline()
+
+
+def wait_healthy(sim: Sim, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        try:
+            status, body = sim.control("GET", "/_sim/health")
+            if status == 200 and body.get("ok"):
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline or sim.proc.poll() is not None:
+            raise AssertionError("simulator did not become healthy")
+        time.sleep(delay)  # back-off between polls of a condition, bounded by the deadline
+        delay = min(delay * 2, 0.2)
+
+
+def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> int:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        return proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=15)
+        raise
+    finally:
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@contextmanager
+def run_sim(module: str, log_dir: Path, *, tls: bool = False) -> Iterator[Sim]:
+    port = free_port()
+    cmd = [sys.executable, "-m", module, "--port", str(port)]
+    cert_dir = None
+    if tls:
+        cert_dir = log_dir / "certs"
+        cmd += ["--tls", "--cert-dir", str(cert_dir)]
+    stderr = open(log_dir / f"{module}-{port}.stderr", "w")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    try:
+        line = read_line(proc, START_TIMEOUT)
+        scheme = "https" if tls else "http"
+        assert (
+            line.strip()
+            == f"{module.rsplit('.', 1)[-1]} simulator listening on {scheme}://127.0.0.1:{port}"
+        ), line
+        sim = Sim(proc, port, f"{scheme}://127.0.0.1:{port}", cert_dir)
+        wait_healthy(sim, START_TIMEOUT)
+        yield sim
+    finally:
+        stop(proc)
+        stderr.close()
