@@ -99,7 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         scenario = scenarios.get(args.scenario)
-    except scenarios.UnknownScenario as exc:
+    except scenarios.ScenarioError as exc:
         return _error(str(exc))
     try:
         from harness.stack import require_node_emulators, require_redis_server
@@ -141,7 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
 
     run = sub.add_parser("run", help="run a scenario and check its invariants")
-    run.add_argument("scenario", help=f"one of: {', '.join(sorted(scenarios.SCENARIOS))}")
+    run.add_argument(
+        "scenario", help=f"a file, or one of: {', '.join(scenarios.known())} (in scenarios/)"
+    )
     run.add_argument("--seed", type=int, help="repeat a run exactly (default: random, recorded)")
     run.add_argument("--out", default="reports", help="parent of the run directory")
     run.add_argument("--timeout", type=float, help="seconds to wait for deliveries")

@@ -27,6 +27,9 @@ COLUMNS = {
     "project": "string",
     "status": "Int64",
     "reason": "string",
+    "delivered": "boolean",  # provider rows: the device got it (a 200, or accepted then 5xx)
+    "collapse_id": "string",
+    "retry_after": "float64",
     "detail": "string",
 }
 
@@ -59,6 +62,9 @@ class History:
                 project=row.get("project"),
                 status=row.get("status"),
                 reason=row.get("reason"),
+                delivered=row.get("delivered", row.get("status") == 200),
+                collapse_id=row.get("collapse_id"),
+                retry_after=row.get("retry_after"),
             )
 
     def __len__(self) -> int:

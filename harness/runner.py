@@ -17,9 +17,12 @@ from typing import Any
 import httpx
 import numpy as np
 
+from chaos.faults import ChaosTargets, make_fault
+from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
 from harness import history as history_mod
-from harness.checkers import effectively_once, quiet_hours
+from harness.checkers import Evidence, run_probe
 from harness.checkers.verdict import Verdict
+from harness.dlq import redrive
 from harness.history import History
 from harness.load import load_population, post_event
 from harness.oracle import expected_deliveries
@@ -27,7 +30,7 @@ from harness.population import Population, generate
 from harness.provider_control import SimulatorControl
 from harness.scenarios import Scenario
 from harness.stack import Stack, StackInfo
-from reference_impl.config import Config
+from reference_impl.config import CHANNELS, Config
 
 Clock = Callable[[], datetime]
 
@@ -142,6 +145,55 @@ def wait_for_outcome(
     return False
 
 
+def _chaos_targets(stack: Stack, info: StackInfo) -> ChaosTargets:
+    parts = info.parts
+    return ChaosTargets(
+        toxiproxy_url=parts["toxiproxy"].url if "toxiproxy" in parts else None,
+        apns_url=info.url("apns"),
+        apns_ca_file=info.tls_ca,
+        fcm_url=info.url("fcm"),
+        sqs_url=parts["sqs"].url if "sqs" in parts else None,
+        processes=stack,
+    )
+
+
+def _redrive_all(info: StackInfo) -> str:
+    config = Config.load(info.reference_config)
+    sqs = info.aws_client("sqs")
+    moved = {}
+    for channel in CHANNELS:
+        source = sqs.get_queue_url(QueueName=config.queue_name(channel))["QueueUrl"]
+        dlq = sqs.get_queue_url(QueueName=config.queue_name(channel, "-dlq"))["QueueUrl"]
+        moved[channel] = redrive(sqs, dlq, source)
+    return f"moved {sum(moved.values())} message(s) back ({moved})"
+
+
+def _inject(
+    scenario: Scenario, population: Population, history: History, api_url: str, seed: int
+) -> None:
+    """Post the scenario's events, spread evenly over ``load.spread_s`` (a paced, bounded loop)."""
+    rng = random.Random(seed)
+    posts = []
+    for author in population.authors:
+        count = scenario.celebrity_posts if author.celebrity else scenario.regular_posts
+        posts += [(author, n) for n in range(count)]
+    gap = scenario.load.spread_s / max(1, len(posts) - 1) if len(posts) > 1 else 0.0
+    t0 = time.monotonic()
+    with httpx.Client(base_url=api_url, timeout=10) as http:
+        for i, (author, n) in enumerate(posts):
+            delay = t0 + i * gap - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            post_event(
+                http,
+                history,
+                author.tenant_id,
+                author.user_id,
+                "post",
+                f"post-{author.user_id}-{n}-{rng.randrange(10**6)}",
+            )
+
+
 def execute(
     scenario: Scenario,
     seed: int,
@@ -152,10 +204,20 @@ def execute(
 ) -> tuple[History, Population | None, list[Verdict], str | None]:
     history = History()
     population = None
-    error = None
-    stack = (stack_factory or (lambda d: Stack(d)))(run_dir / "stack")
+    nemesis: Nemesis | None = None
+    errors: list[str] = []
+    stack = (
+        stack_factory
+        or (
+            lambda d: Stack(
+                d, durable_redis=scenario.durable_redis, reference_overrides=scenario.reference
+            )
+        )
+    )(run_dir / "stack")
     try:
-        progress("stack", "starting redis, dynalite, kinesalite, moto, simulators, workers")
+        progress(
+            "stack", "starting redis, fault proxy, dynalite, kinesalite, SQS, simulators, workers"
+        )
         info = stack.up()
         pids = {name: part.pid for name, part in info.parts.items()}
         history.append("phase", detail=json.dumps({"stack_up": pids}))
@@ -174,19 +236,22 @@ def execute(
             f"{len(population.users)} users, {len(population.devices)} devices, "
             f"{len(population.authors)} authors ({calls} API calls)",
         )
-        rng = random.Random(seed)
-        with httpx.Client(base_url=info.url("event-api"), timeout=10) as http:
-            for author in population.authors:
-                posts = scenario.celebrity_posts if author.celebrity else scenario.regular_posts
-                for n in range(posts):
-                    post_event(
-                        http,
-                        history,
-                        author.tenant_id,
-                        author.user_id,
-                        "post",
-                        f"post-{author.user_id}-{n}-{rng.randrange(10**6)}",
-                    )
+        targets = _chaos_targets(stack, info)
+        nemesis = Nemesis(
+            [
+                ScheduledFault(make_fault(f.name, f.params), f.offset_s, f.duration_s)
+                for f in scenario.faults
+            ],
+            targets,
+            history,
+            log=lambda line: progress("nemesis", line),
+            actions=[
+                ScheduledAction(a.name, a.offset_s, lambda: _redrive_all(info))
+                for a in scenario.actions
+            ],
+        )
+        nemesis.start()
+        _inject(scenario, population, history, info.url("event-api"), seed)
         injected = history.frame().query("kind == 'inject'")
         expectation = expected_deliveries(population, injected)
         expected = set(
@@ -197,6 +262,7 @@ def execute(
         progress("inject", f"{len(injected)} events accepted, {len(expected)} deliveries expected")
         collector = Collector(history, [apns, fcm])
         deadline = time.monotonic() + scenario.timeout_seconds
+        nemesis.wait(max(0.0, deadline - time.monotonic()))
         finished = wait_for_outcome(collector, expected, info, deadline, progress)
         history.append("phase", detail="settled" if finished else "timeout")
         progress(
@@ -204,17 +270,23 @@ def execute(
             f"{collector.rows} provider requests recorded"
             + ("" if finished else f" (timed out after {scenario.timeout_seconds:.0f}s)"),
         )
-        frame = history.frame()
-        verdicts = [
-            effectively_once.check(expectation, frame),
-            quiet_hours.check(population, expectation, frame),
-        ]
-        return history, population, verdicts, error
+        undone = nemesis.rollback()
+        if undone:
+            progress("rollback", f"undid {', '.join(undone)}")
+        for rollback in scenario.rollbacks:
+            progress("rollback", f"{rollback.name}: {_redrive_all(info)}")
+        collector.poll()
+        errors += nemesis.errors
+        evidence = Evidence(population, expectation, history.frame(), scenario.reference)
+        verdicts = [run_probe(p.name, p.tolerance, evidence) for p in scenario.probes]
+        return history, population, verdicts, "; ".join(errors) or None
     except BaseException as exc:  # the run still leaves its history and says what failed
-        error = f"{type(exc).__name__}: {exc}"
+        errors.append(f"{type(exc).__name__}: {exc}")
         (run_dir / "error.txt").write_text(traceback.format_exc())
-        return history, population, [], error
+        return history, population, [], "; ".join(errors)
     finally:
+        if nemesis is not None:
+            nemesis.rollback()
         progress("stack", "stopping")
         stack.down()
 

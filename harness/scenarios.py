@@ -1,19 +1,65 @@
-"""Named scenarios a run can be asked for."""
+"""Scenario files (YAML) in Chaos Toolkit's vocabulary.
+
+``steady-state-hypothesis``: the checkers (probes) and their tolerances; ``method``: the load
+and the fault schedule with offsets and durations (plus timed actions such as a DLQ redrive);
+``rollbacks``: actions run at the end, also when the run fails (every fault the nemesis started
+is undone in any case). Scenarios ship in ``scenarios/``; ``run`` also accepts a path.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from harness.population import PopulationSpec
 
+SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+KNOWN_PROBES = ("effectively_once", "quiet_hours", "fail_closed", "backpressure", "dead_tokens")
+KNOWN_ACTIONS = ("redrive-dlq",)
 
-class UnknownScenario(KeyError):
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be run, with what is wrong in it."""
+
+
+class UnknownScenario(ScenarioError):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.name = name
 
     def __str__(self) -> str:
-        return f"unknown scenario {self.name!r}; known scenarios: {', '.join(sorted(SCENARIOS))}"
+        return f"unknown scenario {self.name!r}; known scenarios: {', '.join(known())}"
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    tolerance: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FaultStep:
+    name: str
+    offset_s: float
+    duration_s: float
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ActionStep:
+    name: str
+    offset_s: float = 0.0
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Load:
+    regular_posts: int = 1
+    celebrity_posts: int = 1
+    spread_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -21,25 +67,161 @@ class Scenario:
     name: str
     description: str
     population: PopulationSpec = field(default_factory=PopulationSpec)
-    # Regular posts per regular author; every celebrity posts once.
-    regular_posts: int = 1
-    celebrity_posts: int = 1
+    load: Load = field(default_factory=Load)
+    probes: tuple[Probe, ...] = (Probe("effectively_once"), Probe("quiet_hours"))
+    faults: tuple[FaultStep, ...] = ()
+    actions: tuple[ActionStep, ...] = ()
+    rollbacks: tuple[ActionStep, ...] = ()
+    reference: dict[str, Any] = field(default_factory=dict)
+    durable_redis: bool = False
     timeout_seconds: float = 90.0
 
+    @property
+    def regular_posts(self) -> int:
+        return self.load.regular_posts
 
-SCENARIOS: dict[str, Scenario] = {
-    "smoke": Scenario(
-        name="smoke",
-        description=(
-            "one celebrity post and a few regular posts per tenant, no faults: the push path "
-            "end to end, with quiet-hours deferrals released during the run"
-        ),
-    ),
-}
+    @property
+    def celebrity_posts(self) -> int:
+        return self.load.celebrity_posts
+
+
+def known() -> list[str]:
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ScenarioError(f"{where} must be a mapping")
+    return value
+
+
+def _dataclass_from(cls: type, values: dict[str, Any], where: str) -> Any:
+    allowed = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - allowed)
+    if unknown:
+        raise ScenarioError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        raise ScenarioError(f"{where}: {exc}") from exc
+
+
+def _number(step: dict[str, Any], key: str, where: str, default: float | None = None) -> float:
+    value = step.get(key, default)
+    if not isinstance(value, int | float) or value < 0:
+        raise ScenarioError(f"{where}: {key} must be a number >= 0")
+    return float(value)
+
+
+def parse(data: Any, name: str) -> Scenario:
+    """A Scenario from parsed YAML; every mistake raises ScenarioError naming where it is."""
+    from chaos.faults import CATALOGUE, FaultError, make_fault
+
+    data = _mapping(data, f"scenario {name}")
+    config = _mapping(data.get("configuration"), "configuration")
+    population = _dataclass_from(
+        PopulationSpec,
+        _mapping(config.get("population"), "configuration.population"),
+        "configuration.population",
+    )
+    hypothesis = _mapping(data.get("steady-state-hypothesis"), "steady-state-hypothesis")
+    probes = []
+    for i, probe in enumerate(hypothesis.get("probes") or []):
+        probe = _mapping(probe, f"steady-state-hypothesis.probes[{i}]")
+        if probe.get("name") not in KNOWN_PROBES:
+            raise ScenarioError(
+                f"steady-state-hypothesis.probes[{i}]: unknown probe {probe.get('name')!r}; "
+                f"known: {', '.join(KNOWN_PROBES)}"
+            )
+        probes.append(Probe(probe["name"], dict(_mapping(probe.get("tolerance"), "tolerance"))))
+    if not probes:
+        raise ScenarioError("steady-state-hypothesis.probes must name at least one checker")
+    load = Load()
+    faults, actions = [], []
+    method = data.get("method") or []
+    if not isinstance(method, list):
+        raise ScenarioError("method must be a list of steps")
+    for i, step in enumerate(method):
+        where = f"method[{i}]"
+        step = _mapping(step, where)
+        kind = step.get("type")
+        if kind == "load":
+            values = {k: v for k, v in step.items() if k not in ("type", "name")}
+            load = _dataclass_from(Load, values, where)
+        elif kind == "fault":
+            if step.get("name") not in CATALOGUE:
+                raise ScenarioError(
+                    f"{where}: unknown fault {step.get('name')!r}; known: {', '.join(sorted(CATALOGUE))}"
+                )
+            try:
+                make_fault(step["name"], _mapping(step.get("params"), f"{where}.params"))
+            except FaultError as exc:
+                raise ScenarioError(f"{where}: {exc}") from exc
+            faults.append(
+                FaultStep(
+                    step["name"],
+                    _number(step, "offset_s", where, 0),
+                    _number(step, "duration_s", where),
+                    dict(step.get("params") or {}),
+                )
+            )
+        elif kind == "action":
+            actions.append(_action(step, where))
+        else:
+            raise ScenarioError(f"{where}: type must be load, fault or action, not {kind!r}")
+    rollbacks = [
+        _action(_mapping(s, f"rollbacks[{i}]"), f"rollbacks[{i}]")
+        for i, s in enumerate(data.get("rollbacks") or [])
+    ]
+    timeout = config.get("timeout_s", 90)
+    if not isinstance(timeout, int | float) or timeout <= 0:
+        raise ScenarioError("configuration.timeout_s must be a positive number")
+    return Scenario(
+        name=str(data.get("title") or name),
+        description=str(data.get("description") or "").strip(),
+        population=population,
+        load=load,
+        probes=tuple(probes),
+        faults=tuple(faults),
+        actions=tuple(actions),
+        rollbacks=tuple(rollbacks),
+        reference=dict(_mapping(config.get("reference"), "configuration.reference")),
+        durable_redis=bool(config.get("durable_redis", False)),
+        timeout_seconds=float(timeout),
+    )
+
+
+def _action(step: dict[str, Any], where: str) -> ActionStep:
+    if step.get("name") not in KNOWN_ACTIONS:
+        raise ScenarioError(
+            f"{where}: unknown action {step.get('name')!r}; known: {', '.join(KNOWN_ACTIONS)}"
+        )
+    return ActionStep(
+        step["name"], _number(step, "offset_s", where, 0), dict(step.get("params") or {})
+    )
+
+
+def load_file(path: Path) -> Scenario:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path} is not valid YAML: {exc}") from exc
+    try:
+        return parse(data, path.stem)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path}: {exc}") from exc
 
 
 def get(name: str) -> Scenario:
-    try:
-        return SCENARIOS[name]
-    except KeyError:
-        raise UnknownScenario(name) from None
+    """A shipped scenario by name, or a scenario file by path."""
+    candidate = Path(name)
+    if candidate.suffix in (".yaml", ".yml") and candidate.exists():
+        return load_file(candidate)
+    path = SCENARIO_DIR / f"{name}.yaml"
+    if not path.exists():
+        raise UnknownScenario(name)
+    return load_file(path)

@@ -1,5 +1,57 @@
-"""Checkers: pure functions over a run's history and population that return a verdict."""
+"""Checkers: pure functions over a run's history and population that return a verdict.
 
+``run_probe`` maps a scenario's steady-state probe (a name and its tolerance) to a checker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from harness.checkers import backpressure, dead_tokens, effectively_once, fail_closed, quiet_hours
 from harness.checkers.verdict import Verdict
+from harness.oracle import Expectation
+from harness.population import Population
 
-__all__ = ["Verdict"]
+__all__ = ["Evidence", "Verdict", "run_probe"]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What every checker may read: the oracle's side and the observed history."""
+
+    population: Population
+    expectation: Expectation
+    history: pd.DataFrame
+    reference: dict[str, Any]
+
+
+def run_probe(name: str, tolerance: dict[str, Any], evidence: Evidence) -> Verdict:
+    history = evidence.history
+    if name == "effectively_once":
+        return effectively_once.check(evidence.expectation, history)
+    if name == "quiet_hours":
+        return quiet_hours.check(
+            evidence.population,
+            evidence.expectation,
+            history,
+            release_bound_seconds=float(tolerance.get("release_bound_s", 30.0)),
+        )
+    if name == "fail_closed":
+        return fail_closed.check(
+            history,
+            grace_s=float(tolerance.get("grace_s", 0.5)),
+            fallback=bool(evidence.reference.get("dedup_fallback", False)),
+        )
+    if name == "dead_tokens":
+        return dead_tokens.check(history, grace_s=float(tolerance.get("grace_s", 1.0)))
+    if name == "backpressure":
+        cap = tolerance.get("cap_per_s")
+        return backpressure.check(
+            history,
+            slack_s=float(tolerance.get("slack_s", 0.3)),
+            cap_per_s=float(cap) if cap is not None else None,
+        )
+    raise ValueError(f"no checker named {name!r}")

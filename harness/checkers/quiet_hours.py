@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.checkers.verdict import Verdict
+from harness.checkers.windows import deliveries
 from harness.oracle import Expectation
 from harness.population import Population
 
@@ -22,7 +23,7 @@ def check(
     history: pd.DataFrame,
     release_bound_seconds: float = 30.0,
 ) -> Verdict:
-    delivered = history[(history["kind"] == "provider") & (history["status"] == 200)]
+    delivered = deliveries(history)
     whole_run_tokens = {
         (d.tenant_id, d.token)
         for u in population.users
