@@ -42,6 +42,11 @@ class Config:
     max_receive_count: int = 3
     # A dedup lease covers one send; it must outlast the provider call, not the whole job.
     dedup_lease_seconds: int = 30
+    # Seed: on a sustained dedup-store outage, consent-bearing channels fall back to a
+    # DynamoDB conditional put. Off by default: the scenarios compare both.
+    dedup_fallback: bool = False
+    dedup_fallback_errors: int = 3
+    dedup_fallback_hold_seconds: float = 5.0
     apns_url: str = "https://api.push.apple.com"
     apns_ca_file: str | None = None
     apns_topic: str = "com.example.fanout"
@@ -50,6 +55,11 @@ class Config:
     fcm_projects: tuple[str, ...] = ("fanout-sender-0",)
     fcm_access_token: str | None = None
     provider_timeout_seconds: float = 5.0
+    # Back-pressure valves per consumer process: in-flight requests per provider scope, an
+    # optional send-rate cap, and the longest retry delay set on a failed job.
+    provider_max_in_flight: int = 32
+    provider_max_rate_per_s: float | None = None
+    retry_backoff_max_seconds: int = 30
     consumer_threads: int = 4
     event_api_host: str = "127.0.0.1"
     event_api_port: int = 8080

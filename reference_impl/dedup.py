@@ -50,3 +50,153 @@ class DedupStore:
 
     def release(self, key: str, owner: str) -> None:
         self._release(keys=[key], args=[f"pending:{owner}"])
+
+
+class FallbackDedup:
+    """Redis first; on a sustained Redis outage, a DynamoDB conditional put (seed: consent-
+    bearing channels fall back to a durable second store).
+
+    * ``errors_to_fallback`` Redis errors in a row switch this process to the fallback for
+      ``hold_seconds``; fewer errors fail closed (the caller does not send and does not ack).
+    * While Redis is healthy, a won Redis claim is checked against the fallback table, so a key
+      written there during an outage still dedups after Redis returns.
+    * A 'sent' mark that Redis refuses is written to the fallback table instead, closing the
+      race of a send that completed just as Redis went away.
+    """
+
+    def __init__(
+        self,
+        primary: DedupStore,
+        ddb: Any,
+        table: str,
+        clock: Any,
+        errors_to_fallback: int = 3,
+        hold_seconds: float = 5.0,
+    ) -> None:
+        import redis as redis_lib
+
+        self.primary = primary
+        self.ddb = ddb
+        self.table = table
+        self.clock = clock  # () -> epoch seconds
+        self.errors_to_fallback = errors_to_fallback
+        self.hold_seconds = hold_seconds
+        self._redis_errors = redis_lib.RedisError
+        self._consecutive_errors = 0
+        self._fallback_until = 0.0
+
+    @property
+    def in_fallback(self) -> bool:
+        return self.clock() < self._fallback_until
+
+    def _redis_failed(self) -> bool:
+        """Count a Redis error; True when this process should now use the fallback."""
+        self._consecutive_errors += 1
+        if self._consecutive_errors >= self.errors_to_fallback:
+            self._fallback_until = self.clock() + self.hold_seconds
+            return True
+        return False
+
+    # -- the fallback table -----------------------------------------------------------------
+
+    def _ddb_claim(self, key: str, owner: str) -> Claim:
+        from botocore.exceptions import ClientError
+
+        now = self.clock()
+        try:
+            self.ddb.put_item(
+                TableName=self.table,
+                Item={
+                    "pk": {"S": key},
+                    "state": {"S": "pending"},
+                    "owner": {"S": owner},
+                    "lease_until": {"N": f"{now + self.primary.lease_seconds:.3f}"},
+                    "expires_at": {"N": str(int(now + self.primary.ttl_seconds))},
+                },
+                ConditionExpression="attribute_not_exists(pk) OR (#s = :pending AND lease_until < :now)",
+                ExpressionAttributeNames={"#s": "state"},
+                ExpressionAttributeValues={
+                    ":pending": {"S": "pending"},
+                    ":now": {"N": f"{now:.3f}"},
+                },
+            )
+            return "won"
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+        return self._ddb_state(key) or "in_flight"
+
+    def _ddb_state(self, key: str) -> Claim | None:
+        item = self.ddb.get_item(
+            TableName=self.table, Key={"pk": {"S": key}}, ConsistentRead=True
+        ).get("Item")
+        if not item:
+            return None
+        if item["state"]["S"] == "sent":
+            return "already_sent"
+        if float(item.get("lease_until", {}).get("N", "0")) < self.clock():
+            return None  # an abandoned lease
+        return "in_flight"
+
+    def _ddb_mark_sent(self, key: str) -> None:
+        self.ddb.put_item(
+            TableName=self.table,
+            Item={
+                "pk": {"S": key},
+                "state": {"S": "sent"},
+                "expires_at": {"N": str(int(self.clock() + self.primary.ttl_seconds))},
+            },
+        )
+
+    # -- the protocol -----------------------------------------------------------------------
+
+    def claim(self, key: str, owner: str) -> Claim:
+        if self.in_fallback:
+            return self._ddb_claim(key, owner)
+        try:
+            claim = self.primary.claim(key, owner)
+        except self._redis_errors:
+            if self._redis_failed():
+                return self._ddb_claim(key, owner)
+            raise
+        self._consecutive_errors = 0
+        if claim != "won":
+            return claim
+        state = self._ddb_state(key)
+        if state == "already_sent":
+            self.primary.mark_sent(key)
+            return "already_sent"
+        if state == "in_flight":
+            self.primary.release(key, owner)
+            return "in_flight"
+        return "won"
+
+    def mark_sent(self, key: str) -> None:
+        if not self.in_fallback:
+            try:
+                self.primary.mark_sent(key)
+                return
+            except self._redis_errors:
+                self._redis_failed()
+        self._ddb_mark_sent(key)
+
+    def release(self, key: str, owner: str) -> None:
+        from botocore.exceptions import ClientError
+
+        if not self.in_fallback:
+            try:
+                self.primary.release(key, owner)
+                return
+            except self._redis_errors:
+                self._redis_failed()
+        try:
+            self.ddb.delete_item(
+                TableName=self.table,
+                Key={"pk": {"S": key}},
+                ConditionExpression="#o = :owner",
+                ExpressionAttributeNames={"#o": "owner"},
+                ExpressionAttributeValues={":owner": {"S": owner}},
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise

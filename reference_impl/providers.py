@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import ssl
+import threading
+import time
 import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,12 +55,18 @@ class ApnsClient:
         self.config = config
         self.http = _client(config.apns_url, config.apns_ca_file, config.provider_timeout_seconds)
 
-    def send(self, token: str, payload: dict[str, Any], apns_id: str) -> SendResult:
+    def send(
+        self, token: str, payload: dict[str, Any], apns_id: str, collapse_id: str | None = None
+    ) -> SendResult:
         headers = {
             "apns-topic": self.config.apns_topic,
             "apns-push-type": "alert",
             "apns-id": apns_id,
         }
+        if collapse_id:
+            # A retried send that the provider had in fact delivered replaces the first one on
+            # the device instead of showing twice.
+            headers["apns-collapse-id"] = collapse_id
         if self.config.apns_auth_token:
             headers["authorization"] = f"bearer {self.config.apns_auth_token}"
         try:
@@ -121,3 +131,48 @@ class FcmClient:
 
     def close(self) -> None:
         self.http.close()
+
+
+class ProviderGate:
+    """Shared by a consumer process's threads: honours Retry-After per provider scope (APNs, or
+    one FCM project), caps requests in flight, and optionally paces the send rate."""
+
+    def __init__(
+        self,
+        max_in_flight: int,
+        max_rate_per_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_in_flight = max_in_flight
+        self.max_rate_per_s = max_rate_per_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._paused_until: dict[str, float] = {}
+        self._slots: dict[str, threading.BoundedSemaphore] = {}
+        self._next_send: dict[str, float] = {}
+
+    def paused_for(self, scope: str) -> float:
+        with self._lock:
+            return max(0.0, self._paused_until.get(scope, 0.0) - self.clock())
+
+    def pause(self, scope: str, seconds: float) -> None:
+        with self._lock:
+            until = self.clock() + seconds
+            if until > self._paused_until.get(scope, 0.0):
+                self._paused_until[scope] = until
+
+    @contextmanager
+    def slot(self, scope: str) -> Iterator[None]:
+        with self._lock:
+            semaphore = self._slots.setdefault(
+                scope, threading.BoundedSemaphore(self.max_in_flight)
+            )
+        with semaphore:
+            if self.max_rate_per_s:
+                with self._lock:
+                    now = self.clock()
+                    at = max(now, self._next_send.get(scope, now))
+                    self._next_send[scope] = at + 1.0 / self.max_rate_per_s
+                if at > now:
+                    time.sleep(at - now)  # pacing to the configured cap, not waiting on a result
+            yield

@@ -26,6 +26,7 @@ TABLES: dict[str, bool] = {
     "devices": True,
     "celebrity_posts": True,
     "checkpoints": False,
+    "dedup_fallback": False,
 }
 
 

@@ -24,11 +24,17 @@ from ulid import ULID
 from reference_impl.aws import client, queue_url
 from reference_impl.config import Config, ConfigError
 from reference_impl.consent import push_consent_granted
-from reference_impl.dedup import DedupStore
+from reference_impl.dedup import DedupStore, FallbackDedup
 from reference_impl.dedup_key import dedup_key
 from reference_impl.event_source import SqsPoller, run_pollers
 from reference_impl.ids import user_key, valid_id
-from reference_impl.providers import ApnsClient, FcmClient, SendResult, fcm_project_for
+from reference_impl.providers import (
+    ApnsClient,
+    FcmClient,
+    ProviderGate,
+    SendResult,
+    fcm_project_for,
+)
 from reference_impl.quiet_hours import decide, parse_window
 
 log = logging.getLogger("reference_impl.push_consumer")
@@ -68,6 +74,7 @@ class PushConsumer:
         config: Config,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         redis_client: Any = None,
+        gate: ProviderGate | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -80,7 +87,20 @@ class PushConsumer:
             socket_timeout=config.redis_timeout_seconds,
             socket_connect_timeout=config.redis_timeout_seconds,
         )
-        self.dedup = DedupStore(self.redis, config.dedup_lease_seconds)
+        primary = DedupStore(self.redis, config.dedup_lease_seconds)
+        self.dedup: DedupStore | FallbackDedup = primary
+        if config.dedup_fallback:
+            self.dedup = FallbackDedup(
+                primary,
+                self.ddb,
+                config.table("dedup_fallback"),
+                clock=lambda: self.clock().timestamp(),
+                errors_to_fallback=config.dedup_fallback_errors,
+                hold_seconds=config.dedup_fallback_hold_seconds,
+            )
+        self.gate = gate or ProviderGate(
+            config.provider_max_in_flight, config.provider_max_rate_per_s
+        )
         self.apns = ApnsClient(config)
         self.fcm = FcmClient(config)
         self.owner = uuid.uuid4().hex[:12]
@@ -147,6 +167,11 @@ class PushConsumer:
 
     # -- delivery ---------------------------------------------------------------------------
 
+    def scope(self, job: dict[str, Any], device: dict[str, Any]) -> str:
+        if device["platform"] == "apns":
+            return "apns"
+        return "fcm/" + fcm_project_for(job["recipient_user_id"], self.config.fcm_projects)
+
     def send(self, job: dict[str, Any], device: dict[str, Any]) -> SendResult:
         nid = job["notification_id"]
         text = f"{job['author_id']} {job['kind']}"
@@ -156,25 +181,29 @@ class PushConsumer:
                 "tenant_id": job["tenant_id"],
                 "notification_id": nid,
             }
-            return self.apns.send(device["token"], payload, str(ULID.from_str(nid).to_uuid()))
+            apns_id = str(ULID.from_str(nid).to_uuid())
+            return self.apns.send(device["token"], payload, apns_id, collapse_id=nid)
         message = {
             "token": device["token"],
             "notification": {"title": "New activity", "body": text},
             "data": {"tenant_id": job["tenant_id"], "notification_id": nid},
+            "android": {"collapse_key": nid},
+            "apns": {"headers": {"apns-collapse-id": nid}},
         }
         project = fcm_project_for(job["recipient_user_id"], self.config.fcm_projects)
         return self.fcm.send(project, message)
 
-    def deliver(self, job: dict[str, Any]) -> bool:
-        """Process one job; True when it may be acknowledged."""
+    def deliver(self, job: dict[str, Any]) -> float | None:
+        """Process one job: None when it may be acknowledged, else the seconds to wait before
+        it is retried (Retry-After, a paused provider, a lease held by another consumer)."""
         tenant, user = job["tenant_id"], job["recipient_user_id"]
         prefs = self.preferences(tenant, user)
         if not push_consent_granted(prefs):
             self.audit("denied_consent", job)
-            return True
+            return None
         if prefs and prefs.get("channels", {}).get("push") is False:
             self.audit("opted_out", job)
-            return True
+            return None
         zone = prefs.get("zone") if prefs else None
         try:
             window = parse_window(prefs.get("quiet_hours") if prefs else None)
@@ -188,26 +217,41 @@ class PushConsumer:
             self.audit(
                 "deferred", job, reason=decision.reason, until=decision.release_at.isoformat()
             )
-            return True
+            return None
         devices = self.devices(tenant, user)
         if not devices:
             self.audit("no_device", job)
-            return True
-        complete = True
+            return None
+        retry_in: float | None = None
+
+        def later(seconds: float) -> None:
+            nonlocal retry_in
+            retry_in = max(retry_in or 0.0, seconds)
+
         for device in devices:
+            scope = self.scope(job, device)
+            paused = self.gate.paused_for(scope)
+            if paused > 0:
+                later(paused)  # Retry-After from an earlier answer: do not even try
+                continue
             key = dedup_key(tenant, job["notification_id"], f"{user}#{device['device_id']}")
             claim = self.dedup.claim(key, self.owner)
             if claim == "already_sent":
                 self.audit("deduped", job, device_id=device["device_id"])
                 continue
             if claim == "in_flight":
-                complete = False
+                later(self.config.dedup_lease_seconds / 2)
                 continue
-            result = self.send(job, device)
+            with self.gate.slot(scope):
+                result = self.send(job, device)
             if result.outcome == "retry":
                 self.dedup.release(key, self.owner)
+                if result.retry_after:
+                    self.gate.pause(scope, result.retry_after)
+                    later(result.retry_after)
+                else:
+                    later(0)
                 self.audit("retry", job, device_id=device["device_id"], status=result.status)
-                complete = False
                 continue
             self.dedup.mark_sent(key)
             if result.outcome == "dead_token":
@@ -219,7 +263,7 @@ class PushConsumer:
                 status=result.status,
                 reason=result.reason,
             )
-        return complete
+        return retry_in
 
     def to_poison(self, record: dict[str, Any], reason: str) -> None:
         self.sqs.send_message(
@@ -227,6 +271,13 @@ class PushConsumer:
             MessageBody=record.get("body") or "",
             MessageAttributes={"reason": {"DataType": "String", "StringValue": reason[:256]}},
         )
+
+    def backoff(self, record: dict[str, Any], hint: float) -> int:
+        """Seconds until a failed job is retried: the hint (e.g. Retry-After) or an exponential
+        backoff by receive count, whichever is longer, capped."""
+        receives = int((record.get("attributes") or {}).get("ApproximateReceiveCount", "1"))
+        exponential = 2 ** min(receives, 10)
+        return int(min(self.config.retry_backoff_max_seconds, max(math.ceil(hint), exponential)))
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         failures = []
@@ -238,16 +289,25 @@ class PushConsumer:
                 log.error("poison job %s: %s", record.get("messageId"), exc)
                 continue
             try:
-                ok = self.deliver(job)
+                retry_in = self.deliver(job)
             except redis_lib.RedisError as exc:
                 # Fail closed: no dedup decision, no send, no ack.
                 self.audit("dedup_unavailable", job, error=type(exc).__name__)
-                ok = False
+                retry_in = 0.0
             except Exception:
                 log.exception("job %s failed", record.get("messageId"))
-                ok = False
-            if not ok:
-                failures.append({"itemIdentifier": record["messageId"]})
+                retry_in = 0.0
+            if retry_in is None:
+                continue
+            failures.append({"itemIdentifier": record["messageId"]})
+            try:
+                self.sqs.change_message_visibility(
+                    QueueUrl=self.queue,
+                    ReceiptHandle=record["receiptHandle"],
+                    VisibilityTimeout=self.backoff(record, retry_in),
+                )
+            except Exception as exc:  # the queue's own visibility timeout still applies
+                log.warning("could not set the retry delay of %s: %s", record["messageId"], exc)
         return {"batchItemFailures": failures}
 
 
@@ -273,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     # One consumer per poller thread: its HTTP/2 connections are not shared across threads.
-    consumers = [PushConsumer(config) for _ in range(config.consumer_threads)]
+    gate = ProviderGate(config.provider_max_in_flight, config.provider_max_rate_per_s)
+    consumers = [PushConsumer(config, gate=gate) for _ in range(config.consumer_threads)]
     arn = consumers[0].sqs.get_queue_attributes(
         QueueUrl=consumers[0].queue, AttributeNames=["QueueArn"]
     )["Attributes"]["QueueArn"]
