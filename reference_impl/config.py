@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 CHANNELS = ("push", "email", "in_app", "sms")
+# Deliberate defects, off unless named in config: they exist to prove that the harness catches
+# what a real system gets wrong (each has a test that runs it and expects a failed verdict).
+DEFECTS = ("dedup_fail_open", "delete_before_send", "dedup_key_without_tenant")
 
 
 class ConfigError(ValueError):
@@ -61,6 +64,7 @@ class Config:
     provider_max_rate_per_s: float | None = None
     retry_backoff_max_seconds: int = 30
     consumer_threads: int = 4
+    defects: tuple[str, ...] = ()
     event_api_host: str = "127.0.0.1"
     event_api_port: int = 8080
     extra: dict[str, Any] = field(default_factory=dict)
@@ -86,6 +90,13 @@ class Config:
             if not isinstance(projects, list | tuple) or not projects:
                 raise ConfigError("fcm_projects must be a non-empty list of project ids")
             values["fcm_projects"] = tuple(str(p) for p in projects)
+        if "defects" in values:
+            unknown_defects = sorted(set(values["defects"]) - set(DEFECTS))
+            if unknown_defects:
+                raise ConfigError(
+                    f"unknown defect(s) {', '.join(unknown_defects)}; known: {', '.join(DEFECTS)}"
+                )
+            values["defects"] = tuple(values["defects"])
         config = cls(**values)
         if config.celebrity_threshold < 1:
             raise ConfigError("celebrity_threshold must be at least 1")

@@ -104,6 +104,7 @@ class PushConsumer:
         self.apns = ApnsClient(config)
         self.fcm = FcmClient(config)
         self.owner = uuid.uuid4().hex[:12]
+        self.defects = frozenset(config.defects)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -234,8 +235,14 @@ class PushConsumer:
             if paused > 0:
                 later(paused)  # Retry-After from an earlier answer: do not even try
                 continue
-            key = dedup_key(tenant, job["notification_id"], f"{user}#{device['device_id']}")
-            claim = self.dedup.claim(key, self.owner)
+            key_tenant = "-" if "dedup_key_without_tenant" in self.defects else tenant
+            key = dedup_key(key_tenant, job["notification_id"], f"{user}#{device['device_id']}")
+            try:
+                claim = self.dedup.claim(key, self.owner)
+            except redis_lib.RedisError:
+                if "dedup_fail_open" not in self.defects:
+                    raise
+                claim = "won"  # the defect: send without a dedup decision
             if claim == "already_sent":
                 self.audit("deduped", job, device_id=device["device_id"])
                 continue
@@ -253,7 +260,11 @@ class PushConsumer:
                     later(0)
                 self.audit("retry", job, device_id=device["device_id"], status=result.status)
                 continue
-            self.dedup.mark_sent(key)
+            try:
+                self.dedup.mark_sent(key)
+            except redis_lib.RedisError:
+                if "dedup_fail_open" not in self.defects:
+                    raise
             if result.outcome == "dead_token":
                 self.deactivate(tenant, user, device["device_id"])
             self.audit(
@@ -288,6 +299,9 @@ class PushConsumer:
                 self.to_poison(record, str(exc))
                 log.error("poison job %s: %s", record.get("messageId"), exc)
                 continue
+            if "delete_before_send" in self.defects:
+                # The defect: acknowledge first, so a crash or a failed send loses the job.
+                self.sqs.delete_message(QueueUrl=self.queue, ReceiptHandle=record["receiptHandle"])
             try:
                 retry_in = self.deliver(job)
             except redis_lib.RedisError as exc:

@@ -31,7 +31,12 @@ class Evidence:
 def run_probe(name: str, tolerance: dict[str, Any], evidence: Evidence) -> Verdict:
     history = evidence.history
     if name == "effectively_once":
-        return effectively_once.check(evidence.expectation, history)
+        return effectively_once.check(
+            evidence.expectation,
+            history,
+            max_visible_duplicates=int(tolerance.get("max_visible_duplicates", 0)),
+            max_lost=int(tolerance.get("max_lost", 0)),
+        )
     if name == "quiet_hours":
         return quiet_hours.check(
             evidence.population,

@@ -13,6 +13,10 @@ certificate auth), apns-priority / apns-expiration / apns-push-type / apns-colla
 MissingDeviceToken / BadDeviceToken unless 64 hex characters), size (413 PayloadTooLarge above
 4096 bytes, 5120 for voip), body (400 PayloadEmpty when empty, 400 BadPayload when not a JSON
 object: Apple documents no reason for malformed JSON), unregistered tokens (410).
+
+Faults (:mod:`harness.simulators.faults`, ``/_sim/faults``) act on requests that pass those
+checks: ``status`` (429 TooManyRequests / 500 InternalServerError / 503 ServiceUnavailable) comes
+before the 410 check, ``accepted_then_error`` (delivered, then 500/503) after it.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ import re
 import shutil
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from harness.certs import simulator_tls
+from harness.simulators.faults import Outcome, finish
 from harness.simulators.http_server import Request, Response, json_response, serve_forever
 from harness.simulators.ledger import ProviderState, handle_control
 
@@ -55,6 +61,8 @@ _TOKEN_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 _UUID_RE = re.compile(
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 )
+#: Apple's reasons for the statuses the faults answer
+FAULT_REASONS = {429: "TooManyRequests", 500: "InternalServerError", 503: "ServiceUnavailable"}
 _JWT_RE = re.compile(r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")
 
 
@@ -86,7 +94,10 @@ class ApnsSimulator:
         control = handle_control(request, self.state)
         if control is not None:
             return control
-        return self.push(request)
+        response = self.push(request)
+        if response.__class__ is not Response:  # a fault's delay / GOAWAY still to apply
+            return await finish(response)
+        return response
 
     def push(self, request: Request) -> Response:
         headers = request.headers
@@ -104,7 +115,13 @@ class ApnsSimulator:
                 payload = None
 
         def answer(
-            status: int, reason: str | None, extra: dict[str, Any] | None = None
+            status: int,
+            reason: str | None,
+            extra: dict[str, Any] | None = None,
+            *,
+            delivered: bool | None = None,
+            fault: str | None = None,
+            retry_after: int | None = None,
         ) -> Response:
             self.state.ledger.append(
                 provider=PROVIDER,
@@ -115,10 +132,17 @@ class ApnsSimulator:
                 reason=reason,
                 apns_id=apns_id,
                 received_at=request.received_at,
+                delivered=delivered,
+                fault=fault,
+                retry_after=retry_after,
+                collapse_id=headers.get("apns-collapse-id"),
             )
             if reason is None:
                 return Response(status, {"apns-id": apns_id}, b"")
-            return json_response(status, {"reason": reason, **(extra or {})}, {"apns-id": apns_id})
+            hdrs = {"apns-id": apns_id}
+            if retry_after is not None:
+                hdrs["retry-after"] = str(retry_after)
+            return json_response(status, {"reason": reason, **(extra or {})}, hdrs)
 
         if not path.startswith(PATH_PREFIX) or "/" in token:
             return answer(404, "BadPath")
@@ -162,10 +186,38 @@ class ApnsSimulator:
             return answer(400, MALFORMED_PAYLOAD_REASON)
         if not payload:
             return answer(400, "PayloadEmpty")
+        if self.state.faults.active:
+            outcome = self.state.faults.evaluate(token, None, request)
+            return outcome.response(self._faulted(outcome, token, answer))
         stamp = self.state.unregistered_at(token)
         if stamp is not None:
             return answer(410, "Unregistered", {"timestamp": stamp})
         return answer(200, None)
+
+    def _faulted(self, outcome: Outcome, token: str, answer: Callable[..., Response]) -> Response:
+        """The answer to a valid request while faults are active."""
+        error = outcome.error
+        if error is not None and not error.delivered:
+            return answer(
+                error.status,
+                FAULT_REASONS[error.status],
+                fault=error.id,
+                retry_after=outcome.retry_after,
+            )
+        delay_id = outcome.delay_fault.id if outcome.delay_fault is not None else None
+        stamp = self.state.unregistered_at(token)
+        if stamp is not None:
+            by = self.state.unregistered_by(token)
+            return answer(410, "Unregistered", {"timestamp": stamp}, fault=by or delay_id)
+        if error is not None:  # accepted_then_error: the device got it
+            return answer(
+                error.status,
+                FAULT_REASONS[error.status],
+                delivered=True,
+                fault=error.id,
+                retry_after=outcome.retry_after,
+            )
+        return answer(200, None, fault=delay_id)
 
 
 def _parser() -> argparse.ArgumentParser:

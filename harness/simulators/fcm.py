@@ -15,6 +15,11 @@ Run: ``python -m harness.simulators.fcm --port N [--host 127.0.0.1] [--tls] [--c
 
 The ledger row's tenant_id / notification_id come from ``message.data``; ``reason`` is the FCM
 errorCode (or the status when Google sends none).
+
+Faults (:mod:`harness.simulators.faults`, ``/_sim/faults``) act on valid sends (not on
+``validate_only`` dry runs): ``quota`` (429 RESOURCE_EXHAUSTED / QUOTA_EXCEEDED) and ``status``
+(503 UNAVAILABLE / 500 INTERNAL) before the UNREGISTERED check, ``accepted_then_error``
+(delivered, then 500/503) after it.
 """
 
 from __future__ import annotations
@@ -26,12 +31,14 @@ import secrets
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
 from harness.certs import simulator_tls
 from harness.simulators.apns import looks_like_jwt
+from harness.simulators.faults import Fault, Outcome, finish
 from harness.simulators.http_server import Request, Response, json_response, serve_forever
 from harness.simulators.ledger import ProviderState, handle_control
 
@@ -160,6 +167,34 @@ def _validate(body: Any) -> tuple[dict[str, Any], bool]:
     return message, bool(validate_only)
 
 
+def _fault_error(fault: Fault, retry_after: int | None) -> Response:
+    headers = {"retry-after": str(retry_after)} if retry_after is not None else None
+    if fault.status == 429:
+        return google_error(
+            429,
+            "Quota exceeded for quota metric 'Send requests' and limit 'Send requests per "
+            "minute' of service 'fcm.googleapis.com'.",
+            fcm_error="QUOTA_EXCEEDED",
+            headers=headers,
+        )
+    if fault.status == 503:
+        return google_error(
+            503, "The service is currently unavailable.", fcm_error="UNAVAILABLE", headers=headers
+        )
+    return google_error(500, "Internal error encountered.", fcm_error="INTERNAL", headers=headers)
+
+
+def _collapse_id(message: dict[str, Any]) -> str | None:
+    android = message.get("android")
+    if isinstance(android, dict) and isinstance(android.get("collapse_key"), str):
+        return android["collapse_key"]
+    apns = message.get("apns")
+    headers = apns.get("headers") if isinstance(apns, dict) else None
+    if isinstance(headers, dict) and isinstance(headers.get("apns-collapse-id"), str):
+        return headers["apns-collapse-id"]
+    return None
+
+
 def _data_field(body: Any, key: str) -> str | None:
     if not isinstance(body, dict):
         return None
@@ -196,7 +231,10 @@ class FcmSimulator:
             return control
         if request.path == "/token":
             return self.oauth_token(request)
-        return self.send(request)
+        response = self.send(request)
+        if response.__class__ is not Response:  # a fault's delay / GOAWAY still to apply
+            return await finish(response)
+        return response
 
     def oauth_token(self, request: Request) -> Response:
         """OAuth2 token endpoint (JWT-bearer grant); the assertion is not verified."""
@@ -234,7 +272,15 @@ class FcmSimulator:
             except ValueError:
                 body = None
 
-        def record(status: int, reason: str | None) -> None:
+        def record(
+            status: int,
+            reason: str | None,
+            *,
+            delivered: bool | None = None,
+            fault: str | None = None,
+            retry_after: int | None = None,
+        ) -> None:
+            message = body.get("message") if isinstance(body, dict) else None
             self.state.ledger.append(
                 provider=PROVIDER,
                 token=_target(body),
@@ -244,6 +290,10 @@ class FcmSimulator:
                 project=project,
                 reason=reason,
                 received_at=request.received_at,
+                delivered=delivered,
+                fault=fault,
+                retry_after=retry_after,
+                collapse_id=_collapse_id(message) if isinstance(message, dict) else None,
             )
 
         try:
@@ -276,20 +326,73 @@ class FcmSimulator:
                 )
             message, validate_only = _validate(body)
             token = message.get("token")
-            if isinstance(token, str) and self.state.unregistered_at(token) is not None:
-                raise _Reject(
-                    google_error(404, "Requested entity was not found.", fcm_error="UNREGISTERED"),
-                    "UNREGISTERED",
-                )
+            if validate_only or not self.state.faults.active:
+                if isinstance(token, str) and self.state.unregistered_at(token) is not None:
+                    raise _Unregistered()
         except _Reject as reject:
             record(reject.response.status, reject.reason)
             return reject.response
         if validate_only:
-            record(200, "VALIDATE_ONLY")
+            record(200, "VALIDATE_ONLY", delivered=False)
             return json_response(200, {"name": f"projects/{project}/messages/fake_message_id"})
+        if self.state.faults.active:
+            outcome = self.state.faults.evaluate(_target(body), project, request)
+            return outcome.response(self._faulted(outcome, token, project, record))
         record(200, None)
-        message_id = f"0:{time.time_ns() // 1000}%{secrets.token_hex(8)}"
-        return json_response(200, {"name": f"projects/{project}/messages/{message_id}"})
+        return _sent(project)
+
+    def _faulted(
+        self,
+        outcome: Outcome,
+        token: Any,
+        project: str | None,
+        record: Callable[..., None],
+    ) -> Response:
+        """The answer to a valid send while faults are active."""
+        error = outcome.error
+        if error is not None and not error.delivered:
+            response = _fault_error(error, outcome.retry_after)
+            record(
+                error.status,
+                _fault_reason(error),
+                delivered=False,
+                fault=error.id,
+                retry_after=outcome.retry_after,
+            )
+            return response
+        delay_id = outcome.delay_fault.id if outcome.delay_fault is not None else None
+        if isinstance(token, str) and self.state.unregistered_at(token) is not None:
+            reject = _Unregistered()
+            record(404, reject.reason, fault=self.state.unregistered_by(token) or delay_id)
+            return reject.response
+        if error is not None:  # accepted_then_error: the device got it
+            record(
+                error.status,
+                _fault_reason(error),
+                delivered=True,
+                fault=error.id,
+                retry_after=outcome.retry_after,
+            )
+            return _fault_error(error, outcome.retry_after)
+        record(200, None, fault=delay_id)
+        return _sent(project)
+
+
+def _fault_reason(fault: Fault) -> str:
+    return {429: "QUOTA_EXCEEDED", 503: "UNAVAILABLE"}.get(fault.status, "INTERNAL")
+
+
+class _Unregistered(_Reject):
+    def __init__(self) -> None:
+        super().__init__(
+            google_error(404, "Requested entity was not found.", fcm_error="UNREGISTERED"),
+            "UNREGISTERED",
+        )
+
+
+def _sent(project: str | None) -> Response:
+    message_id = f"0:{time.time_ns() // 1000}%{secrets.token_hex(8)}"
+    return json_response(200, {"name": f"projects/{project}/messages/{message_id}"})
 
 
 def write_service_account_file(path: Path, token_uri: str, project_id: str) -> Path:

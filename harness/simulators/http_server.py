@@ -18,7 +18,8 @@ streams per connection), with outbound flow control honoured for large responses
 data acknowledged as it is buffered.
 
 Fault injection hooks (later): every request carries ``request.connection`` (the live
-connection's mode object); :meth:`H2ServerConnection.goaway` sends GOAWAY, and a
+connection's mode object); :meth:`H2ServerConnection.goaway` sends GOAWAY (``drain=True``: the
+graceful form, answering the streams already taken and closing afterwards), and a
 :class:`ConnectionRegistry` passed to :func:`start_server` lists a server's live connections.
 """
 
@@ -46,6 +47,7 @@ import h2.exceptions
 import h2.settings
 import hpack
 from h2.errors import ErrorCodes
+from hyperframe.frame import GoAwayFrame
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,8 @@ CONNECTION_WINDOW = 16 << 20
 FLUSH_EVERY = 16
 # response headers whose values are unique per response (not worth HPACK indexing)
 UNIQUE_VALUE_HEADERS = frozenset({"apns-id", "apns-unique-id", "x-request-id"})
+# after a graceful GOAWAY: how long a half-closed connection may linger before it is closed
+GOAWAY_LINGER_SECONDS = 5.0
 
 
 class PortInUseError(OSError):
@@ -206,6 +210,7 @@ class _ServerProtocol(asyncio.Protocol):
         self._sniff = b""
         self._detect_tls = False
         self.closed = False
+        self.eof_sent = False
 
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -291,16 +296,37 @@ class _ServerProtocol(asyncio.Protocol):
         return self.transport.get_extra_info(name) if self.transport is not None else None
 
     def _write_raw(self, data: bytes) -> None:
-        if data and self.transport is not None and not self.closed:
+        if data and self.transport is not None and not self.closed and not self.eof_sent:
             self.transport.write(data)
 
     def write(self, data: bytes) -> None:
-        if data and self.transport is not None and not self.closed:
+        if data and self.transport is not None and not self.closed and not self.eof_sent:
             self.transport.write(self.tls.encrypt(data) if self.tls is not None else data)
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
             self.transport.close()
+
+    def close_gracefully(self, linger: float = GOAWAY_LINGER_SECONDS) -> None:
+        """Half-close (TLS close_notify, then FIN) and close after ``linger`` seconds at most.
+
+        Reading goes on meanwhile, so that frames the client sends late do not meet a closed
+        socket (a TCP reset could destroy the answers it has not read yet).
+        """
+        if self.transport is None or self.closed or self.eof_sent:
+            return
+        if self.tls is not None:
+            try:
+                self.tls.obj.unwrap()
+            except ssl.SSLError:
+                pass  # SSLWantReadError: close_notify sent, the peer's not awaited
+            self._write_raw(self.tls.take_outgoing())
+        if not self.transport.can_write_eof():
+            self.close()
+            return
+        self.transport.write_eof()
+        self.eof_sent = True
+        self.loop.call_later(linger, self.close)
 
     def begin_tunnel(self, leftover: bytes) -> bool:
         """After ``CONNECT``: the tunnel leads to this same server, so sniff afresh.
@@ -396,6 +422,11 @@ class H2ServerConnection:
         self._flush_scheduled = False
         self._unflushed = 0
         self.goaway_sent = False
+        # graceful GOAWAY: its last_stream_id, the frame still to write, handler calls running
+        self.draining: int | None = None
+        self._goaway_frame = b""
+        self.in_flight = 0
+        self.last_dispatched = 0
 
     def start(self) -> None:
         self.conn.initiate_connection()
@@ -408,8 +439,28 @@ class H2ServerConnection:
         error_code: int = ErrorCodes.NO_ERROR,
         last_stream_id: int | None = None,
         debug_data: bytes | None = None,
+        *,
+        drain: bool = False,
     ) -> None:
-        """Send GOAWAY (new streams above ``last_stream_id`` will not be processed)."""
+        """Send GOAWAY (new streams above ``last_stream_id`` will not be processed).
+
+        ``drain=True`` is the graceful form (what APNs does): ``last_stream_id`` defaults to the
+        highest stream handed to the handler, streams up to it are still answered (the GOAWAY
+        goes out after the responses already queued), newer ones are ignored, and the connection
+        closes once none is left. h2's own ``close_connection`` would refuse to send anything
+        after the GOAWAY, so that frame is written beside h2.
+        """
+        if drain:
+            if self.goaway_sent:
+                return
+            self.goaway_sent = True
+            last = self.last_dispatched if last_stream_id is None else last_stream_id
+            self.draining = last
+            self._goaway_frame = GoAwayFrame(
+                0, last_stream_id=last, error_code=error_code, additional_data=debug_data or b""
+            ).serialize()
+            self.schedule_flush()
+            return
         self.goaway_sent = True
         self.conn.close_connection(
             error_code=error_code, additional_data=debug_data, last_stream_id=last_stream_id
@@ -421,6 +472,18 @@ class H2ServerConnection:
         self._flush_scheduled = False
         self._unflushed = 0
         self.proto.write(self.conn.data_to_send())
+        if self.draining is not None:
+            self._drain()
+
+    def _drain(self) -> None:
+        """After a graceful GOAWAY: write it, and close once every taken stream is answered."""
+        assert self.draining is not None
+        if self._goaway_frame:
+            self.proto.write(self._goaway_frame)
+            self._goaway_frame = b""
+        if self.in_flight or self.pending or any(sid <= self.draining for sid in self.streams):
+            return
+        self.proto.close_gracefully()
 
     def schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -488,6 +551,9 @@ class H2ServerConnection:
         stream = self.streams.pop(sid, None)
         if stream is None:
             return
+        if self.draining is not None and sid > self.draining:
+            return  # opened after our GOAWAY: not processed (the client retries it elsewhere)
+        self.last_dispatched = sid
         pseudo = {k: v for k, v in stream.raw_headers if k.startswith(":")}
         regular = [(k, v) for k, v in stream.raw_headers if not k.startswith(":")]
         if stream.too_large:
@@ -519,7 +585,11 @@ class H2ServerConnection:
             task.add_done_callback(self.tasks.discard)
 
     async def _dispatch(self, sid: int, request: Request) -> None:
-        response = await _call_handler(self.options, request)
+        self.in_flight += 1
+        try:
+            response = await _call_handler(self.options, request)
+        finally:
+            self.in_flight -= 1
         if not self.proto.closed:
             self.respond(sid, response)
 

@@ -1,14 +1,23 @@
 """The provider request ledger (ground truth of delivery) and the shared simulator state.
 
-Also holds the control API that both simulators serve on their port (``/_sim/...``).
+Also holds the control API that both simulators serve on their port (``/_sim/...``; the fault
+routes ``/_sim/faults...`` are in :mod:`harness.simulators.faults`).
+
+Ledger rows: ``seq, provider, received_at, tenant_id, notification_id, token, project, status,
+reason, apns_id`` and ``delivered`` (the device got it: a 200, or an accepted_then_error fault's
+5xx; not a validate_only dry run), ``fault`` (id of the fault that shaped the answer, else null),
+``retry_after`` (the Retry-After sent, else null), ``collapse_id`` (APNs ``apns-collapse-id``;
+FCM ``android.collapse_key`` or ``apns.headers["apns-collapse-id"]``; else null).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+from harness.simulators.faults import FaultSet, handle_fault_control
 from harness.simulators.http_server import Request, Response, json_response
 
 ROW_KEYS = (
@@ -22,6 +31,10 @@ ROW_KEYS = (
     "status",
     "reason",
     "apns_id",
+    "delivered",
+    "fault",
+    "retry_after",
+    "collapse_id",
 )
 
 
@@ -47,8 +60,15 @@ class Ledger:
         reason: str | None = None,
         apns_id: str | None = None,
         received_at: float | None = None,
+        delivered: bool | None = None,
+        fault: str | None = None,
+        retry_after: float | None = None,
+        collapse_id: str | None = None,
     ) -> dict[str, Any]:
-        """Record one request; returns a copy of the stored row (with its ``seq``)."""
+        """Record one request; returns a copy of the stored row (with its ``seq``).
+
+        ``delivered`` defaults to ``status == 200``.
+        """
         with self._lock:
             row = {
                 "seq": len(self._rows),
@@ -61,6 +81,10 @@ class Ledger:
                 "status": status,
                 "reason": reason,
                 "apns_id": apns_id,
+                "delivered": status == 200 if delivered is None else delivered,
+                "fault": fault,
+                "retry_after": retry_after,
+                "collapse_id": collapse_id,
             }
             self._rows.append(row)
             return dict(row)
@@ -86,30 +110,51 @@ class Ledger:
 
 
 class ProviderState:
-    """Everything a simulator remembers: the ledger and the unregistered tokens."""
+    """Everything a simulator remembers: the ledger, the unregistered tokens, the faults.
 
-    def __init__(self, provider: str) -> None:
+    ``clock`` is the monotonic clock of the faults' quota windows (injectable for tests).
+    """
+
+    def __init__(self, provider: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.provider = provider
         self.ledger = Ledger()
         self._lock = threading.Lock()
         self._unregistered: dict[str, int] = {}
+        # token -> id of the unregister fault that marked it (absent: marked via the control API)
+        self._unregistered_by: dict[str, str] = {}
+        self.faults = FaultSet(provider, self._unregister_from_fault, clock)
 
-    def mark_unregistered(self, tokens: list[str], at_ms: int | None = None) -> int:
+    def mark_unregistered(
+        self, tokens: list[str], at_ms: int | None = None, fault: str | None = None
+    ) -> int:
         """Tokens that now answer 410 Unregistered / 404 UNREGISTERED; returns how many."""
         stamp = int(time.time() * 1000) if at_ms is None else at_ms
         with self._lock:
             for token in tokens:
-                self._unregistered.setdefault(token, stamp)
+                if token not in self._unregistered:
+                    self._unregistered[token] = stamp
+                    if fault is not None:
+                        self._unregistered_by[token] = fault
             return len(tokens)
+
+    def _unregister_from_fault(self, tokens: list[str], fault: str) -> None:
+        self.mark_unregistered(tokens, fault=fault)
 
     def unregistered_at(self, token: str) -> int | None:
         """Epoch milliseconds at which ``token`` was marked unregistered, or None."""
         with self._lock:
             return self._unregistered.get(token)
 
+    def unregistered_by(self, token: str) -> str | None:
+        """The id of the unregister fault that marked ``token`` (None: not by a fault)."""
+        with self._lock:
+            return self._unregistered_by.get(token)
+
     def reset(self) -> None:
+        self.faults.reset()
         with self._lock:
             self._unregistered.clear()
+            self._unregistered_by.clear()
         self.ledger.reset()
 
 
@@ -123,6 +168,8 @@ def handle_control(request: Request, state: ProviderState) -> Response | None:
     if not path.startswith("/_sim/"):
         return None
     route = (request.method, path.rstrip("/"))
+    if path.startswith("/_sim/faults"):
+        return handle_fault_control(request, state.faults)
     if route == ("GET", "/_sim/health"):
         return json_response(200, {"ok": True, "provider": state.provider})
     if route == ("GET", "/_sim/ledger"):

@@ -1,0 +1,5 @@
+import sys
+
+from harness.sqs.server import main
+
+sys.exit(main())

@@ -1,0 +1,93 @@
+"""The nemesis runs faults in schedule order, records each window, and always rolls back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chaos import faults as catalogue
+from chaos.faults import ChaosTargets, FaultError, FaultSpec, make_fault
+from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
+from harness.checkers.windows import fault_windows
+from harness.history import History
+
+
+@pytest.fixture
+def recording_fault(monkeypatch):
+    """A catalogue entry that records start/undo calls instead of touching a server."""
+    calls: list[str] = []
+
+    def start(targets, params):
+        calls.append(f"start {params['tag']}")
+        return lambda: calls.append(f"stop {params['tag']}")
+
+    monkeypatch.setitem(
+        catalogue.CATALOGUE, "test-fault", FaultSpec("records calls", start, ("tag",))
+    )
+    return calls
+
+
+def test_schedule_runs_in_order_and_records_windows(recording_fault):
+    history = History()
+    nemesis = Nemesis(
+        [
+            ScheduledFault(make_fault("test-fault", {"tag": "b"}), 0.2, 0.1),
+            ScheduledFault(make_fault("test-fault", {"tag": "a"}), 0.0, 0.1),
+        ],
+        ChaosTargets(),
+        history,
+        log=lambda line: None,
+        actions=[ScheduledAction("note", 0.25, lambda: "done")],
+    )
+    nemesis.start()
+    assert nemesis.wait(10)
+    assert recording_fault == ["start a", "stop a", "start b", "stop b"]
+    frame = history.frame()
+    windows = fault_windows(frame)
+    assert [w.fault for w in windows] == ["test-fault", "test-fault"]
+    assert all(w.stop >= w.start for w in windows)
+    assert windows[0].stop <= windows[1].start
+    assert frame[frame["kind"] == "action"]["detail"].tolist() == ["note: done"]
+    assert nemesis.rollback() == []
+
+
+def test_rollback_undoes_active_faults_and_records_the_stop(recording_fault):
+    history = History()
+    nemesis = Nemesis(
+        [ScheduledFault(make_fault("test-fault", {"tag": "long"}), 0.0, 3600)],
+        ChaosTargets(),
+        history,
+        log=lambda line: None,
+    )
+    nemesis.start()
+    from harness.stack import wait_until
+
+    wait_until(lambda: recording_fault == ["start long"], 5, "the fault to start")
+    assert nemesis.rollback() == ["test-fault"]
+    assert recording_fault == ["start long", "stop long"]
+    phases = [json.loads(d)["phase"] for d in history.frame().query("kind == 'fault'")["detail"]]
+    assert phases == ["start", "stop"]
+
+
+def test_a_failing_fault_is_reported_not_swallowed(monkeypatch):
+    def start(targets, params):
+        raise FaultError("no proxy here")
+
+    monkeypatch.setitem(catalogue.CATALOGUE, "test-broken", FaultSpec("fails", start))
+    nemesis = Nemesis(
+        [ScheduledFault(make_fault("test-broken"), 0, 1)],
+        ChaosTargets(),
+        None,
+        log=lambda line: None,
+    )
+    nemesis.start()
+    assert nemesis.wait(10)
+    assert nemesis.errors and "no proxy here" in nemesis.errors[0]
+
+
+def test_unknown_fault_and_missing_params():
+    with pytest.raises(FaultError, match="unknown fault 'nope'"):
+        make_fault("nope")
+    with pytest.raises(FaultError, match="needs parameter"):
+        make_fault("fcm-quota", {})
