@@ -73,7 +73,9 @@ def verdict_table(summary: dict[str, Any]) -> str:
     for name, result in summary["checkers"].items():
         status = "PASS" if result["valid"] else "FAIL"
         counts = ", ".join(
-            f"{k}={v}" for k, v in result.items() if k != "valid" and isinstance(v, int)
+            f"{k}={v}"
+            for k, v in result.items()
+            if k != "valid" and isinstance(v, int) and not isinstance(v, bool)
         )
         lines.append(f"  {status}  {name:<18} {counts}")
     if summary.get("error"):

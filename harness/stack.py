@@ -25,6 +25,7 @@ from typing import Any
 import boto3
 import redis
 
+from chaos.faults import DEDUP_PROXY
 from harness.ports import LOOPBACK, free_port
 from reference_impl.config import Config
 
@@ -37,6 +38,7 @@ REGION = "us-east-1"
 # Start order. Workers come last: they need everything else.
 PARTS = (
     "redis",
+    "toxiproxy",
     "dynamodb",
     "kinesis",
     "aws",
@@ -46,7 +48,7 @@ PARTS = (
     "fanout-worker",
     "push-consumer",
 )
-INFRA_PARTS = PARTS[:6]
+INFRA_PARTS = PARTS[:7]
 WORKER_PARTS = ("event-api", "fanout-worker", "push-consumer")
 
 
@@ -99,6 +101,8 @@ class StackInfo:
     reference_config: str
     parts: dict[str, PartInfo] = field(default_factory=dict)
     tls_ca: str | None = None
+    # Where workers reach the dedup store: through the fault proxy when there is one.
+    dedup_url: str | None = None
 
     def url(self, part: str) -> str:
         info = self.parts[part]
@@ -240,7 +244,7 @@ class Stack:
             "kinesis_endpoint": parts["kinesis"].url,
             "sqs_endpoint": parts["aws"].url,
             **AWS_KEYS,
-            "redis_url": parts["redis"].url,
+            "redis_url": self.info.dedup_url or parts["redis"].url,
             "apns_url": apns.url,
             "apns_ca_file": self.info.tls_ca,
             "fcm_url": parts["fcm"].url,
@@ -291,6 +295,12 @@ class Stack:
             ]
         if part == "aws":
             return [py, "-m", "moto.server", "-H", LOOPBACK, "-p", str(port)]
+        if part == "toxiproxy":
+            argv = [py, "-m", "chaos.toxiproxy", "--host", LOOPBACK, "--port", str(port)]
+            proxies = self.workdir / "proxies.json"
+            if proxies.exists():
+                argv += ["--config", str(proxies)]
+            return argv
         if part == "apns":
             argv = [py, "-m", "harness.simulators.apns", "--host", LOOPBACK, "--port", str(port)]
             if self.apns_tls:
@@ -357,6 +367,8 @@ class Stack:
             return _http_ok(control)
         if part == "event-api":
             return _http_ok(f"{info.url}/health")
+        if part == "toxiproxy":
+            return _http_ok(f"{info.url}/proxies/{DEDUP_PROXY}")
         return (self.workdir / f"{part}.ready").exists()
 
     def _tls_ready(self, info: PartInfo) -> bool:
@@ -399,7 +411,27 @@ class Stack:
         previous = self.info.parts.get(part)
         return self._start(part, previous.port if previous else None)
 
+    def _write_proxy_config(self) -> None:
+        """The dedup proxy: workers talk to Redis only through it, so chaos can cut it."""
+        if self.info.dedup_url:
+            listen_port = int(self.info.dedup_url.rsplit(":", 1)[1].split("/")[0])
+        else:
+            listen_port = free_port()
+        redis_port = self.info.parts["redis"].port
+        proxies = [
+            {
+                "name": DEDUP_PROXY,
+                "listen": f"{LOOPBACK}:{listen_port}",
+                "upstream": f"{LOOPBACK}:{redis_port}",
+                "enabled": True,
+            }
+        ]
+        (self.workdir / "proxies.json").write_text(json.dumps(proxies))
+        self.info.dedup_url = f"redis://{LOOPBACK}:{listen_port}/0"
+
     def _start(self, part: str, port: int | None = None) -> PartInfo:
+        if part == "toxiproxy":
+            self._write_proxy_config()
         if port is None and part not in ("fanout-worker", "push-consumer"):
             port = free_port()
         argv = self._argv(part, port)

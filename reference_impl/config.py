@@ -16,7 +16,15 @@ from typing import Any
 CHANNELS = ("push", "email", "in_app", "sms")
 # Deliberate defects, off unless named in config: they exist to prove that the harness catches
 # what a real system gets wrong (each has a test that runs it and expects a failed verdict).
-DEFECTS = ("dedup_fail_open", "delete_before_send", "dedup_key_without_tenant")
+DEFECTS = (
+    "dedup_fail_open",  # a Redis error sends anyway
+    "delete_before_send",  # acknowledge the whole batch on receipt
+    "skip_dedup",  # no dedup check at all ("send and pray")
+    "no_collapse_id",  # pushes carry no collapse id
+    "ignore_retry_after",  # 429s retried on the queue's own schedule, the scope never paused
+    "fallback_no_recheck",  # after recovery, Redis alone decides (fallback keys forgotten)
+    "quiet_hours_in_utc",  # the classic bug: the window compared with UTC wall-clock time
+)
 
 
 class ConfigError(ValueError):

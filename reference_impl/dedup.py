@@ -72,6 +72,7 @@ class FallbackDedup:
         clock: Any,
         errors_to_fallback: int = 3,
         hold_seconds: float = 5.0,
+        recheck: bool = True,
     ) -> None:
         import redis as redis_lib
 
@@ -81,6 +82,7 @@ class FallbackDedup:
         self.clock = clock  # () -> epoch seconds
         self.errors_to_fallback = errors_to_fallback
         self.hold_seconds = hold_seconds
+        self.recheck = recheck
         self._redis_errors = redis_lib.RedisError
         self._consecutive_errors = 0
         self._fallback_until = 0.0
@@ -160,7 +162,7 @@ class FallbackDedup:
                 return self._ddb_claim(key, owner)
             raise
         self._consecutive_errors = 0
-        if claim != "won":
+        if claim != "won" or not self.recheck:
             return claim
         state = self._ddb_state(key)
         if state == "already_sent":

@@ -97,6 +97,7 @@ class PushConsumer:
                 clock=lambda: self.clock().timestamp(),
                 errors_to_fallback=config.dedup_fallback_errors,
                 hold_seconds=config.dedup_fallback_hold_seconds,
+                recheck="fallback_no_recheck" not in config.defects,
             )
         self.gate = gate or ProviderGate(
             config.provider_max_in_flight, config.provider_max_rate_per_s
@@ -183,14 +184,16 @@ class PushConsumer:
                 "notification_id": nid,
             }
             apns_id = str(ULID.from_str(nid).to_uuid())
-            return self.apns.send(device["token"], payload, apns_id, collapse_id=nid)
+            collapse = None if "no_collapse_id" in self.defects else nid
+            return self.apns.send(device["token"], payload, apns_id, collapse_id=collapse)
         message = {
             "token": device["token"],
             "notification": {"title": "New activity", "body": text},
             "data": {"tenant_id": job["tenant_id"], "notification_id": nid},
-            "android": {"collapse_key": nid},
-            "apns": {"headers": {"apns-collapse-id": nid}},
         }
+        if "no_collapse_id" not in self.defects:
+            message["android"] = {"collapse_key": nid}
+            message["apns"] = {"headers": {"apns-collapse-id": nid}}
         project = fcm_project_for(job["recipient_user_id"], self.config.fcm_projects)
         return self.fcm.send(project, message)
 
@@ -211,6 +214,8 @@ class PushConsumer:
         except ValueError:
             window = None
             zone = None  # an unreadable preference fails closed, like an unknown zone
+        if "quiet_hours_in_utc" in self.defects and zone is not None:
+            zone = "UTC"
         decision = decide(self.clock(), zone, window)
         if not decision.send:
             assert decision.release_at is not None
@@ -235,10 +240,9 @@ class PushConsumer:
             if paused > 0:
                 later(paused)  # Retry-After from an earlier answer: do not even try
                 continue
-            key_tenant = "-" if "dedup_key_without_tenant" in self.defects else tenant
-            key = dedup_key(key_tenant, job["notification_id"], f"{user}#{device['device_id']}")
+            key = dedup_key(tenant, job["notification_id"], f"{user}#{device['device_id']}")
             try:
-                claim = self.dedup.claim(key, self.owner)
+                claim = "won" if "skip_dedup" in self.defects else self.dedup.claim(key, self.owner)
             except redis_lib.RedisError:
                 if "dedup_fail_open" not in self.defects:
                     raise
@@ -253,7 +257,7 @@ class PushConsumer:
                 result = self.send(job, device)
             if result.outcome == "retry":
                 self.dedup.release(key, self.owner)
-                if result.retry_after:
+                if result.retry_after and "ignore_retry_after" not in self.defects:
                     self.gate.pause(scope, result.retry_after)
                     later(result.retry_after)
                 else:
@@ -292,6 +296,10 @@ class PushConsumer:
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         failures = []
+        if "delete_before_send" in self.defects:
+            # The defect: acknowledge on receipt, so a crash or a failed send loses the jobs.
+            for record in event.get("Records", []):
+                self.sqs.delete_message(QueueUrl=self.queue, ReceiptHandle=record["receiptHandle"])
         for record in event.get("Records", []):
             try:
                 job = parse_job(record)
@@ -299,9 +307,6 @@ class PushConsumer:
                 self.to_poison(record, str(exc))
                 log.error("poison job %s: %s", record.get("messageId"), exc)
                 continue
-            if "delete_before_send" in self.defects:
-                # The defect: acknowledge first, so a crash or a failed send loses the job.
-                self.sqs.delete_message(QueueUrl=self.queue, ReceiptHandle=record["receiptHandle"])
             try:
                 retry_in = self.deliver(job)
             except redis_lib.RedisError as exc:

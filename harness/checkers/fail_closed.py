@@ -31,7 +31,7 @@ def check(history: pd.DataFrame, grace_s: float = 0.5, fallback: bool = False) -
     )
     counts = {
         "outage_windows": len(windows),
-        "outage_seconds": int(sum(w.stop - w.start for w in windows)),
+        "outage_seconds": round(sum(w.stop - w.start for w in windows)),
         "deliveries_during_outage": int(len(during)),
         "duplicated_across_outage": duplicated_across,
     }

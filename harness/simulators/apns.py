@@ -191,7 +191,8 @@ class ApnsSimulator:
             return outcome.response(self._faulted(outcome, token, answer))
         stamp = self.state.unregistered_at(token)
         if stamp is not None:
-            return answer(410, "Unregistered", {"timestamp": stamp})
+            by = self.state.unregistered_by(token)
+            return answer(410, "Unregistered", {"timestamp": stamp}, fault=by)
         return answer(200, None)
 
     def _faulted(self, outcome: Outcome, token: str, answer: Callable[..., Response]) -> Response:

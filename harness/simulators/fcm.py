@@ -106,6 +106,7 @@ class _Reject(Exception):
         super().__init__(reason)
         self.response = response
         self.reason = reason
+        self.fault: str | None = None
 
 
 def _invalid(message: str, *, fcm: bool = True, field: str | None = None) -> _Reject:
@@ -328,9 +329,9 @@ class FcmSimulator:
             token = message.get("token")
             if validate_only or not self.state.faults.active:
                 if isinstance(token, str) and self.state.unregistered_at(token) is not None:
-                    raise _Unregistered()
+                    raise _Unregistered(self.state.unregistered_by(token))
         except _Reject as reject:
-            record(reject.response.status, reject.reason)
+            record(reject.response.status, reject.reason, fault=reject.fault)
             return reject.response
         if validate_only:
             record(200, "VALIDATE_ONLY", delivered=False)
@@ -383,11 +384,12 @@ def _fault_reason(fault: Fault) -> str:
 
 
 class _Unregistered(_Reject):
-    def __init__(self) -> None:
+    def __init__(self, fault: str | None = None) -> None:
         super().__init__(
             google_error(404, "Requested entity was not found.", fcm_error="UNREGISTERED"),
             "UNREGISTERED",
         )
+        self.fault = fault
 
 
 def _sent(project: str | None) -> Response:

@@ -5,7 +5,7 @@ Faults (``params``):
 * ``duplicate_delivery`` ``{"p": 0.1}``: a received message is handed out and also stays
   visible, so it is delivered again; the receipt handle of the first copy no longer deletes it
   (as with a real duplicate, only the latest receipt counts).
-* ``visibility_expiry`` ``{"p": 1.0}``: when the fault starts, each in-flight message becomes
+* ``visibility_expiry`` ``{"p": 1.0}`` (p defaults to 1): when the fault starts, each in-flight message becomes
   visible now with probability p; while it is active, each message received becomes visible
   again at once with probability p (its receipt handle stays valid).
 * ``lost_delete`` ``{"p": 0.5}``: DeleteMessage(Batch) answers success but the message stays
@@ -53,6 +53,8 @@ def validate(fault: str, params: dict[str, Any] | None) -> dict[str, Any]:
         if isinstance(ms, bool) or not isinstance(ms, int | float) or not 0 <= ms <= 60_000:
             raise ValueError("latency: params.ms must be a number of milliseconds (0..60000)")
         return {"ms": ms}
+    if fault == "visibility_expiry":
+        params.setdefault("p", 1.0)
     p = _probability(params, fault)
     if fault == "errors":
         kind = params.get("kind", "throttling")

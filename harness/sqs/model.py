@@ -105,6 +105,7 @@ SYSTEM_ATTRIBUTE_NAMES = frozenset(
     }
 )
 
+_NO_ATTRIBUTES: dict[str, dict[str, Any]] = {}  # shared by messages without attributes
 _QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _BATCH_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _ATTRIBUTE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
@@ -1020,8 +1021,8 @@ class SqsModel:
         return Message(
             self._new_id(),
             body,
-            dict(entry.attributes),
-            dict(entry.system_attributes),
+            dict(entry.attributes) if entry.attributes else _NO_ATTRIBUTES,
+            dict(entry.system_attributes) if entry.system_attributes else _NO_ATTRIBUTES,
             self.clock(),
             size,
         )

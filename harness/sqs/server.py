@@ -138,7 +138,7 @@ class SqsEndpoint:
         if duration is not None:
             loop = asyncio.get_running_loop()
             self._timers[active.id] = loop.call_later(float(duration), self._stop, active.id)
-        return json_response(201, {"id": active.id, "window": active.window(), "expired": expired})
+        return json_response(200, {"id": active.id, "window": active.window(), "expired": expired})
 
     def _stop(self, fault_id: str) -> ActiveFault | None:
         timer = self._timers.pop(fault_id, None)
