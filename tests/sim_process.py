@@ -55,6 +55,23 @@ class Sim:
         assert status == 200
         return body["rows"]
 
+    def reset(self) -> None:
+        assert self.control("POST", "/_sim/reset") == (200, {"ok": True})
+
+    def start_fault(self, fault: str, params: dict | None = None, seed: int | None = None) -> dict:
+        """Start a fault (``POST /_sim/faults``); returns its descriptor (with ``id``)."""
+        body: dict = {"fault": fault, "params": params or {}}
+        if seed is not None:
+            body["seed"] = seed
+        status, answer = self.control("POST", "/_sim/faults", body)
+        assert status == 200, answer
+        return answer
+
+    def stop_fault(self, fault_id: str) -> dict:
+        status, window = self.control("DELETE", f"/_sim/faults/{fault_id}")
+        assert status == 200, window
+        return window
+
 
 def read_line(proc: subprocess.Popen[str], timeout: float) -> str:
     assert proc.stdout is not None

@@ -363,6 +363,10 @@ def test_ledger_and_reset(tmp_path: Path) -> None:
                 "status",
                 "reason",
                 "apns_id",
+                "delivered",
+                "fault",
+                "retry_after",
+                "collapse_id",
             }
             assert client.get("/_sim/ledger?since=3").json() == {"rows": [], "next": 3}
             client.post("/_sim/tokens/unregistered", json={"tokens": [token]})
