@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pandas as pd
 
 from chaos.faults import ChaosTargets, make_fault
 from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
@@ -99,7 +100,7 @@ class Collector:
             rows = control.new_rows()
             self.history.extend_provider(rows)
             for row in rows:
-                if row["status"] == 200:
+                if row.get("delivered", row["status"] == 200):
                     self.delivered.add((row["tenant_id"], row["notification_id"], row["token"]))
             added += len(rows)
         self.rows += added
@@ -126,9 +127,18 @@ def wait_for_outcome(
     info: StackInfo,
     deadline: float,
     progress: Progress,
+    release_by: float = 0.0,
     quiet_seconds: float = 2.0,
-) -> bool:
-    """Wait until every expected delivery is seen and the system is quiet; False on timeout."""
+    settle_seconds: float = 5.0,
+) -> str:
+    """Wait for the outcome, on conditions only. Returns:
+
+    * ``complete``: every expected delivery seen, the push queue idle, the ledgers quiet;
+    * ``settled``: not all seen, but nothing more can come: every quiet-hours window the
+      oracle knows of has ended (``release_by``, epoch), the queue holds nothing visible or in
+      flight, and the ledgers have been still for ``settle_seconds`` (a lost job never returns);
+    * ``timeout``: the deadline passed first.
+    """
     last_report = 0.0
     last_change = time.monotonic()
     while time.monotonic() < deadline:
@@ -139,12 +149,16 @@ def wait_for_outcome(
         if now - last_report >= 5:
             progress("wait", f"{done}/{len(expected)} expected deliveries seen")
             last_report = now
-        if done == len(expected) and now - last_change >= quiet_seconds:
-            if _push_queue_busy(info) == 0:
+        still = now - last_change
+        if still >= quiet_seconds and _push_queue_busy(info) == 0:
+            if done == len(expected):
                 collector.poll()
-                return True
+                return "complete"
+            if time.time() >= release_by and still >= settle_seconds:
+                collector.poll()
+                return "settled"
         time.sleep(0.2)
-    return False
+    return "timeout"
 
 
 def _chaos_targets(stack: Stack, info: StackInfo) -> ChaosTargets:
@@ -264,19 +278,26 @@ def execute(
         progress("inject", f"{len(injected)} events accepted, {len(expected)} deliveries expected")
         collector = Collector(history, [apns, fcm])
         deadline = time.monotonic() + scenario.timeout_seconds
+        last_window_end = expectation.deliveries["quiet_until"].max()
+        release_by = (0.0 if pd.isna(last_window_end) else float(last_window_end)) + 1.0
         nemesis.wait(max(0.0, deadline - time.monotonic()))
-        finished = wait_for_outcome(collector, expected, info, deadline, progress)
-        history.append("phase", detail="settled" if finished else "timeout")
-        progress(
-            "collect",
-            f"{collector.rows} provider requests recorded"
-            + ("" if finished else f" (timed out after {scenario.timeout_seconds:.0f}s)"),
-        )
+        outcome = wait_for_outcome(collector, expected, info, deadline, progress, release_by)
         undone = nemesis.rollback()
         if undone:
             progress("rollback", f"undid {', '.join(undone)}")
         for rollback in scenario.rollbacks:
-            progress("rollback", f"{rollback.name}: {_redrive_all(info)}")
+            result = _redrive_all(info)
+            progress("rollback", f"{rollback.name}: {result}")
+            if not result.startswith("moved 0 "):
+                outcome = wait_for_outcome(
+                    collector, expected, info, deadline, progress, release_by
+                )
+        history.append("phase", detail=outcome)
+        progress(
+            "collect",
+            f"{collector.rows} provider requests recorded ({outcome}"
+            + (f" after {scenario.timeout_seconds:.0f}s)" if outcome == "timeout" else ")"),
+        )
         collector.poll()
         errors += nemesis.errors
         evidence = Evidence(population, expectation, history.frame(), scenario.reference)

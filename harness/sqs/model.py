@@ -144,6 +144,10 @@ ERROR_SHAPES: dict[str, tuple[str, int]] = {
 }
 
 
+def queue_arn(name: str) -> str:
+    return f"arn:aws:sqs:{REGION}:{ACCOUNT_ID}:{name}"
+
+
 class SqsError(Exception):
     """An SQS error: ``shape`` is the JSON ``__type``; ``code`` the query-compatible code."""
 
@@ -357,7 +361,7 @@ class Queue:
 
     def __init__(self, name: str, created_at: float) -> None:
         self.name = name
-        self.arn = f"arn:aws:sqs:{REGION}:{ACCOUNT_ID}:{name}"
+        self.arn = queue_arn(name)
         self.created_at = created_at
         self.modified_at = created_at
         self.ints: dict[str, int] = {k: v[2] for k, v in INT_ATTRIBUTES.items()}
@@ -720,47 +724,47 @@ class SqsModel:
 
     # -- queue management ---------------------------------------------------------------------
     def _parse_attributes(
-        self, queue: Queue | None, attributes: Mapping[str, Any], creating: bool
+        self, queue_name: str, attributes: Mapping[str, Any], creating: bool
     ) -> tuple[dict[str, int], dict[str, str], tuple[str, int] | None | bool]:
         """Validate queue attributes. Returns (ints, strings, redrive) where redrive is False
         when RedrivePolicy is not being set, None when it is being removed."""
         ints: dict[str, int] = {}
         strings: dict[str, str] = {}
         redrive: tuple[str, int] | None | bool = False
-        for name, raw in attributes.items():
-            if name in FIFO_ATTRIBUTES:
-                if name == "FifoQueue" and str(raw).lower() == "false" and creating:
+        for attr, raw in attributes.items():
+            if attr in FIFO_ATTRIBUTES:
+                if attr == "FifoQueue" and str(raw).lower() == "false" and creating:
                     continue
                 raise SqsError(
                     "UnsupportedOperation",
                     "FIFO queues are not supported by this endpoint (Standard queues only).",
                 )
-            if name not in SETTABLE_ATTRIBUTES:
-                raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+            if attr not in SETTABLE_ATTRIBUTES:
+                raise SqsError("InvalidAttributeName", f"Unknown Attribute {attr}.")
             value = "" if raw is None else str(raw)
-            if name in INT_ATTRIBUTES:
-                low, high, _ = INT_ATTRIBUTES[name]
+            if attr in INT_ATTRIBUTES:
+                low, high, _ = INT_ATTRIBUTES[attr]
                 number = _as_int(value)
                 if number is None or not low <= number <= high:
                     raise SqsError(
-                        "InvalidAttributeValue", f"Invalid value for the parameter {name}."
+                        "InvalidAttributeValue", f"Invalid value for the parameter {attr}."
                     )
-                ints[name] = number
-            elif name == "RedrivePolicy":
-                redrive = None if value == "" else self._parse_redrive(queue, value)
-            elif name == "RedriveAllowPolicy":
-                strings[name] = self._parse_redrive_allow(value) if value else ""
-            elif name == "SqsManagedSseEnabled":
+                ints[attr] = number
+            elif attr == "RedrivePolicy":
+                redrive = None if value == "" else self._parse_redrive(queue_name, value)
+            elif attr == "RedriveAllowPolicy":
+                strings[attr] = self._parse_redrive_allow(value) if value else ""
+            elif attr == "SqsManagedSseEnabled":
                 if value.lower() not in ("true", "false"):
                     raise SqsError(
-                        "InvalidAttributeValue", f"Invalid value for the parameter {name}."
+                        "InvalidAttributeValue", f"Invalid value for the parameter {attr}."
                     )
-                strings[name] = value.lower()
+                strings[attr] = value.lower()
             else:
-                strings[name] = value
+                strings[attr] = value
         return ints, strings, redrive
 
-    def _parse_redrive(self, queue: Queue | None, value: str) -> tuple[str, int]:
+    def _parse_redrive(self, name: str, value: str) -> tuple[str, int]:
         def bad(reason: str) -> SqsError:
             return invalid_parameter(
                 f"Value {value} for parameter RedrivePolicy is invalid. Reason: {reason}"
@@ -790,7 +794,7 @@ class SqsModel:
         if allow:
             rules = json.loads(allow)
             permission = rules.get("redrivePermission")
-            source_arn = queue.arn if queue is not None else None
+            source_arn = queue_arn(name)
             if permission == "denyAll" or (
                 permission == "byQueue" and source_arn not in rules.get("sourceQueueArns", [])
             ):
@@ -860,7 +864,7 @@ class SqsModel:
         attributes = dict(attributes or {})
         now = self.clock()
         existing = self.queues.get(name)
-        ints, strings, redrive = self._parse_attributes(existing, attributes, creating=True)
+        ints, strings, redrive = self._parse_attributes(name, attributes, creating=True)
         if existing is not None:
             current = self.queue_attributes(name, ["All"])
             for key, raw in attributes.items():
@@ -968,7 +972,7 @@ class SqsModel:
 
     def set_queue_attributes(self, name: str, attributes: Mapping[str, Any]) -> None:
         queue = self.queue(name)
-        ints, strings, redrive = self._parse_attributes(queue, attributes, creating=False)
+        ints, strings, redrive = self._parse_attributes(name, attributes, creating=False)
         self._apply_attributes(queue, ints, strings, redrive)
         queue.modified_at = self.clock()
 

@@ -1,0 +1,130 @@
+"""Every shipped chaos scenario passes on the reference implementation, and a deliberately
+broken variant of each is caught: the harness reports the violation with counts and exits 1.
+
+These are whole runs (own stack, population, load, faults, checkers), through the CLI as a
+user runs them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import run_cli
+
+from harness.scenarios import SCENARIO_DIR
+
+pytestmark = pytest.mark.integration
+
+CHAOS = (
+    "memorydb-outage",
+    "memorydb-outage-fallback",
+    "apns-429-storm",
+    "sqs-redelivery",
+    "consumer-crash",
+    "dedup-failover",
+    "dedup-failover-volatile",
+)
+
+
+def _run(scenario: str, out: Path) -> tuple[int, dict, str]:
+    result = run_cli("run", scenario, "--seed", "7", "--out", str(out), timeout=400)
+    runs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(runs) == 1, result.stdout + result.stderr
+    summary = json.loads((runs[0] / "summary.json").read_text())
+    return result.returncode, summary, result.stdout + result.stderr
+
+
+def _variant(tmp_path: Path, name: str, defects: list[str] | None = None, **config) -> Path:
+    data = yaml.safe_load((SCENARIO_DIR / f"{name}.yaml").read_text())
+    configuration = data.setdefault("configuration", {})
+    if defects:
+        configuration.setdefault("reference", {})["defects"] = defects
+    configuration.update(config)
+    path = tmp_path / f"{name}-broken.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("scenario", CHAOS)
+def test_shipped_scenario_passes_on_the_reference(scenario, tmp_path):
+    code, summary, output = _run(scenario, tmp_path)
+    assert code == 0, output
+    assert summary["verdict"] == "pass"
+    assert summary["error"] is None
+    once = summary["checkers"]["effectively_once"]
+    assert once["expected"] > 0 and once["lost"] == 0
+
+
+def _failed(summary: dict, checker: str) -> dict:
+    assert summary["verdict"] == "fail"
+    result = summary["checkers"][checker]
+    assert result["valid"] is False, result
+    return result
+
+
+def test_dedup_fail_open_is_caught_by_fail_closed(tmp_path):
+    code, summary, _ = _run(
+        str(_variant(tmp_path, "memorydb-outage", ["dedup_fail_open"])), tmp_path / "out"
+    )
+    assert code == 1
+    assert _failed(summary, "fail_closed")["deliveries_during_outage"] > 0
+
+
+def test_fallback_without_recheck_duplicates_across_the_outage(tmp_path):
+    path = _variant(tmp_path, "memorydb-outage-fallback", ["fallback_no_recheck"])
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    assert _failed(summary, "effectively_once")["visible_duplicates"] > 0
+
+
+def test_ignoring_retry_after_is_caught_by_backpressure(tmp_path):
+    code, summary, _ = _run(
+        str(_variant(tmp_path, "apns-429-storm", ["ignore_retry_after"])), tmp_path / "out"
+    )
+    assert code == 1
+    assert _failed(summary, "backpressure")["requests_inside_retry_after"] > 0
+
+
+def test_no_collapse_id_shows_accepted_then_5xx_twice(tmp_path):
+    code, summary, _ = _run(
+        str(_variant(tmp_path, "apns-429-storm", ["no_collapse_id"])), tmp_path / "out"
+    )
+    assert code == 1
+    assert _failed(summary, "effectively_once")["visible_duplicates"] > 0
+
+
+def test_skipping_dedup_is_caught_under_sqs_redelivery(tmp_path):
+    code, summary, _ = _run(
+        str(_variant(tmp_path, "sqs-redelivery", ["skip_dedup"])), tmp_path / "out"
+    )
+    assert code == 1
+    assert _failed(summary, "effectively_once")["duplicated"] > 0
+
+
+def test_delete_before_send_loses_jobs_in_a_crash(tmp_path):
+    code, summary, _ = _run(
+        str(_variant(tmp_path, "consumer-crash", ["delete_before_send"])), tmp_path / "out"
+    )
+    assert code == 1
+    assert _failed(summary, "effectively_once")["lost"] > 0
+
+
+def test_a_volatile_dedup_store_duplicates_after_a_crash(tmp_path):
+    # dedup-failover on the ElastiCache model (no persistence) and the strict hypothesis.
+    code, summary, _ = _run(
+        str(_variant(tmp_path, "dedup-failover", durable_redis=False)), tmp_path / "out"
+    )
+    assert code == 1
+    result = _failed(summary, "effectively_once")
+    assert result["duplicated"] > 0 and result["duplicates_per_million"] > 0
+
+
+def test_quiet_hours_in_utc_is_caught_in_the_smoke_run(tmp_path):
+    code, summary, _ = _run(
+        str(_variant(tmp_path, "smoke", ["quiet_hours_in_utc"])), tmp_path / "out"
+    )
+    assert code == 1
+    assert _failed(summary, "quiet_hours")["delivered_inside_window"] > 0
