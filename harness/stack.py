@@ -41,6 +41,7 @@ PARTS = (
     "toxiproxy",
     "dynamodb",
     "kinesis",
+    "sqs",
     "aws",
     "apns",
     "fcm",
@@ -48,7 +49,7 @@ PARTS = (
     "fanout-worker",
     "push-consumer",
 )
-INFRA_PARTS = PARTS[:7]
+INFRA_PARTS = PARTS[:8]
 WORKER_PARTS = ("event-api", "fanout-worker", "push-consumer")
 
 
@@ -127,7 +128,7 @@ class StackInfo:
         return cls(parts=parts, **data)
 
     def aws_client(self, service: str) -> Any:
-        endpoint = {"dynamodb": "dynamodb", "kinesis": "kinesis"}.get(service, "aws")
+        endpoint = {"dynamodb": "dynamodb", "kinesis": "kinesis", "sqs": "sqs"}.get(service, "aws")
         return boto3.session.Session().client(
             service, region_name=REGION, endpoint_url=self.url(endpoint), **AWS_KEYS
         )
@@ -242,7 +243,7 @@ class Stack:
             "region": REGION,
             "dynamodb_endpoint": parts["dynamodb"].url,
             "kinesis_endpoint": parts["kinesis"].url,
-            "sqs_endpoint": parts["aws"].url,
+            "sqs_endpoint": parts["sqs"].url,
             **AWS_KEYS,
             "redis_url": self.info.dedup_url or parts["redis"].url,
             "apns_url": apns.url,
@@ -295,6 +296,8 @@ class Stack:
             ]
         if part == "aws":
             return [py, "-m", "moto.server", "-H", LOOPBACK, "-p", str(port)]
+        if part == "sqs":
+            return [py, "-m", "harness.sqs", "--host", LOOPBACK, "--port", str(port)]
         if part == "toxiproxy":
             argv = [py, "-m", "chaos.toxiproxy", "--host", LOOPBACK, "--port", str(port)]
             proxies = self.workdir / "proxies.json"
@@ -346,6 +349,8 @@ class Stack:
                 return bool(redis.Redis.from_url(info.url or "", socket_timeout=1).ping())
             except redis.RedisError:
                 return False
+        if part == "sqs":
+            return _http_ok(f"{info.url}/_sqs/health")
         if part in ("dynamodb", "kinesis", "aws"):
             service = {"dynamodb": "dynamodb", "kinesis": "kinesis", "aws": "sqs"}[part]
             try:

@@ -1,0 +1,115 @@
+"""fail_closed, dead_tokens and backpressure over hand-built histories: each must be able to fail."""
+
+from __future__ import annotations
+
+import json
+
+from harness.checkers import backpressure, dead_tokens, fail_closed
+from harness.history import History
+
+
+def _fault(history, name, start, stop, window="w1"):
+    for phase, at in (("start", start), ("stop", stop)):
+        detail = {"window": window, "fault": name, "phase": phase, "params": {}}
+        history.append("fault", time=at, detail=json.dumps(detail))
+
+
+def _request(
+    history,
+    at,
+    token="t1",
+    status=200,
+    provider="apns",
+    reason=None,
+    retry_after=None,
+    nid="n1",
+    project=None,
+):
+    history.extend_provider(
+        [
+            {
+                "received_at": at,
+                "tenant_id": "acme",
+                "notification_id": nid,
+                "token": token,
+                "provider": provider,
+                "project": project,
+                "status": status,
+                "reason": reason,
+                "delivered": status == 200,
+                "retry_after": retry_after,
+            }
+        ]
+    )
+
+
+def test_fail_closed_flags_a_delivery_inside_an_outage():
+    history = History()
+    _fault(history, "dedup-outage", 100.0, 110.0)
+    _request(history, 99.0, nid="before")
+    _request(history, 100.2, nid="in-grace")  # decided just before the outage began
+    _request(history, 111.0, nid="after")
+    verdict = fail_closed.check(history.frame(), grace_s=0.5)
+    assert verdict.valid
+    _request(history, 105.0, nid="inside")
+    verdict = fail_closed.check(history.frame(), grace_s=0.5)
+    assert not verdict.valid
+    assert verdict.counts["deliveries_during_outage"] == 1
+    assert verdict.counts["outage_windows"] == 1
+
+
+def test_fail_closed_with_fallback_counts_duplicates_across_the_outage():
+    history = History()
+    _fault(history, "dedup-outage", 100.0, 110.0)
+    _request(history, 105.0, nid="decided-by-fallback")
+    assert fail_closed.check(history.frame(), fallback=True).valid
+    _request(history, 115.0, nid="decided-by-fallback")  # sent again after recovery
+    verdict = fail_closed.check(history.frame(), fallback=True)
+    assert not verdict.valid
+    assert verdict.counts["duplicated_across_outage"] == 1
+
+
+def test_fail_closed_without_any_outage_is_not_a_pass():
+    history = History()
+    _request(history, 1.0)
+    assert not fail_closed.check(history.frame()).valid
+
+
+def test_dead_tokens_flags_sends_after_410_or_unregistered():
+    history = History()
+    _request(history, 10.0, token="dead", status=410, reason="Unregistered")
+    _request(history, 10.5, token="dead", status=410, reason="Unregistered", nid="n2")  # in flight
+    _request(history, 11.0, token="fcm-dead", provider="fcm", status=404, reason="UNREGISTERED")
+    assert dead_tokens.check(history.frame(), grace_s=1.0).valid
+    _request(history, 20.0, token="dead", status=410, reason="Unregistered", nid="n3")
+    _request(
+        history, 30.0, token="fcm-dead", provider="fcm", status=404, reason="UNREGISTERED", nid="n4"
+    )
+    verdict = dead_tokens.check(history.frame(), grace_s=1.0)
+    assert not verdict.valid
+    assert verdict.counts == {"dead_tokens": 2, "sends_after_dead": 2}
+
+
+def test_backpressure_flags_requests_inside_retry_after_per_scope():
+    history = History()
+    _request(history, 10.0, status=429, retry_after=2.0, nid="a")
+    _request(history, 10.1, nid="in-flight")  # within the slack
+    _request(history, 12.5, nid="after")
+    _request(history, 11.0, provider="fcm", project="p0", nid="other-scope")
+    verdict = backpressure.check(history.frame(), slack_s=0.3)
+    assert verdict.valid, verdict
+    _request(history, 11.0, nid="ignored")
+    verdict = backpressure.check(history.frame(), slack_s=0.3)
+    assert not verdict.valid
+    assert verdict.counts["requests_inside_retry_after"] == 1
+
+
+def test_backpressure_rate_cap():
+    history = History()
+    for i in range(12):
+        _request(history, 50.0 + i / 100, nid=f"n{i}")
+    assert backpressure.check(history.frame(), cap_per_s=20).valid
+    verdict = backpressure.check(history.frame(), cap_per_s=10)
+    assert not verdict.valid
+    assert verdict.counts["seconds_over_cap"] == 1
+    assert verdict.counts["peak_requests_per_s"] == 12
