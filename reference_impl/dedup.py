@@ -60,8 +60,9 @@ class FallbackDedup:
       ``hold_seconds``; fewer errors fail closed (the caller does not send and does not ack).
     * While Redis is healthy, a won Redis claim is checked against the fallback table, so a key
       written there during an outage still dedups after Redis returns.
-    * A 'sent' mark that Redis refuses is written to the fallback table instead, closing the
-      race of a send that completed just as Redis went away.
+    * Every 'sent' mark is also written to the fallback table (write-through): a job sent just
+      before an outage and redelivered during it is then deduplicated by the fallback too. That
+      doubles the dedup writes of the channels that use it: the price of a durable second store.
     """
 
     def __init__(
@@ -174,13 +175,12 @@ class FallbackDedup:
         return "won"
 
     def mark_sent(self, key: str) -> None:
+        self._ddb_mark_sent(key)
         if not self.in_fallback:
             try:
                 self.primary.mark_sent(key)
-                return
             except self._redis_errors:
                 self._redis_failed()
-        self._ddb_mark_sent(key)
 
     def release(self, key: str, owner: str) -> None:
         from botocore.exceptions import ClientError

@@ -201,3 +201,51 @@ def test_quiet_hours_fails_on_any_delivery_to_a_user_quiet_all_run():
     verdict = quiet_hours.check(population, expectation, history.frame())
     assert verdict.counts["delivered_inside_window"] == 1
     assert not verdict.valid
+
+
+def _deliver_with_collapse(history, rows, collapse):
+    history.extend_provider(
+        [
+            {
+                "received_at": 2.0,
+                "tenant_id": r.tenant_id,
+                "notification_id": r.notification_id,
+                "token": r.token,
+                "provider": "apns",
+                "project": None,
+                "status": 500,  # accepted, then answered 5xx
+                "delivered": True,
+                "reason": "InternalServerError",
+                "collapse_id": collapse(r),
+            }
+            for r in rows
+        ]
+    )
+
+
+def test_a_redelivery_with_the_same_collapse_id_is_collapsed_not_visible():
+    population = _population()
+    history = _history_with_injection(population)
+    expectation = _expectation(population, history)
+    rows = list(expectation.deliveries.itertuples())
+    _deliver_with_collapse(history, rows, lambda r: r.notification_id)
+    _deliver_with_collapse(history, rows[:2], lambda r: r.notification_id)
+    verdict = effectively_once.check(expectation, history.frame())
+    assert verdict.valid
+    assert verdict.counts["duplicated"] == 2
+    assert verdict.counts["collapsed"] == 2
+    assert verdict.counts["visible_duplicates"] == 0
+    # A scenario that gates on the raw count still fails.
+    assert not effectively_once.check(expectation, history.frame(), max_duplicated=0).valid
+
+
+def test_a_redelivery_without_collapse_id_is_a_visible_duplicate():
+    population = _population()
+    history = _history_with_injection(population)
+    expectation = _expectation(population, history)
+    rows = list(expectation.deliveries.itertuples())
+    _deliver_with_collapse(history, rows, lambda r: None)
+    _deliver_with_collapse(history, rows[:1], lambda r: None)
+    verdict = effectively_once.check(expectation, history.frame())
+    assert not verdict.valid
+    assert verdict.counts["visible_duplicates"] == 1

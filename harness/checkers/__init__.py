@@ -36,6 +36,9 @@ def run_probe(name: str, tolerance: dict[str, Any], evidence: Evidence) -> Verdi
             history,
             max_visible_duplicates=int(tolerance.get("max_visible_duplicates", 0)),
             max_lost=int(tolerance.get("max_lost", 0)),
+            max_duplicated=(
+                int(tolerance["max_duplicated"]) if "max_duplicated" in tolerance else None
+            ),
         )
     if name == "quiet_hours":
         return quiet_hours.check(

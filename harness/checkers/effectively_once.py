@@ -7,7 +7,8 @@ quiet hours, a dead token, another tenant's device, an id never injected) counts
 ``duplicated`` counts every delivery beyond the first. Of those, ``collapsed`` carried the same
 collapse id as the first (APNs ``apns-collapse-id``, FCM ``collapse_key``): the device shows
 them as one notification. ``visible_duplicates`` = duplicated - collapsed is what a user sees,
-and what the verdict gates on; both figures are reported so the raw rate stays honest.
+and what the verdict gates on by default; a scenario may also gate on the raw count
+(``max_duplicated``), and both figures are always reported so the raw rate stays honest.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def check(
     history: pd.DataFrame,
     max_visible_duplicates: int = 0,
     max_lost: int = 0,
+    max_duplicated: int | None = None,
 ) -> Verdict:
     """Tolerances default to none: a scenario may accept a residual (e.g. a volatile dedup
     store losing its keys in a crash) and still see the figure reported."""
@@ -62,10 +64,19 @@ def check(
     suppressed = {f"suppressed_{k}": int(v) for k, v in sorted(expectation.suppressed.items())}
     examples = {
         "duplicates_per_million": round(duplicate_rate, 1),
-        "tolerance": {"max_visible_duplicates": max_visible_duplicates, "max_lost": max_lost},
+        "tolerance": {
+            "max_visible_duplicates": max_visible_duplicates,
+            "max_lost": max_lost,
+            "max_duplicated": max_duplicated,
+        },
         "lost_examples": merged[merged["_merge"] == "left_only"][KEY].head(5).to_dict("records"),
         "duplicate_examples": both[both["n"] > 1][KEY + ["n"]].head(5).to_dict("records"),
         "unexpected_examples": unexpected_rows[KEY].head(5).to_dict("records"),
     }
-    valid = visible_duplicates <= max_visible_duplicates and lost <= max_lost and unexpected == 0
+    valid = (
+        visible_duplicates <= max_visible_duplicates
+        and lost <= max_lost
+        and unexpected == 0
+        and (max_duplicated is None or duplicated <= max_duplicated)
+    )
     return Verdict("effectively_once", valid, {**counts, **suppressed}, examples)
