@@ -37,7 +37,6 @@ import asyncio
 import json
 import os
 import random
-import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -59,6 +58,7 @@ from harness.simulators.http_server import (
     Response,
     server_port,
     start_server,
+    stop_on_signals,
 )
 
 #: the Toxiproxy release whose API this implements
@@ -430,16 +430,9 @@ async def _serve(host: str, port: int, config: Path | None, seed: int | None) ->
                 await server.populate(json.loads(config.read_text()))
             except (ApiError, OSError, ValueError) as exc:
                 raise ConfigError(f"config {config}: {exc}") from exc
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        print(f"toxiproxy listening on {server.url}", flush=True)
-        try:
+        with stop_on_signals() as stop:
+            print(f"toxiproxy listening on {server.url}", flush=True)
             await stop.wait()
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
     finally:
         await server.close()
 

@@ -36,6 +36,7 @@ import sys
 import time
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -823,6 +824,23 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
+@contextmanager
+def stop_on_signals() -> Iterator[asyncio.Event]:
+    """An event set by SIGTERM or SIGINT while the block runs (the foreground servers' stop).
+
+    Install it before announcing readiness, so a signal right after the announcement is a clean
+    stop rather than the default handler's kill."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        yield stop
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
 async def _serve_until_signalled(
     name: str,
     handler: Handler,
@@ -832,20 +850,15 @@ async def _serve_until_signalled(
 ) -> None:
     registry = ConnectionRegistry()
     server = await start_server(handler, host, port, ssl_context, registry=registry)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     scheme = "https" if ssl_context is not None else "http"
-    print(
-        f"{name} simulator listening on {scheme}://{_url_host(host)}:{server_port(server)}",
-        flush=True,
-    )
     try:
-        await stop.wait()
+        with stop_on_signals() as stop:
+            print(
+                f"{name} simulator listening on {scheme}://{_url_host(host)}:{server_port(server)}",
+                flush=True,
+            )
+            await stop.wait()
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
         server.close()
         registry.close_all()
         await server.wait_closed()

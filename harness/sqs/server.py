@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import logging
 import random
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from harness.simulators.http_server import (
     json_response,
     server_port,
     start_server,
+    stop_on_signals,
 )
 from harness.sqs.faults import ActiveFault, FaultState
 from harness.sqs.model import SqsModel
@@ -172,16 +172,11 @@ async def serve(host: str, port: int, seed: int | None = None) -> None:
     """Serve until SIGTERM/SIGINT. Raises PortInUseError when the port is taken."""
     endpoint = SqsEndpoint(seed=seed)
     server, registry = await endpoint.start(host, port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"sqs endpoint listening on {endpoint.protocol.base_url}", flush=True)
     try:
-        await stop.wait()
+        with stop_on_signals() as stop:
+            print(f"sqs endpoint listening on {endpoint.protocol.base_url}", flush=True)
+            await stop.wait()
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
         server.close()
         registry.close_all()
         await server.wait_closed()
