@@ -56,6 +56,10 @@ def test_shipped_scenario_passes_on_the_reference(scenario, tmp_path):
     assert summary["error"] is None
     once = summary["checkers"]["effectively_once"]
     assert once["expected"] > 0 and once["lost"] == 0
+    # The raw duplicate rate is always reported, also where collapse ids hide duplicates.
+    assert once["duplicates_per_million"] == pytest.approx(
+        once["duplicated"] / once["delivered"] * 1_000_000, abs=0.1
+    )
 
 
 def _failed(summary: dict, checker: str) -> dict:
@@ -129,3 +133,12 @@ def test_quiet_hours_in_utc_is_caught_in_the_smoke_run(tmp_path):
     )
     assert code == 1
     assert _failed(summary, "quiet_hours")["delivered_inside_window"] > 0
+
+
+def test_delete_before_send_loses_jobs_when_the_volatile_store_crashes(tmp_path):
+    # The volatile scenario tolerates duplicates, never losses: acknowledging on receipt turns
+    # the crash's fail-closed retries into lost notifications.
+    path = _variant(tmp_path, "dedup-failover-volatile", ["delete_before_send"])
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    assert _failed(summary, "effectively_once")["lost"] > 0
