@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--throughput-batches", type=int, default=300)
     parser.add_argument("--moto-depth", type=int, default=10_000)
     parser.add_argument("--moto-samples", type=int, default=15)
-    parser.add_argument("--moto-fill-budget", type=float, default=180.0, help="seconds")
+    parser.add_argument("--moto-fill-budget", type=float, default=1500.0, help="seconds")
     parser.add_argument("--moto-measure-budget", type=float, default=60.0, help="seconds")
     parser.add_argument("--skip-moto", action="store_true")
     args = parser.parse_args(argv)
