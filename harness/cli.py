@@ -118,6 +118,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def cmd_dlq(args: argparse.Namespace) -> int:
+    """Redrive (or count) the dead-letter queues of the stack in the stack file."""
+    from harness.dlq import redrive
+    from reference_impl.config import CHANNELS, Config
+
+    path = Path(args.stack_file) if args.stack_file else stack_file_path()
+    try:
+        info = StackInfo.read(path)
+    except StackError as exc:
+        return _error(str(exc))
+    config = Config.load(info.reference_config)
+    sqs = info.aws_client("sqs")
+    channels = [args.channel] if args.channel else list(CHANNELS)
+    for channel in channels:
+        source = sqs.get_queue_url(QueueName=config.queue_name(channel))["QueueUrl"]
+        dlq = sqs.get_queue_url(QueueName=config.queue_name(channel, "-dlq"))["QueueUrl"]
+        if args.action == "redrive":
+            print(f"{channel}: moved {redrive(sqs, dlq, source)} message(s) back to {source}")
+        else:
+            attrs = sqs.get_queue_attributes(
+                QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"]
+            )["Attributes"]
+            print(f"{channel}: {attrs['ApproximateNumberOfMessages']} message(s) in {dlq}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m harness",
@@ -139,6 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls", action="store_true", help="apns: TLS with a generated certificate")
     serve.add_argument("--config", help="reference workers: config JSON")
     serve.set_defaults(func=cmd_serve)
+
+    dlq = sub.add_parser("dlq", help="count or redrive the dead-letter queues of a stack")
+    dlq.add_argument("action", choices=["redrive", "depth"])
+    dlq.add_argument("--channel", choices=["push", "email", "in_app", "sms"])
+    dlq.add_argument("--stack-file", help="default: .stack/stack.json or $HARNESS_STACK_FILE")
+    dlq.set_defaults(func=cmd_dlq)
 
     run = sub.add_parser("run", help="run a scenario and check its invariants")
     run.add_argument(

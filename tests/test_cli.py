@@ -57,6 +57,17 @@ def test_stack_up_status_down_leaves_nothing_running(tmp_path):
         assert status.stdout.count("running") == len(info.parts)
         again = run_cli("stack", "up", env=env)
         assert again.returncode == 2 and "already up" in again.stderr
+        # The runbook's DLQ redrive, against the stack in the stack file.
+        sqs = info.aws_client("sqs")
+        dlq = sqs.get_queue_url(QueueName="fanout-email-dlq")["QueueUrl"]
+        sqs.send_message(QueueUrl=dlq, MessageBody="{}")
+        depth = run_cli("dlq", "depth", "--channel", "email", env=env)
+        assert "email: 1 message(s)" in depth.stdout, depth.stdout + depth.stderr
+        moved = run_cli("dlq", "redrive", "--channel", "email", env=env)
+        assert "email: moved 1 message(s) back" in moved.stdout, moved.stdout + moved.stderr
+        assert (
+            "email: 0 message(s)" in run_cli("dlq", "depth", "--channel", "email", env=env).stdout
+        )
     finally:
         down = run_cli("stack", "down", env=env)
     assert down.returncode == 0
