@@ -19,7 +19,7 @@ from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -29,12 +29,16 @@ from ulid import ULID
 from reference_impl.aws import batch_write, client
 from reference_impl.config import CHANNELS, Config, ConfigError
 from reference_impl.ids import device_id, user_key, valid_id
+from reference_impl.inbox import MAX_LIMIT, BadCursor, Inbox, parse_cursor
 from reference_impl.quiet_hours import parse_window
 
 EVENT_KINDS = ("post", "like", "comment", "mention")
 PLATFORMS = ("apns", "fcm")
 MAX_FOLLOWERS_PER_CALL = 1000
 MAX_BODY_BYTES = 1_000_000
+
+
+_USER = r"/v1/tenants/(?P<tenant>[^/]+)/users/(?P<user>[^/]+)"
 
 
 class BadRequest(Exception):
@@ -79,7 +83,12 @@ class EventApi:
                 ),
                 self.add_followers,
             ),
+            ("GET", re.compile(rf"^{_USER}/inbox$"), self.get_inbox),
+            ("GET", re.compile(rf"^{_USER}/unread-count$"), self.get_unread_count),
+            ("POST", re.compile(rf"^{_USER}/inbox/read-all$"), self.read_all),
+            ("POST", re.compile(rf"^{_USER}/inbox/(?P<nid>[^/]+)/read$"), self.read_one),
         ]
+        self._inbox: Inbox | None = None
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -243,6 +252,15 @@ class EventApi:
                 for f in unique[start : start + 25]
             ]
             batch_write(self.ddb, table, requests)
+        # The read side's reverse index: who each follower follows.
+        following = self.config.table("following")
+        for start in range(0, len(unique), 25):
+            requests = [
+                {"PutRequest": {"Item": {"pk": {"S": user_key(tenant, f)}, "sk": {"S": user}}}}
+                for f in unique[start : start + 25]
+            ]
+            batch_write(self.ddb, following, requests)
+        self.inbox.forget_followed(tenant, unique)
         # The count only chooses the fan-out tier, so re-adding a follower may overcount.
         self.ddb.update_item(
             TableName=self.config.table("accounts"),
@@ -251,6 +269,53 @@ class EventApi:
             ExpressionAttributeValues={":n": {"N": str(len(unique))}},
         )
         return _response(200, {"added": len(unique)})
+
+    # -- inbox ------------------------------------------------------------------------------
+
+    @property
+    def inbox(self) -> Inbox:
+        if self._inbox is None:
+            import redis as redis_lib
+
+            cache = redis_lib.Redis.from_url(
+                self.config.redis_url,
+                socket_timeout=self.config.redis_timeout_seconds,
+                socket_connect_timeout=self.config.redis_timeout_seconds,
+            )
+            self._inbox = Inbox(self.config, self.ddb, cache)
+        return self._inbox
+
+    def get_inbox(self, event: dict[str, Any], tenant: str, user: str) -> dict[str, Any]:
+        self._require_ids(tenant_id=tenant, user_id=user)
+        query = parse_qs(event.get("rawQueryString") or "")
+        try:
+            limit = int(query.get("limit", ["20"])[0])
+        except ValueError as exc:
+            raise BadRequest("limit must be an integer") from exc
+        if not 1 <= limit <= MAX_LIMIT:
+            raise BadRequest(f"limit must be between 1 and {MAX_LIMIT}")
+        try:
+            page = self.inbox.page(tenant, user, limit, query.get("cursor", [None])[0])
+        except BadCursor as exc:
+            raise BadRequest(str(exc)) from exc
+        return _response(200, page)
+
+    def get_unread_count(self, event: dict[str, Any], tenant: str, user: str) -> dict[str, Any]:
+        self._require_ids(tenant_id=tenant, user_id=user)
+        return _response(200, self.inbox.unread_count(tenant, user))
+
+    def read_all(self, event: dict[str, Any], tenant: str, user: str) -> dict[str, Any]:
+        self._require_ids(tenant_id=tenant, user_id=user)
+        return _response(200, {"watermark": self.inbox.mark_all_read(tenant, user)})
+
+    def read_one(self, event: dict[str, Any], tenant: str, user: str, nid: str) -> dict[str, Any]:
+        self._require_ids(tenant_id=tenant, user_id=user)
+        try:
+            nid = parse_cursor(nid) or ""
+        except BadCursor as exc:
+            raise BadRequest(f"{nid!r} is not a notification id") from exc
+        self.inbox.mark_read(tenant, user, nid)
+        return _response(200, {"read": nid})
 
 
 @cache

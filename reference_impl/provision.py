@@ -27,6 +27,9 @@ TABLES: dict[str, bool] = {
     "celebrity_posts": True,
     "checkpoints": False,
     "dedup_fallback": False,
+    "following": True,  # pk tenant#user, sk author: the read side's "who do I follow"
+    "read_state": False,  # the read watermark (seed 003)
+    "reads": True,  # per-item reads above the watermark
 }
 
 
