@@ -68,10 +68,18 @@ def load_population(api_url: str, population: Population, workers: int = 8) -> i
 
 
 def post_event(
-    http: httpx.Client, history: History, tenant_id: str, author_id: str, kind: str, object_id: str
+    http: httpx.Client,
+    history: History,
+    tenant_id: str,
+    author_id: str,
+    kind: str,
+    object_id: str,
+    event_id: str | None = None,
 ) -> str:
     """POST one event; record it in the history as injected only once it is accepted."""
     body = {"tenant_id": tenant_id, "author_id": author_id, "kind": kind, "object_id": object_id}
+    if event_id is not None:
+        body["event_id"] = event_id
     started = time.time()
     accepted = _check(http.post("/v1/events", json=body), f"POST /v1/events {body}")
     history.append(

@@ -54,6 +54,9 @@ class PopulationSpec:
     quiet_outside_fraction: float = 0.35
     # Windows that end during the run end this long after the population's start instant.
     quiet_release_seconds: float = 20.0
+    # Users of tenant-1.. whose first device is the same physical device (token) as the same
+    # user id's in tenant-0: one phone with two tenants' apps (seed: cross-tenant suppression).
+    shared_token_fraction: float = 0.0
 
     def scaled(self, factor: float) -> PopulationSpec:
         values = asdict(self)
@@ -199,6 +202,7 @@ def generate(seed: int, start: datetime, spec: PopulationSpec | None = None) -> 
         raise ValueError(f"users_per_tenant must be at least celebrity_followers + 1 ({needed})")
     rng = random.Random(seed)
     population = Population(seed=seed, started_at=start.timestamp(), spec=spec)
+    first_tenant_devices: dict[str, list[Device]] = {}
     for t in range(spec.tenants):
         tenant = f"tenant-{t}"
         # Both tenants use the same user ids on purpose: isolation must come from the tenant.
@@ -232,12 +236,18 @@ def generate(seed: int, start: datetime, spec: PopulationSpec | None = None) -> 
             if rng.random() < spec.no_device_fraction:
                 continue
             count = 2 if rng.random() < spec.second_device_fraction else 1
-            for _ in range(count):
+            shared = first_tenant_devices.get(user_id, []) if t > 0 else []
+            for n in range(count):
                 platform = "fcm" if rng.random() < spec.fcm_fraction else "apns"
                 dead = rng.random() < spec.dead_token_fraction
-                population.devices.append(
-                    Device(tenant, user_id, platform, _token(rng, platform), dead)
-                )
+                token = _token(rng, platform)
+                sharing = spec.shared_token_fraction > 0 and n == 0 and shared
+                if sharing and rng.random() < spec.shared_token_fraction:
+                    platform, token, dead = shared[0].platform, shared[0].token, shared[0].dead
+                device = Device(tenant, user_id, platform, token, dead)
+                population.devices.append(device)
+                if t == 0:
+                    first_tenant_devices.setdefault(user_id, []).append(device)
         celebrity = user_ids[0]
         followers = rng.sample(user_ids[1:], spec.celebrity_followers)
         population.authors.append(Author(tenant, celebrity, True, tuple(sorted(followers))))

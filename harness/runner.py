@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pandas as pd
+from ulid import ULID
 
 from chaos.faults import ChaosTargets, make_fault
 from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
@@ -194,12 +195,16 @@ def _inject(
         count = scenario.celebrity_posts if author.celebrity else scenario.regular_posts
         posts += [(author, n) for n in range(count)]
     gap = scenario.load.spread_s / max(1, len(posts) - 1) if len(posts) > 1 else 0.0
+    shared_ids: dict[tuple[str, int], str] = {}
     t0 = time.monotonic()
     with httpx.Client(base_url=api_url, timeout=10) as http:
         for i, (author, n) in enumerate(posts):
             delay = t0 + i * gap - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+            event_id = None
+            if scenario.load.shared_event_ids:
+                event_id = shared_ids.setdefault((author.user_id, n), str(ULID()))
             post_event(
                 http,
                 history,
@@ -207,6 +212,7 @@ def _inject(
                 author.user_id,
                 "post",
                 f"post-{author.user_id}-{n}-{rng.randrange(10**6)}",
+                event_id,
             )
 
 

@@ -17,7 +17,15 @@ import yaml
 from harness.population import PopulationSpec
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
-KNOWN_PROBES = ("effectively_once", "quiet_hours", "fail_closed", "backpressure", "dead_tokens")
+KNOWN_PROBES = (
+    "effectively_once",
+    "quiet_hours",
+    "fail_closed",
+    "backpressure",
+    "dead_tokens",
+    "consent",
+    "tenant_isolation",
+)
 KNOWN_ACTIONS = ("redrive-dlq",)
 
 
@@ -60,6 +68,9 @@ class Load:
     regular_posts: int = 1
     celebrity_posts: int = 1
     spread_s: float = 0.0
+    # The same event id (ULID) for the same author id in every tenant: two tenants minting
+    # the same ULID, which tenant-prefixed keys must keep apart.
+    shared_event_ids: bool = False
 
 
 @dataclass(frozen=True)

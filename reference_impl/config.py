@@ -24,6 +24,7 @@ DEFECTS = (
     "ignore_retry_after",  # 429s retried on the queue's own schedule, the scope never paused
     "fallback_no_recheck",  # after recovery, Redis alone decides (fallback keys forgotten)
     "quiet_hours_in_utc",  # the classic bug: the window compared with UTC wall-clock time
+    "dedup_key_without_tenant",  # two tenants' same ULID and device suppress each other
 )
 
 

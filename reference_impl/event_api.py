@@ -153,8 +153,17 @@ class EventApi:
         )
         if body["kind"] not in EVENT_KINDS:
             raise BadRequest(f"kind must be one of {', '.join(EVENT_KINDS)}")
-        # The id is minted here, once, so a retried fan-out reuses it and dedup can work.
-        notification_id = str(ULID())
+        # The id is minted here, once, so a retried fan-out reuses it and dedup can work. A
+        # client may supply it (an idempotency key for its own retries): it must be a ULID.
+        if body.get("event_id") is not None:
+            try:
+                notification_id = str(ULID.from_str(str(body["event_id"])))
+            except ValueError as exc:
+                raise BadRequest(
+                    "event_id must be a ULID (26 Crockford base32 characters)"
+                ) from exc
+        else:
+            notification_id = str(ULID())
         accepted_at = datetime.now(UTC).isoformat()
         record = {
             "tenant_id": body["tenant_id"],

@@ -240,7 +240,8 @@ class PushConsumer:
             if paused > 0:
                 later(paused)  # Retry-After from an earlier answer: do not even try
                 continue
-            key = dedup_key(tenant, job["notification_id"], f"{user}#{device['device_id']}")
+            key_tenant = "-" if "dedup_key_without_tenant" in self.defects else tenant
+            key = dedup_key(key_tenant, job["notification_id"], f"{user}#{device['device_id']}")
             try:
                 claim = "won" if "skip_dedup" in self.defects else self.dedup.claim(key, self.owner)
             except redis_lib.RedisError:

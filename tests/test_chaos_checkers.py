@@ -24,12 +24,13 @@ def _request(
     retry_after=None,
     nid="n1",
     project=None,
+    tenant="acme",
 ):
     history.extend_provider(
         [
             {
                 "received_at": at,
-                "tenant_id": "acme",
+                "tenant_id": tenant,
                 "notification_id": nid,
                 "token": token,
                 "provider": provider,
@@ -113,3 +114,105 @@ def test_backpressure_rate_cap():
     assert not verdict.valid
     assert verdict.counts["seconds_over_cap"] == 1
     assert verdict.counts["peak_requests_per_s"] == 12
+
+
+def _population_with_shared_device():
+    from datetime import UTC, datetime
+
+    from harness.population import PopulationSpec, generate
+
+    spec = PopulationSpec(
+        users_per_tenant=30, celebrity_followers=20, regular_authors=1, shared_token_fraction=1.0
+    )
+    return generate(4, datetime(2026, 11, 22, 12, tzinfo=UTC), spec)
+
+
+def test_consent_flags_a_delivery_to_a_user_without_consent():
+    from harness.checkers import consent
+
+    population = _population_with_shared_device()
+    granted = next(
+        u for u in population.users if u.consent and population.devices_of(u.tenant_id, u.user_id)
+    )
+    denied = next(
+        u
+        for u in population.users
+        if u.consent is None and population.devices_of(u.tenant_id, u.user_id)
+    )
+    history = History()
+    _request(
+        history,
+        1.0,
+        token=population.devices_of(granted.tenant_id, granted.user_id)[0].token,
+        tenant=granted.tenant_id,
+    )
+    assert consent.check(population, history.frame()).valid
+    denied_device = population.devices_of(denied.tenant_id, denied.user_id)[0]
+    _request(history, 2.0, token=denied_device.token, tenant=denied.tenant_id, nid="n2")
+    verdict = consent.check(population, history.frame())
+    assert not verdict.valid
+    assert verdict.counts["deliveries_without_consent"] == 1
+
+
+def test_tenant_isolation_flags_a_delivery_to_another_tenants_device():
+    from harness.checkers import tenant_isolation
+    from harness.oracle import expected_deliveries
+
+    population = _population_with_shared_device()
+    history = History()
+    history.append(
+        "inject",
+        tenant_id="tenant-0",
+        author_id="u000000",
+        notification_id="01JSHARED00000000000000000",
+    )
+    history.append(
+        "inject",
+        tenant_id="tenant-1",
+        author_id="u000000",
+        notification_id="01JSHARED00000000000000000",
+    )
+    expectation = expected_deliveries(population, history.frame().query("kind == 'inject'"))
+    for row in expectation.deliveries.itertuples():
+        history.extend_provider(
+            [
+                {
+                    "received_at": 1.0,
+                    "tenant_id": row.tenant_id,
+                    "notification_id": row.notification_id,
+                    "token": row.token,
+                    "provider": "apns",
+                    "project": None,
+                    "status": 200,
+                    "reason": None,
+                }
+            ]
+        )
+    verdict = tenant_isolation.check(population, expectation, history.frame())
+    assert verdict.valid, verdict
+    assert verdict.counts["ids_minted_by_several_tenants"] == 1
+    assert verdict.counts["devices_shared_by_tenants"] > 0
+    # A device only tenant-0 has, receiving tenant-1's notification.
+    only_zero = next(
+        d
+        for d in population.devices
+        if d.tenant_id == "tenant-0"
+        and not any(e.token == d.token for e in population.devices if e.tenant_id == "tenant-1")
+    )
+    history.extend_provider(
+        [
+            {
+                "received_at": 2.0,
+                "tenant_id": "tenant-1",
+                "notification_id": "01JSHARED00000000000000000",
+                "token": only_zero.token,
+                "provider": "apns",
+                "project": None,
+                "status": 200,
+                "reason": None,
+            }
+        ]
+    )
+    verdict = tenant_isolation.check(population, expectation, history.frame())
+    assert not verdict.valid
+    assert verdict.counts["deliveries_to_foreign_devices"] == 1

@@ -26,6 +26,7 @@ CHAOS = (
     "consumer-crash",
     "dedup-failover",
     "dedup-failover-volatile",
+    "tenant-collision",
 )
 
 
@@ -141,4 +142,12 @@ def test_delete_before_send_loses_jobs_when_the_volatile_store_crashes(tmp_path)
     path = _variant(tmp_path, "dedup-failover-volatile", ["delete_before_send"])
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
+    assert _failed(summary, "effectively_once")["lost"] > 0
+
+
+def test_dedup_key_without_tenant_suppresses_the_other_tenant(tmp_path):
+    path = _variant(tmp_path, "tenant-collision", ["dedup_key_without_tenant"])
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    assert _failed(summary, "tenant_isolation")["shared_id_deliveries_lost"] > 0
     assert _failed(summary, "effectively_once")["lost"] > 0

@@ -83,3 +83,31 @@ def test_openapi_document_lists_the_routes(api):
     assert spec["openapi"].startswith("3.")
     assert "/v1/events" in spec["paths"]
     assert "/v1/tenants/{tenant_id}/users/{user_id}/preferences" in spec["paths"]
+
+
+def test_a_client_event_id_becomes_the_notification_id_in_any_tenant(api):
+    event_id = str(ULID())
+    for tenant in ("t1", "t2"):
+        response = api.post(
+            "/v1/events",
+            json={
+                "tenant_id": tenant,
+                "author_id": "a",
+                "kind": "post",
+                "object_id": "o",
+                "event_id": event_id,
+            },
+        )
+        assert response.status_code == 202
+        assert response.json()["notification_id"] == event_id
+    bad = api.post(
+        "/v1/events",
+        json={
+            "tenant_id": "t1",
+            "author_id": "a",
+            "kind": "post",
+            "object_id": "o",
+            "event_id": "nope",
+        },
+    )
+    assert bad.status_code == 400 and "event_id must be a ULID" in bad.json()["error"]

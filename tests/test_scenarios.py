@@ -18,6 +18,7 @@ SHIPPED = (
     "consumer-crash",
     "dedup-failover",
     "dedup-failover-volatile",
+    "tenant-collision",
 )
 
 

@@ -10,7 +10,15 @@ from typing import Any
 
 import pandas as pd
 
-from harness.checkers import backpressure, dead_tokens, effectively_once, fail_closed, quiet_hours
+from harness.checkers import (
+    backpressure,
+    consent,
+    dead_tokens,
+    effectively_once,
+    fail_closed,
+    quiet_hours,
+    tenant_isolation,
+)
 from harness.checkers.verdict import Verdict
 from harness.oracle import Expectation
 from harness.population import Population
@@ -62,4 +70,8 @@ def run_probe(name: str, tolerance: dict[str, Any], evidence: Evidence) -> Verdi
             slack_s=float(tolerance.get("slack_s", 0.3)),
             cap_per_s=float(cap) if cap is not None else None,
         )
+    if name == "consent":
+        return consent.check(evidence.population, history)
+    if name == "tenant_isolation":
+        return tenant_isolation.check(evidence.population, evidence.expectation, history)
     raise ValueError(f"no checker named {name!r}")

@@ -1,0 +1,34 @@
+"""Consent is default-deny: no delivery to a user whose push consent the population withheld."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.checkers.verdict import Verdict
+from harness.checkers.windows import deliveries
+from harness.population import Population
+
+
+def check(population: Population, history: pd.DataFrame) -> Verdict:
+    without = {
+        (d.tenant_id, d.token)
+        for u in population.users
+        if u.consent is None
+        for d in population.devices_of(u.tenant_id, u.user_id)
+    }
+    with_consent = {
+        (d.tenant_id, d.token)
+        for u in population.users
+        if u.consent is not None
+        for d in population.devices_of(u.tenant_id, u.user_id)
+    }
+    # A device shared by two tenants' apps may have consent in one and not the other: the
+    # (tenant, token) pair decides.
+    rows = deliveries(history)[["tenant_id", "token"]].itertuples(index=False, name=None)
+    violations = [row for row in rows if row in without and row not in with_consent]
+    counts = {
+        "users_without_consent": sum(1 for u in population.users if u.consent is None),
+        "deliveries_without_consent": len(violations),
+    }
+    details = {"examples": [{"tenant_id": t, "token": k} for t, k in violations[:5]]}
+    return Verdict("consent", not violations, counts, details)
