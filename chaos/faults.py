@@ -135,8 +135,8 @@ def _simulator_fault(provider: str, fault: str) -> Callable[..., Callable[[], No
 def _sqs_fault(fault: str) -> Callable[..., Callable[[], None]]:
     def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
         client = _http(targets.sqs_url, "SQS endpoint with fault injection")
-        body = {"fault": fault, "params": params, "queues": params.get("queues")}
-        body["params"] = {k: v for k, v in params.items() if k != "queues"}
+        fault_params = {k: v for k, v in params.items() if k != "queues"}
+        body = {"fault": fault, "params": fault_params, "queues": params.get("queues")}
         response = client.post("/_sqs/faults", json=body)
         if response.status_code != 200:
             raise FaultError(f"SQS endpoint refused {body}: {response.text}")

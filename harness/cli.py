@@ -85,7 +85,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return _error(f"{args.part} needs --config FILE (or FANOUT_CONFIG, or a stack up)")
         stack.info.reference_config = str(Path(config).resolve())
     try:
-        argv = stack._argv(args.part, args.port)
+        argv = stack.part_argv(args.part, args.port)
     except StackError as exc:
         return _error(str(exc))
     if args.part == "redis":

@@ -266,7 +266,7 @@ class Stack:
 
         provision(self.reference_config())
 
-    def _argv(self, part: str, port: int | None) -> list[str]:
+    def part_argv(self, part: str, port: int | None) -> list[str]:
         py = sys.executable
         config = self.info.reference_config
         ready = str(self.workdir / f"{part}.ready")
@@ -439,7 +439,7 @@ class Stack:
             self._write_proxy_config()
         if port is None and part not in ("fanout-worker", "push-consumer"):
             port = free_port()
-        argv = self._argv(part, port)
+        argv = self.part_argv(part, port)
         log_path = self.workdir / "logs" / f"{part}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "FANOUT_CONFIG": self.info.reference_config}
         env.setdefault("FANOUT_NODE_MODULES", str(ROOT / "node_modules"))
