@@ -28,7 +28,7 @@ from ulid import ULID
 
 from reference_impl.aws import batch_write, client
 from reference_impl.config import CHANNELS, Config, ConfigError
-from reference_impl.ids import device_id, user_key, valid_id
+from reference_impl.ids import device_id, preferences_cache_key, user_key, valid_id
 from reference_impl.inbox import MAX_LIMIT, BadCursor, Inbox, parse_cursor
 from reference_impl.quiet_hours import parse_window
 
@@ -89,6 +89,7 @@ class EventApi:
             ("POST", re.compile(rf"^{_USER}/inbox/(?P<nid>[^/]+)/read$"), self.read_one),
         ]
         self._inbox: Inbox | None = None
+        self._cache: Any = None
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -218,7 +219,13 @@ class EventApi:
                 "updated_at": {"S": datetime.now(UTC).isoformat()},
             },
         )
-        return _response(200, {"stored": True})
+        # Write-through invalidation: a withdrawn consent takes effect on the next job.
+        try:
+            self.cache.delete(preferences_cache_key(tenant, user))
+            invalidated = True
+        except Exception:  # the 5-minute TTL then bounds the staleness
+            invalidated = False
+        return _response(200, {"stored": True, "cache_invalidated": invalidated})
 
     def put_device(
         self, event: dict[str, Any], tenant: str, user: str, token: str
@@ -282,16 +289,22 @@ class EventApi:
     # -- inbox ------------------------------------------------------------------------------
 
     @property
-    def inbox(self) -> Inbox:
-        if self._inbox is None:
+    def cache(self) -> Any:
+        """Redis (ElastiCache in the seed): follower-list and preference caches."""
+        if self._cache is None:
             import redis as redis_lib
 
-            cache = redis_lib.Redis.from_url(
+            self._cache = redis_lib.Redis.from_url(
                 self.config.redis_url,
                 socket_timeout=self.config.redis_timeout_seconds,
                 socket_connect_timeout=self.config.redis_timeout_seconds,
             )
-            self._inbox = Inbox(self.config, self.ddb, cache)
+        return self._cache
+
+    @property
+    def inbox(self) -> Inbox:
+        if self._inbox is None:
+            self._inbox = Inbox(self.config, self.ddb, self.cache)
         return self._inbox
 
     def get_inbox(self, event: dict[str, Any], tenant: str, user: str) -> dict[str, Any]:

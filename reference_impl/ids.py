@@ -22,3 +22,11 @@ def user_key(tenant_id: str, user_id: str) -> str:
 def device_id(token: str) -> str:
     """Stable short id of a device token (tokens are long and may be rotated by the OS)."""
     return hashlib.sha256(token.encode()).hexdigest()[:20]
+
+
+PREFERENCES_CACHE_SECONDS = 300
+
+
+def preferences_cache_key(tenant_id: str, user_id: str) -> str:
+    """Tenant-prefixed like every key; written by the consumer, dropped by every change."""
+    return f"{tenant_id}:prefs:{user_id}"

@@ -27,7 +27,12 @@ from reference_impl.consent import push_consent_granted
 from reference_impl.dedup import DedupStore, FallbackDedup
 from reference_impl.dedup_key import dedup_key
 from reference_impl.event_source import SqsPoller, run_pollers
-from reference_impl.ids import user_key, valid_id
+from reference_impl.ids import (
+    PREFERENCES_CACHE_SECONDS,
+    preferences_cache_key,
+    user_key,
+    valid_id,
+)
 from reference_impl.providers import (
     ApnsClient,
     FcmClient,
@@ -110,12 +115,27 @@ class PushConsumer:
     # -- reads ------------------------------------------------------------------------------
 
     def preferences(self, tenant_id: str, user_id: str) -> dict[str, Any] | None:
+        """Through the Redis cache (5-minute TTL as a backstop; every change through the API
+        drops the entry). A missing record is cached too: consent stays denied until it is
+        written. A cache error falls through to DynamoDB: the cache is never the authority."""
+        key = preferences_cache_key(tenant_id, user_id)
+        try:
+            cached = self.redis.get(key)
+            if cached is not None:
+                return json.loads(cached)
+        except redis_lib.RedisError:
+            cached = None
         item = self.ddb.get_item(
             TableName=self.config.table("preferences"),
             Key={"pk": {"S": user_key(tenant_id, user_id)}},
             ConsistentRead=True,
         ).get("Item")
-        return json.loads(item["prefs"]["S"]) if item else None
+        prefs = json.loads(item["prefs"]["S"]) if item else None
+        try:
+            self.redis.set(key, json.dumps(prefs), ex=PREFERENCES_CACHE_SECONDS)
+        except redis_lib.RedisError:
+            pass
+        return prefs
 
     def devices(self, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
         items = self.ddb.query(

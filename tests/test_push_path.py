@@ -199,3 +199,26 @@ def test_malformed_job_goes_to_the_poison_queue(stack):
         return marker in found
 
     wait_until(arrived, 30, "the malformed job in the poison queue")
+
+
+def test_withdrawn_consent_takes_effect_on_the_next_notification(stack):
+    t = TenantClient(stack)
+    token = apns_token(1, t.tenant)
+    t.user("w1", devices=[("apns", token)])
+    t.follow("consent-author", ["w1"])
+    first = t.post("consent-author")
+    t.wait_rows(first, 1)
+    cache = redis.Redis.from_url(stack.info.redis_url)
+    assert cache.get(f"{t.tenant}:prefs:w1") is not None  # the consumer cached the preferences
+    t.user("w1", consent=False)  # withdraws consent; the API drops the cached copy
+    assert cache.get(f"{t.tenant}:prefs:w1") is None
+    second = t.post("consent-author")
+    wait_until(
+        lambda: any(
+            r.get("audit") == "denied_consent" and r["notification_id"] == second
+            for r in audit_lines(stack, "push-consumer")
+        ),
+        20,
+        "the second notification to be denied",
+    )
+    assert t.rows_for(second) == []
