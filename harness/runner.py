@@ -185,6 +185,39 @@ def _redrive_all(info: StackInfo) -> str:
     return f"moved {sum(moved.values())} message(s) back ({moved})"
 
 
+def _record_dlqs(info: StackInfo, history: History) -> int:
+    """The dead-letter queues' contents, as the operator would see them at the end of the run."""
+    config = Config.load(info.reference_config)
+    sqs = info.aws_client("sqs")
+    recorded = 0
+    for channel in CHANNELS:
+        for suffix in ("-dlq", "-poison"):
+            name = config.queue_name(channel, suffix)
+            url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+            for _ in range(10_000):  # bounded: a DLQ holds at most the run's jobs
+                messages = sqs.receive_message(
+                    QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0, VisibilityTimeout=300
+                ).get("Messages", [])
+                if not messages:
+                    break
+                for m in messages:
+                    try:
+                        job = json.loads(m["Body"])
+                    except json.JSONDecodeError:
+                        job = {}
+                    job = job if isinstance(job, dict) else {}
+                    history.append(
+                        "dlq",
+                        tenant_id=job.get("tenant_id"),
+                        notification_id=job.get("notification_id"),
+                        detail=json.dumps(
+                            {"queue": name, "recipient_user_id": job.get("recipient_user_id")}
+                        ),
+                    )
+                    recorded += 1
+    return recorded
+
+
 def _inject(
     scenario: Scenario, population: Population, history: History, api_url: str, seed: int
 ) -> None:
@@ -305,6 +338,14 @@ def execute(
             + (f" after {scenario.timeout_seconds:.0f}s)" if outcome == "timeout" else ")"),
         )
         collector.poll()
+        for part, why in stack.dead_parts().items():
+            # A part of the local stack that died is the harness's failure, not the system's:
+            # say so instead of letting a checker blame the system under test.
+            errors.append(f"stack part {part} died during the run: {why}")
+            progress("stack", f"{part} died during the run")
+        parked = _record_dlqs(info, history)
+        if parked:
+            progress("collect", f"{parked} message(s) left in dead-letter queues")
         errors += nemesis.errors
         evidence = Evidence(population, expectation, history.frame(), scenario.reference)
         verdicts = [run_probe(p.name, p.tolerance, evidence) for p in scenario.probes]

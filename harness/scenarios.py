@@ -25,6 +25,7 @@ KNOWN_PROBES = (
     "dead_tokens",
     "consent",
     "tenant_isolation",
+    "dlq_accountability",
 )
 KNOWN_ACTIONS = ("redrive-dlq",)
 

@@ -394,6 +394,15 @@ class Stack:
             self.info.tls_ca = str(ca)
         return ok
 
+    def dead_parts(self) -> dict[str, str]:
+        """Parts whose process has exited on its own, with the tail of each one's log."""
+        return {
+            part: f"exited with code {proc.returncode}; log {self.info.parts[part].log}:\n"
+            + _log_tail(Path(self.info.parts[part].log), 8)
+            for part, proc in self.procs.items()
+            if proc.poll() is not None
+        }
+
     def stop_part(self, part: str) -> None:
         """Stop one part (SIGTERM, then SIGKILL); its port stays reserved for a restart."""
         proc = self.procs.pop(part, None)

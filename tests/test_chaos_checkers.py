@@ -216,3 +216,42 @@ def test_tenant_isolation_flags_a_delivery_to_another_tenants_device():
     verdict = tenant_isolation.check(population, expectation, history.frame())
     assert not verdict.valid
     assert verdict.counts["deliveries_to_foreign_devices"] == 1
+
+
+def test_dlq_accountability_tells_parked_jobs_from_vanished_ones():
+    from harness.checkers import dlq_accountability
+    from harness.oracle import expected_deliveries
+
+    population = _population_with_shared_device()
+    history = History()
+    history.append(
+        "inject",
+        tenant_id="tenant-0",
+        author_id="u000000",
+        notification_id="01JACCOUNT0000000000000000",
+    )
+    expectation = expected_deliveries(population, history.frame().query("kind == 'inject'"))
+    rows = list(expectation.deliveries.itertuples())
+    assert len(rows) >= 3
+    for row in rows[2:]:
+        _request(history, 1.0, token=row.token, tenant=row.tenant_id, nid=row.notification_id)
+    history.append(
+        "dlq",
+        tenant_id=rows[0].tenant_id,
+        notification_id=rows[0].notification_id,
+        detail=json.dumps({"queue": "fanout-push-dlq", "recipient_user_id": rows[0].user_id}),
+    )
+    verdict = dlq_accountability.check(expectation, history.frame())
+    same_user_as_first = sum(1 for r in rows[:2] if r.user_id == rows[0].user_id)
+    assert verdict.counts["in_dlq"] == same_user_as_first
+    assert verdict.counts["vanished"] == 2 - same_user_as_first
+    assert verdict.valid == (same_user_as_first == 2)
+    history.append(
+        "dlq",
+        tenant_id=rows[1].tenant_id,
+        notification_id=rows[1].notification_id,
+        detail=json.dumps({"queue": "fanout-push-dlq", "recipient_user_id": rows[1].user_id}),
+    )
+    verdict = dlq_accountability.check(expectation, history.frame())
+    assert verdict.valid
+    assert verdict.counts["in_dlq"] == 2 and verdict.counts["vanished"] == 0

@@ -14,6 +14,7 @@ from harness.checkers import (
     backpressure,
     consent,
     dead_tokens,
+    dlq_accountability,
     effectively_once,
     fail_closed,
     quiet_hours,
@@ -70,6 +71,8 @@ def run_probe(name: str, tolerance: dict[str, Any], evidence: Evidence) -> Verdi
             slack_s=float(tolerance.get("slack_s", 0.3)),
             cap_per_s=float(cap) if cap is not None else None,
         )
+    if name == "dlq_accountability":
+        return dlq_accountability.check(evidence.expectation, history)
     if name == "consent":
         return consent.check(evidence.population, history)
     if name == "tenant_isolation":
