@@ -115,6 +115,8 @@ def test_delete_before_send_loses_jobs_in_a_crash(tmp_path):
     )
     assert code == 1
     assert _failed(summary, "effectively_once")["lost"] > 0
+    # Acknowledged on receipt, the lost jobs are not even in a dead-letter queue.
+    assert _failed(summary, "dlq_accountability")["vanished"] > 0
 
 
 def test_a_volatile_dedup_store_duplicates_after_a_crash(tmp_path):
