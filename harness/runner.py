@@ -108,18 +108,23 @@ class Collector:
         return added
 
 
-def _push_queue_busy(info: StackInfo) -> int:
-    """Messages visible or in flight in the push queue (delayed ones are deferrals)."""
-    sqs = info.aws_client("sqs")
-    queue = Config.load(info.reference_config).queue_name("push")
-    url = sqs.get_queue_url(QueueName=queue)["QueueUrl"]
-    attrs = sqs.get_queue_attributes(
-        QueueUrl=url,
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-    )["Attributes"]
-    return int(attrs["ApproximateNumberOfMessages"]) + int(
-        attrs["ApproximateNumberOfMessagesNotVisible"]
-    )
+class PushQueueProbe:
+    """Messages visible or in flight in the push queue (delayed ones are deferrals), read with
+    one client and one URL lookup for the whole wait."""
+
+    def __init__(self, info: StackInfo) -> None:
+        self.sqs = info.aws_client("sqs")
+        queue = Config.load(info.reference_config).queue_name("push")
+        self.url = self.sqs.get_queue_url(QueueName=queue)["QueueUrl"]
+
+    def busy(self) -> int:
+        attrs = self.sqs.get_queue_attributes(
+            QueueUrl=self.url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"]) + int(
+            attrs["ApproximateNumberOfMessagesNotVisible"]
+        )
 
 
 def wait_for_outcome(
@@ -142,6 +147,7 @@ def wait_for_outcome(
     """
     last_report = 0.0
     last_change = time.monotonic()
+    queue = PushQueueProbe(info)
     while time.monotonic() < deadline:
         if collector.poll():
             last_change = time.monotonic()
@@ -151,7 +157,7 @@ def wait_for_outcome(
             progress("wait", f"{done}/{len(expected)} expected deliveries seen")
             last_report = now
         still = now - last_change
-        if still >= quiet_seconds and _push_queue_busy(info) == 0:
+        if still >= quiet_seconds and queue.busy() == 0:
             if done == len(expected):
                 collector.poll()
                 return "complete"
