@@ -174,20 +174,7 @@ def test_tenant_isolation_flags_a_delivery_to_another_tenants_device():
     )
     expectation = expected_deliveries(population, history.frame().query("kind == 'inject'"))
     for row in expectation.deliveries.itertuples():
-        history.extend_provider(
-            [
-                {
-                    "received_at": 1.0,
-                    "tenant_id": row.tenant_id,
-                    "notification_id": row.notification_id,
-                    "token": row.token,
-                    "provider": "apns",
-                    "project": None,
-                    "status": 200,
-                    "reason": None,
-                }
-            ]
-        )
+        _request(history, 1.0, token=row.token, tenant=row.tenant_id, nid=row.notification_id)
     verdict = tenant_isolation.check(population, expectation, history.frame())
     assert verdict.valid, verdict
     assert verdict.counts["ids_minted_by_several_tenants"] == 1
@@ -199,19 +186,8 @@ def test_tenant_isolation_flags_a_delivery_to_another_tenants_device():
         if d.tenant_id == "tenant-0"
         and not any(e.token == d.token for e in population.devices if e.tenant_id == "tenant-1")
     )
-    history.extend_provider(
-        [
-            {
-                "received_at": 2.0,
-                "tenant_id": "tenant-1",
-                "notification_id": "01JSHARED00000000000000000",
-                "token": only_zero.token,
-                "provider": "apns",
-                "project": None,
-                "status": 200,
-                "reason": None,
-            }
-        ]
+    _request(
+        history, 2.0, token=only_zero.token, tenant="tenant-1", nid="01JSHARED00000000000000000"
     )
     verdict = tenant_isolation.check(population, expectation, history.frame())
     assert not verdict.valid
