@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections import deque
 
 LOOPBACK = "127.0.0.1"
 
@@ -16,10 +17,20 @@ class PortInUse(RuntimeError):
         self.port = port
 
 
+_HANDED_OUT: deque[int] = deque(maxlen=256)
+
+
 def free_port(host: str = LOOPBACK) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A port free now, and not one this process handed out recently: parts started together
+    pick their ports before any of them binds, so the kernel could offer one port twice."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.append(port)
+            return port
+    raise RuntimeError("no free loopback port that was not handed out already")
 
 
 def port_in_use(port: int, host: str = LOOPBACK) -> bool:

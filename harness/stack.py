@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,7 +141,13 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    # A detached part's parent has exited; where nothing reaps orphans (a container's PID 1),
+    # a stopped part lingers as a zombie: it holds no port and runs no code.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def _http_ok(url: str) -> bool:
@@ -213,13 +219,13 @@ class Stack:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
         try:
-            for part in INFRA_PARTS:
-                self._start(part)
+            # Parts of one tier do not depend on each other: start them together and wait for
+            # all, so a stack is up in the time of its slowest part, not the sum of them.
+            self._start_together(INFRA_PARTS)
             self.write_reference_config()
             self.provision()
             if self.with_workers:
-                for part in WORKER_PARTS:
-                    self._start(part)
+                self._start_together(WORKER_PARTS)
         except BaseException:
             self.down()
             raise
@@ -229,8 +235,10 @@ class Stack:
         return self.info
 
     def down(self) -> None:
-        for part in reversed(list(self.procs)):
-            stop_process(self.procs.pop(part))
+        # Workers first (they hold connections to the rest), then the infrastructure together.
+        workers = [p for p in reversed(list(self.procs)) if p in WORKER_PARTS]
+        for tier in (workers, list(reversed(list(self.procs)))):
+            stop_processes([self.procs.pop(part) for part in tier if part in self.procs])
         if self.stack_file and self.stack_file.exists():
             self.stack_file.unlink()
 
@@ -444,6 +452,38 @@ class Stack:
         self.info.dedup_url = f"redis://{LOOPBACK}:{listen_port}/0"
 
     def _start(self, part: str, port: int | None = None) -> PartInfo:
+        return self._start_together([part], {part: port})[0]
+
+    def _start_together(
+        self, parts: Sequence[str], ports: dict[str, int | None] | None = None
+    ) -> list[PartInfo]:
+        """Spawn every part, then wait until all are ready (or one dies, or time runs out)."""
+        ports = ports or {}
+        pending = {part: self._spawn(part, ports.get(part)) for part in parts}
+        infos = [pending[part][0] for part in parts]
+
+        def all_ready() -> bool:
+            for part, (info, proc) in list(pending.items()):
+                if proc.poll() is not None:
+                    raise StackError(
+                        f"{part} exited with code {proc.returncode} while starting; "
+                        f"log {info.log}:\n{_log_tail(Path(info.log))}"
+                    )
+                if self._ready(part, info):
+                    del pending[part]
+            return not pending
+
+        try:
+            wait_until(all_ready, self.start_timeout, f"{', '.join(parts)} to become ready")
+        except TimeoutError as exc:
+            late = "\n".join(
+                f"{part} not ready; log {info.log}:\n{_log_tail(Path(info.log))}"
+                for part, (info, _) in pending.items()
+            )
+            raise StackError(f"{exc}\n{late}") from exc
+        return infos
+
+    def _spawn(self, part: str, port: int | None) -> tuple[PartInfo, subprocess.Popen[bytes]]:
         if part == "toxiproxy":
             self._write_proxy_config()
         if port is None and part not in ("fanout-worker", "push-consumer"):
@@ -465,20 +505,7 @@ class Stack:
         self.procs[part] = proc
         info = PartInfo(part, proc.pid, port, self._url(part, port), str(log_path), argv)
         self.info.parts[part] = info
-
-        def ready() -> bool:
-            if proc.poll() is not None:
-                raise StackError(
-                    f"{part} exited with code {proc.returncode} while starting; "
-                    f"log {log_path}:\n{_log_tail(log_path)}"
-                )
-            return self._ready(part, info)
-
-        try:
-            wait_until(ready, self.start_timeout, f"{part} to become ready")
-        except TimeoutError as exc:
-            raise StackError(f"{exc}; log {log_path}:\n{_log_tail(log_path)}") from exc
-        return info
+        return info, proc
 
 
 def stop_process(proc: subprocess.Popen[bytes] | int, timeout: float = 5.0) -> None:
@@ -507,15 +534,31 @@ def stop_process(proc: subprocess.Popen[bytes] | int, timeout: float = 5.0) -> N
         proc.wait(timeout)
 
 
+def stop_processes(procs: Sequence[subprocess.Popen[bytes]], timeout: float = 5.0) -> None:
+    """SIGTERM every process group at once, then wait for each (SIGKILL past the timeout)."""
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for proc in procs:
+        stop_process(proc, timeout)
+
+
 def stop_from_file(path: Path) -> list[str]:
     """Stop a detached stack recorded in a stack file; return the parts stopped."""
     info = StackInfo.read(path)
-    stopped = []
-    for name in reversed(list(info.parts)):
-        part = info.parts[name]
-        if _pid_alive(part.pid):
-            stop_process(part.pid)
-            stopped.append(name)
+    alive = {name: p.pid for name, p in reversed(list(info.parts.items())) if _pid_alive(p.pid)}
+    workers = [name for name in alive if name in WORKER_PARTS]
+    for tier in (workers, [name for name in alive if name not in WORKER_PARTS]):
+        for name in tier:
+            try:
+                os.killpg(alive[name], signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for name in tier:
+            stop_process(alive[name])
+    stopped = list(alive)
     path.unlink(missing_ok=True)
     return stopped
 

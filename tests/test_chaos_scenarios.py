@@ -16,7 +16,7 @@ from conftest import run_cli
 
 from harness.scenarios import SCENARIO_DIR
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.wholerun]
 
 CHAOS = (
     "memorydb-outage",

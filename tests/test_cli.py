@@ -76,6 +76,7 @@ def test_stack_up_status_down_leaves_nothing_running(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.wholerun
 def test_smoke_run_passes_and_writes_its_run_directory(tmp_path):
     result = run_cli("run", "smoke", "--seed", "42", "--out", str(tmp_path), timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
