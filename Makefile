@@ -4,7 +4,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 SEED ?=
-DEMO_SCENARIO ?= smoke
+DEMO_SCENARIO ?= game-day
 
 setup:
 	@scripts/setup.sh

@@ -1,4 +1,4 @@
-"""``python -m harness``: stack, serve, run.
+"""``python -m harness``: stack, serve, run, dlq, capacity, report, compare, duplicates.
 
 Exit codes: 0 success / every checker passed; 1 a checker failed (or the run errored);
 2 bad input or an unusable machine (unknown scenario, taken port, missing redis-server).
@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import scenarios
+from harness import capacity, scenarios
 from harness.ports import PortInUse, require_free
 from harness.stack import (
     PARTS,
@@ -112,9 +112,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         from dataclasses import replace
 
         scenario = replace(scenario, timeout_seconds=args.timeout)
-    result = run(scenario, seed=args.seed, out=Path(args.out))
+    if args.locust_workers is not None:
+        if args.locust_workers < 0:
+            return _error("--locust-workers must be 0 or more")
+        if scenario.locust is None:
+            return _error(
+                f"scenario {scenario.name} has no locust step; --locust-workers needs one"
+            )
+    result = run(scenario, seed=args.seed, out=Path(args.out), locust_workers=args.locust_workers)
     print(verdict_table(result.summary))
     print(f"run directory: {result.run_dir}")
+    report = result.run_dir / "report.html"
+    if report.exists():
+        print(f"report: {report}")
     return result.exit_code
 
 
@@ -179,7 +189,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, help="repeat a run exactly (default: random, recorded)")
     run.add_argument("--out", default="reports", help="parent of the run directory")
     run.add_argument("--timeout", type=float, help="seconds to wait for deliveries")
+    run.add_argument(
+        "--locust-workers",
+        type=int,
+        help="run the locust step with Locust's master and N local worker processes",
+    )
     run.set_defaults(func=cmd_run)
+    capacity.add_parser(sub)
+    # Imported here: `serve` and `stack` need neither pandas nor matplotlib.
+    from harness import compare, duplicates, report
+
+    compare.add_parser(sub)
+    duplicates.add_parser(sub)
+    report.add_parser(sub)
     return parser
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import random
 import signal
+import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -27,11 +29,12 @@ from harness.checkers.verdict import Verdict
 from harness.dlq import redrive
 from harness.history import History
 from harness.load import load_population, post_event
+from harness.loadgen import INJECTED_FILE, ROOT
 from harness.oracle import expected_deliveries
 from harness.population import Population, generate
 from harness.provider_control import SimulatorControl
 from harness.scenarios import Scenario
-from harness.stack import Stack, StackInfo
+from harness.stack import Stack, StackInfo, stop_process
 from reference_impl.config import CHANNELS, Config
 
 Clock = Callable[[], datetime]
@@ -125,6 +128,65 @@ class PushQueueProbe:
         return int(attrs["ApproximateNumberOfMessages"]) + int(
             attrs["ApproximateNumberOfMessagesNotVisible"]
         )
+
+
+class QueueSampler:
+    """Samples the push queue and its dead-letter queues once a second into the history (kind
+    ``sample``), so the report can draw queue depth against the fault windows."""
+
+    ATTRIBUTES = [
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed",
+    ]
+
+    def __init__(self, info: StackInfo, history: History, interval_s: float = 1.0) -> None:
+        self.history = history
+        self.interval_s = interval_s
+        self.sqs = info.aws_client("sqs")
+        config = Config.load(info.reference_config)
+        self.queues = {
+            name: self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
+            for name in (
+                config.queue_name("push"),
+                config.queue_name("push", "-dlq"),
+                config.queue_name("push", "-poison"),
+            )
+        }
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="queue-sampler", daemon=True)
+
+    def sample(self) -> None:
+        for name, url in self.queues.items():
+            attrs = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=self.ATTRIBUTES)
+            values = [int(attrs["Attributes"].get(a, 0)) for a in self.ATTRIBUTES]
+            self.history.append(
+                "sample",
+                detail=json.dumps(
+                    {
+                        "queue": name,
+                        "depth": sum(values),
+                        "visible": values[0],
+                        "in_flight": values[1],
+                        "delayed": values[2],
+                    }
+                ),  # fmt: skip
+            )
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.sample()
+            except Exception:  # a missed sample must not end the run; the next one may work
+                continue
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
 
 
 def wait_for_outcome(
@@ -255,6 +317,87 @@ def _inject(
             )
 
 
+def _inject_with_locust(
+    scenario: Scenario,
+    run_dir: Path,
+    api_url: str,
+    seed: int,
+    workers: int | None,
+    history: History,
+    on_start: Callable[[], None],
+    progress: Progress,
+) -> None:
+    """Run the scenario's locustfile through ``harness.loadgen`` (Locust's library API, in its
+    own process: Locust monkey-patches with gevent), start the faults when the load starts, and
+    record what the users injected."""
+    from harness.shapes import LoadPlan
+
+    assert scenario.locust is not None
+    shape = Path(scenario.locust.locustfile).stem
+    plan = LoadPlan.from_mapping({**scenario.locust.plan, "shape": shape})
+    out = run_dir / "locust"
+    out.mkdir(exist_ok=True)
+    workers = scenario.locust.workers if workers is None else workers
+    argv = [
+        sys.executable, "-m", "harness.loadgen",
+        "--locustfile", scenario.locust.locustfile,
+        "--host", api_url,
+        "--population", str(run_dir / "population.json"),
+        "--plan", json.dumps(scenario.locust.plan),
+        "--out", str(out),
+        "--workers", str(workers),
+        "--seed", str(seed),
+        "--timeout", str(plan.duration_s + 60),
+    ]  # fmt: skip
+    started = False
+    with open(out / "loadgen.log", "w") as log:
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
+        )
+        try:
+            assert proc.stdout is not None
+            # Bounded: loadgen stops itself at plan end + 60 s, and quits its workers.
+            for line in proc.stdout:
+                log.write(line)
+                if line.startswith("locust: "):
+                    if not started and line.startswith("locust: started"):
+                        started = True
+                        on_start()
+                    progress("locust", line.removeprefix("locust: ").rstrip())
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                stop_process(proc)
+    if not started:
+        on_start()  # faults and rollbacks still run, so the run says what happened
+    for row in read_injected(out / INJECTED_FILE):
+        history.append(
+            "inject",
+            time=row["time"],
+            tenant_id=row["tenant_id"],
+            author_id=row["author_id"],
+            notification_id=row["notification_id"],
+            detail=row["kind"],
+        )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"the Locust load exited with code {proc.returncode}; log {out / 'loadgen.log'}"
+        )
+
+
+def read_injected(path: Path) -> list[dict[str, Any]]:
+    """Rows of injected.jsonl; a line cut short by a crash is skipped, the rest kept."""
+    rows = []
+    if not path.exists():
+        return rows
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
 def execute(
     scenario: Scenario,
     seed: int,
@@ -262,10 +405,12 @@ def execute(
     progress: Progress,
     clock: Clock,
     stack_factory: Callable[[Path], Stack] | None = None,
+    locust_workers: int | None = None,
 ) -> tuple[History, Population | None, list[Verdict], str | None]:
     history = History()
     population = None
     nemesis: Nemesis | None = None
+    sampler: QueueSampler | None = None
     errors: list[str] = []
     stack = (
         stack_factory
@@ -297,6 +442,8 @@ def execute(
             f"{len(population.users)} users, {len(population.devices)} devices, "
             f"{len(population.authors)} authors ({calls} API calls)",
         )
+        sampler = QueueSampler(info, history)
+        sampler.start()
         targets = _chaos_targets(stack, info)
         nemesis = Nemesis(
             [
@@ -311,8 +458,14 @@ def execute(
                 for a in scenario.actions
             ],
         )
-        nemesis.start()
-        _inject(scenario, population, history, info.url("event-api"), seed)
+        if scenario.locust is not None:
+            _inject_with_locust(
+                scenario, run_dir, info.url("event-api"), seed, locust_workers, history,
+                nemesis.start, progress,
+            )  # fmt: skip
+        else:
+            nemesis.start()
+            _inject(scenario, population, history, info.url("event-api"), seed)
         injected = history.frame().query("kind == 'inject'")
         expectation = expected_deliveries(population, injected)
         expected = set(
@@ -337,6 +490,7 @@ def execute(
                 outcome = wait_for_outcome(
                     collector, expected, info, deadline, progress, release_by
                 )
+        sampler.stop()
         history.append("phase", detail=outcome)
         progress(
             "collect",
@@ -361,6 +515,8 @@ def execute(
         (run_dir / "error.txt").write_text(traceback.format_exc())
         return history, population, [], "; ".join(errors)
     finally:
+        if sampler is not None:
+            sampler.stop()
         if nemesis is not None:
             nemesis.rollback()
         progress("stack", "stopping")
@@ -374,6 +530,7 @@ def run(
     clock: Clock = lambda: datetime.now(UTC),
     progress: Progress | None = None,
     stack_factory: Callable[[Path], Stack] | None = None,
+    locust_workers: int | None = None,
 ) -> RunResult:
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
     progress = progress or Progress()
@@ -388,7 +545,7 @@ def run(
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         history, _population, verdicts, error = execute(
-            scenario, seed, run_dir, progress, clock, stack_factory
+            scenario, seed, run_dir, progress, clock, stack_factory, locust_workers
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -405,6 +562,12 @@ def run(
         "error": error,
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+    try:
+        from harness.report import write_reports
+
+        progress("report", str(write_reports(run_dir)["html"]))
+    except Exception as exc:  # a broken report must not hide the verdict
+        progress("report", f"could not write the reports: {exc}")
     return RunResult(run_dir, json.loads(json.dumps(summary, default=_json_default)))
 
 

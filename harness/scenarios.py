@@ -75,11 +75,21 @@ class Load:
 
 
 @dataclass(frozen=True)
+class LocustLoad:
+    """Load from a locustfile (``locustfiles/<name>.py``) with a plan (``harness.shapes``)."""
+
+    locustfile: str
+    plan: dict[str, Any] = field(default_factory=dict)
+    workers: int = 0
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
     population: PopulationSpec = field(default_factory=PopulationSpec)
     load: Load = field(default_factory=Load)
+    locust: LocustLoad | None = None
     probes: tuple[Probe, ...] = (Probe("effectively_once"), Probe("quiet_hours"))
     faults: tuple[FaultStep, ...] = ()
     actions: tuple[ActionStep, ...] = ()
@@ -152,7 +162,11 @@ def parse(data: Any, name: str) -> Scenario:
         probes.append(Probe(probe["name"], dict(_mapping(probe.get("tolerance"), "tolerance"))))
     if not probes:
         raise ScenarioError("steady-state-hypothesis.probes must name at least one checker")
+    steps = [s.get("type") for s in data.get("method") or [] if isinstance(s, dict)]
+    if "load" in steps and "locust" in steps:
+        raise ScenarioError("method: a load step and a locust step exclude each other; pick one")
     load = Load()
+    locust = None
     faults, actions = [], []
     method = data.get("method") or []
     if not isinstance(method, list):
@@ -164,6 +178,8 @@ def parse(data: Any, name: str) -> Scenario:
         if kind == "load":
             values = {k: v for k, v in step.items() if k not in ("type", "name")}
             load = _dataclass_from(Load, values, where)
+        elif kind == "locust":
+            locust = _locust_step(step, where)
         elif kind == "fault":
             if step.get("name") not in CATALOGUE:
                 raise ScenarioError(
@@ -184,7 +200,9 @@ def parse(data: Any, name: str) -> Scenario:
         elif kind == "action":
             actions.append(_action(step, where))
         else:
-            raise ScenarioError(f"{where}: type must be load, fault or action, not {kind!r}")
+            raise ScenarioError(
+                f"{where}: type must be load, locust, fault or action, not {kind!r}"
+            )
     rollbacks = [
         _action(_mapping(s, f"rollbacks[{i}]"), f"rollbacks[{i}]")
         for i, s in enumerate(data.get("rollbacks") or [])
@@ -197,6 +215,7 @@ def parse(data: Any, name: str) -> Scenario:
         description=str(data.get("description") or "").strip(),
         population=population,
         load=load,
+        locust=locust,
         probes=tuple(probes),
         faults=tuple(faults),
         actions=tuple(actions),
@@ -205,6 +224,25 @@ def parse(data: Any, name: str) -> Scenario:
         durable_redis=bool(config.get("durable_redis", False)),
         timeout_seconds=float(timeout),
     )
+
+
+def _locust_step(step: dict[str, Any], where: str) -> LocustLoad:
+    from harness.shapes import SHAPES, LoadPlan, PlanError
+
+    values = {k: v for k, v in step.items() if k not in ("type", "name")}
+    locust = _dataclass_from(LocustLoad, values, where)
+    shape = Path(locust.locustfile).stem
+    if shape not in SHAPES:
+        raise ScenarioError(
+            f"{where}: unknown locustfile {locust.locustfile!r}; known: {', '.join(SHAPES)}"
+        )
+    if not isinstance(locust.workers, int) or locust.workers < 0:
+        raise ScenarioError(f"{where}: workers must be a whole number >= 0")
+    try:
+        LoadPlan.from_mapping({**_mapping(locust.plan, f"{where}.plan"), "shape": shape})
+    except PlanError as exc:
+        raise ScenarioError(f"{where}.plan: {exc}") from exc
+    return locust
 
 
 def _action(step: dict[str, Any], where: str) -> ActionStep:

@@ -27,6 +27,7 @@ CHAOS = (
     "dedup-failover",
     "dedup-failover-volatile",
     "tenant-collision",
+    "game-day",
 )
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import socket
+import xml.etree.ElementTree as ET
 
 import pandas as pd
 import pytest
@@ -90,6 +91,15 @@ def test_smoke_run_passes_and_writes_its_run_directory(tmp_path):
     assert once["duplicated"] == once["lost"] == once["unexpected"] == 0
     history = pd.read_parquet(run_dir / "history.parquet")
     assert (history["kind"] == "inject").sum() == 8
+    # The reports a release is gated on: one junit test case per checker, all passing.
+    junit = ET.parse(run_dir / "junit.xml").getroot()
+    cases = junit.findall(".//testcase")
+    assert {c.get("name") for c in cases} == set(summary["checkers"])
+    assert not junit.findall(".//failure")
+    assert "PASS" in (run_dir / "report.md").read_text()
+    assert (run_dir / "report.html").read_text().count("data:image/png;base64,") >= 3
+    # Queue depth was sampled during the run, for the report's depth chart.
+    assert (history["kind"] == "sample").sum() > 0
     assert (history["kind"] == "provider").sum() >= once["expected"]
     # Every part the run started is gone.
     phases = history[history["kind"] == "phase"]["detail"].tolist()

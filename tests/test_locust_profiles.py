@@ -1,0 +1,200 @@
+"""Each Locust load shape, run for a few seconds against the real local stack, produces the
+load its plan describes: user counts over time (Locust's own stats history), event times and
+celebrity claims (what the users recorded as injected).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import ROOT
+
+from harness.load import load_population
+from harness.population import PopulationSpec, generate
+from harness.runner import read_injected
+from harness.shapes import LoadPlan, celebrity_post_times
+
+pytestmark = [pytest.mark.integration, pytest.mark.wholerun]
+
+SPEC = PopulationSpec(users_per_tenant=40, celebrity_followers=20, regular_followers=5)
+
+
+@pytest.fixture(scope="module")
+def population_file(stack, tmp_path_factory) -> Path:
+    population = generate(5, datetime.now(UTC), SPEC)
+    path = tmp_path_factory.mktemp("population") / "population.json"
+    population.save(path)
+    load_population(stack.info.url("event-api"), population)
+    return path
+
+
+def _loadgen(stack, population_file: Path, out: Path, shape: str, plan: dict, *extra: str):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.loadgen",
+            "--locustfile",
+            shape,
+            "--host",
+            stack.info.url("event-api"),
+            "--population",
+            str(population_file),
+            "--plan",
+            json.dumps(plan),
+            "--out",
+            str(out),
+            "--progress-s",
+            "1",
+            *extra,
+        ],  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((out / "locust_summary.json").read_text())
+    rows = pd.DataFrame(read_injected(out / "injected.jsonl"))
+    if len(rows):
+        rows["offset"] = rows["time"] - summary["load_started_at"]
+    return summary, rows
+
+
+def _user_counts(out: Path) -> pd.Series:
+    history = pd.read_csv(out / "locust_stats_history.csv")
+    history = history[history["Name"] == "Aggregated"]
+    return history.set_index("Timestamp")["User Count"]
+
+
+def test_steady_state_holds_its_users_and_paces_its_authors(stack, population_file, tmp_path):
+    plan = {"duration_s": 6, "background_users": 6, "author_rate": 1.0}
+    summary, rows = _loadgen(stack, population_file, tmp_path, "steady_state", plan)
+    assert summary["outcome"] == "complete" and summary["failures"] == 0
+    counts = _user_counts(tmp_path)
+    assert counts.max() == 6
+    # Authors are 4/9 of the background by weight: 2 or 3 users at 1 event/s for ~6 s.
+    authors = rows[rows["user_class"] == "Author"]
+    assert 6 <= len(authors) <= 3 * 7
+    assert (rows["offset"] < plan["duration_s"] + 1).all()
+    # Readers and preference savers ran too: the read path carries load during the run.
+    names = set(summary["by_name"])
+    assert {"POST /v1/events", "GET inbox"} <= names
+
+
+def test_celebrity_burst_posts_inside_the_burst_window(stack, population_file, tmp_path):
+    plan = {
+        "duration_s": 7, "background_users": 2, "celebrities": 2,
+        "burst_at_s": 2, "burst_window_s": 3,
+    }  # fmt: skip
+    summary, rows = _loadgen(stack, population_file, tmp_path, "celebrity_burst", plan)
+    celebrity = rows[rows["user_class"] == "CelebrityPoster"]
+    assert len(celebrity) == 2
+    # Each celebrity is a different author (two tenants' celebrities), each posted once.
+    assert celebrity[["tenant_id", "author_id"]].drop_duplicates().shape[0] == 2
+    expected = sorted(t for user in celebrity_post_times(LoadPlan.from_mapping(plan)) for t in user)
+    assert sorted(celebrity["offset"]) == pytest.approx(expected, abs=1.0)
+    assert _user_counts(tmp_path).max() == 4
+
+
+def test_like_storm_injects_its_likes_in_the_window(stack, population_file, tmp_path):
+    plan = {"likes": 30, "burst_at_s": 1, "burst_window_s": 3, "duration_s": 5,
+            "background_users": 1}  # fmt: skip
+    summary, rows = _loadgen(stack, population_file, tmp_path, "like_storm", plan)
+    likes = rows[rows["user_class"] == "LikeStorm"]
+    assert len(likes) == 30 and (likes["kind"] == "like").all()
+    assert likes["offset"].min() >= 1 - 0.5 and likes["offset"].max() <= 4 + 1.0
+    # Fairly even: no second of the window holds more than half of the storm.
+    assert likes["offset"].round().value_counts().max() <= 15
+
+
+def test_game_day_grows_the_readers_after_the_burst(stack, population_file, tmp_path):
+    plan = {
+        "duration_s": 8, "background_users": 3, "celebrities": 1, "burst_at_s": 1,
+        "burst_window_s": 2, "after_burst_factor": 2,
+    }  # fmt: skip
+    _, rows = _loadgen(stack, population_file, tmp_path, "game_day", plan)
+    counts = _user_counts(tmp_path)
+    assert counts.max() == 1 + 6
+    assert (counts == 1 + 3).any(), counts.tolist()
+    assert (rows["user_class"] == "CelebrityPoster").sum() == 1
+
+
+def test_distributed_workers_claim_distinct_celebrities(stack, population_file, tmp_path):
+    plan = {
+        "duration_s": 6, "background_users": 2, "celebrities": 2, "burst_at_s": 1,
+        "burst_window_s": 2,
+    }  # fmt: skip
+    summary, rows = _loadgen(
+        stack, population_file, tmp_path, "celebrity_burst", plan, "--workers", "2"
+    )
+    assert summary["workers"] == 2 and summary["outcome"] == "complete"
+    celebrity = rows[rows["user_class"] == "CelebrityPoster"]
+    # Relayed from the workers to the master's file, one post per claimed celebrity.
+    assert len(celebrity) == 2
+    assert celebrity[["tenant_id", "author_id"]].drop_duplicates().shape[0] == 2
+
+
+def test_plain_locust_runs_the_same_locustfile(stack, population_file, tmp_path):
+    plan = json.dumps({"duration_s": 4, "background_users": 3, "author_rate": 1.0})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            "locustfiles/steady_state.py",
+            "--headless",
+            "--host",
+            stack.info.url("event-api"),
+            "--harness-population",
+            str(population_file),
+            "--harness-plan",
+            plan,
+            "--harness-out",
+            str(tmp_path),
+            "--csv",
+            str(tmp_path / "plain"),
+            "--only-summary",
+        ],  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = read_injected(tmp_path / "injected.jsonl")
+    assert rows and all(r["kind"] in ("post", "like", "comment", "mention") for r in rows)
+    assert (tmp_path / "plain_stats.csv").exists()
+
+
+def test_a_bad_plan_is_a_clear_error(stack, population_file, tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.loadgen",
+            "--locustfile",
+            "steady_state",
+            "--host",
+            stack.info.url("event-api"),
+            "--population",
+            str(population_file),
+            "--plan",
+            '{"duration_s": -1}',
+            "--out",
+            str(tmp_path),
+        ],  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "duration_s must be positive" in result.stderr
