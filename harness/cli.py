@@ -101,11 +101,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         scenario = scenarios.get(args.scenario)
     except scenarios.ScenarioError as exc:
         return _error(str(exc))
+    target = None
+    if args.target:
+        from harness.target import TargetError, load
+
+        try:
+            target = load(Path(args.target))
+        except TargetError as exc:
+            return _error(str(exc))
     try:
         from harness.stack import require_node_emulators, require_redis_server
 
-        require_redis_server()
-        require_node_emulators()
+        if target is None:  # a target brings its own Redis and AWS
+            require_redis_server()
+            require_node_emulators()
     except StackError as exc:
         return _error(str(exc))
     if args.timeout:
@@ -119,7 +128,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             return _error(
                 f"scenario {scenario.name} has no locust step; --locust-workers needs one"
             )
-    result = run(scenario, seed=args.seed, out=Path(args.out), locust_workers=args.locust_workers)
+    result = run(
+        scenario,
+        seed=args.seed,
+        out=Path(args.out),
+        locust_workers=args.locust_workers,
+        target=target,
+    )
     print(verdict_table(result.summary))
     print(f"run directory: {result.run_dir}")
     report = result.run_dir / "report.html"
@@ -193,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--locust-workers",
         type=int,
         help="run the locust step with Locust's master and N local worker processes",
+    )
+    run.add_argument(
+        "--target",
+        help="a target file (YAML): run against that system instead of the embedded reference",
     )
     run.set_defaults(func=cmd_run)
     capacity.add_parser(sub)

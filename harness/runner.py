@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from ulid import ULID
 
-from chaos.faults import ChaosTargets, make_fault
+from chaos.faults import DEDUP_PROXY, ChaosTargets, make_fault
 from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
 from harness import history as history_mod
 from harness.checkers import Evidence, run_probe
@@ -35,6 +35,7 @@ from harness.population import Population, generate
 from harness.provider_control import SimulatorControl
 from harness.scenarios import Scenario
 from harness.stack import Stack, StackInfo, stop_process
+from harness.target import Target
 from reference_impl.config import CHANNELS, Config
 
 Clock = Callable[[], datetime]
@@ -232,13 +233,17 @@ def wait_for_outcome(
 
 def _chaos_targets(stack: Stack, info: StackInfo) -> ChaosTargets:
     parts = info.parts
+    target = stack.target
+    toxiproxy = parts["toxiproxy"].url if "toxiproxy" in parts else None
     return ChaosTargets(
-        toxiproxy_url=parts["toxiproxy"].url if "toxiproxy" in parts else None,
+        toxiproxy_url=toxiproxy or info.endpoints.get("toxiproxy"),
         apns_url=info.url("apns"),
         apns_ca_file=info.tls_ca,
         fcm_url=info.url("fcm"),
         sqs_url=parts["sqs"].url if "sqs" in parts else None,
-        processes=stack,
+        # A target's processes are not the harness's to kill.
+        processes=stack if target is None else None,
+        dedup_proxy=target.dedup_proxy if target is not None else DEDUP_PROXY,
     )
 
 
@@ -406,6 +411,7 @@ def execute(
     clock: Clock,
     stack_factory: Callable[[Path], Stack] | None = None,
     locust_workers: int | None = None,
+    target: Target | None = None,
 ) -> tuple[History, Population | None, list[Verdict], str | None]:
     history = History()
     population = None
@@ -416,14 +422,23 @@ def execute(
         stack_factory
         or (
             lambda d: Stack(
-                d, durable_redis=scenario.durable_redis, reference_overrides=scenario.reference
+                d,
+                durable_redis=scenario.durable_redis,
+                reference_overrides=scenario.reference,
+                target=target,
             )
         )
     )(run_dir / "stack")
     try:
-        progress(
-            "stack", "starting redis, fault proxy, dynalite, kinesalite, SQS, simulators, workers"
-        )
+        if target is None:
+            progress(
+                "stack",
+                "starting redis, fault proxy, dynalite, kinesalite, SQS, simulators, workers",
+            )
+        else:
+            progress("stack", f"target {target.name}: starting the fault proxy and simulators")
+            if scenario.reference or scenario.durable_redis:
+                progress("stack", "the scenario's reference settings do not apply to a target")
         info = stack.up()
         pids = {name: part.pid for name, part in info.parts.items()}
         history.append("phase", detail=json.dumps({"stack_up": pids}))
@@ -531,6 +546,7 @@ def run(
     progress: Progress | None = None,
     stack_factory: Callable[[Path], Stack] | None = None,
     locust_workers: int | None = None,
+    target: Target | None = None,
 ) -> RunResult:
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
     progress = progress or Progress()
@@ -545,7 +561,7 @@ def run(
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         history, _population, verdicts, error = execute(
-            scenario, seed, run_dir, progress, clock, stack_factory, locust_workers
+            scenario, seed, run_dir, progress, clock, stack_factory, locust_workers, target
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -556,6 +572,7 @@ def run(
         "run_id": run_id,
         "scenario": scenario.name,
         "seed": seed,
+        "target": target.name if target is not None else "reference",
         "verdict": "pass" if passed else "fail",
         "checkers": checkers,
         "history_rows": len(history),

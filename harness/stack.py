@@ -27,6 +27,7 @@ import redis
 
 from chaos.faults import DEDUP_PROXY
 from harness.ports import LOOPBACK, free_port
+from harness.target import Target, port_of
 from reference_impl.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,10 +105,17 @@ class StackInfo:
     tls_ca: str | None = None
     # Where workers reach the dedup store: through the fault proxy when there is one.
     dedup_url: str | None = None
+    # Parts the harness did not start (a target's Event API, its AWS endpoints): name -> URL.
+    endpoints: dict[str, str] = field(default_factory=dict)
+    region: str = REGION
+    # None: boto3's own credential chain (a real AWS target).
+    aws_keys: dict[str, str] | None = field(default_factory=lambda: dict(AWS_KEYS))
 
     def url(self, part: str) -> str:
-        info = self.parts[part]
-        if not info.url:
+        if part in self.endpoints:
+            return self.endpoints[part]
+        info = self.parts.get(part)
+        if info is None or not info.url:
             raise StackError(f"part {part} has no URL")
         return info.url
 
@@ -129,8 +137,9 @@ class StackInfo:
 
     def aws_client(self, service: str) -> Any:
         endpoint = {"dynamodb": "dynamodb", "kinesis": "kinesis", "sqs": "sqs"}.get(service, "aws")
+        url = self.url(endpoint) if endpoint in self.parts or endpoint in self.endpoints else None
         return boto3.session.Session().client(
-            service, region_name=REGION, endpoint_url=self.url(endpoint), **AWS_KEYS
+            service, region_name=self.region, endpoint_url=url, **(self.aws_keys or {})
         )
 
 
@@ -191,6 +200,8 @@ class Stack:
         start_timeout: float = 30.0,
         with_workers: bool = True,
         stack_file: Path | None = None,
+        parts: Sequence[str] | None = None,
+        target: Target | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.durable_redis = durable_redis
@@ -199,6 +210,20 @@ class Stack:
         self.start_timeout = start_timeout
         self.with_workers = with_workers
         self.stack_file = stack_file
+        self.target = target
+        if target is not None:
+            # The system under test runs elsewhere: the harness starts only the fault proxy (if
+            # the target has no Toxiproxy of its own) and the provider simulators.
+            parts = [p for p, wanted in (
+                ("toxiproxy", bool(target.dedup_listen and not target.toxiproxy_url)),
+                ("apns", bool(target.apns_listen)),
+                ("fcm", bool(target.fcm_listen)),
+            ) if wanted]  # fmt: skip
+            self.apns_tls = target.apns_tls
+        unknown = sorted(set(parts or ()) - set(PARTS))
+        if unknown:
+            raise StackError(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(PARTS)}")
+        self.selected = tuple(p for p in PARTS if parts is None or p in parts)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.info = StackInfo(
             workdir=str(self.workdir), reference_config=str(self.workdir / "reference.json")
@@ -214,18 +239,23 @@ class Stack:
         self.down()
 
     def up(self) -> StackInfo:
-        require_redis_server()
-        require_node_emulators()
+        if "redis" in self.selected:
+            require_redis_server()
+        if {"dynamodb", "kinesis"} & set(self.selected):
+            require_node_emulators()
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
         try:
             # Parts of one tier do not depend on each other: start them together and wait for
             # all, so a stack is up in the time of its slowest part, not the sum of them.
-            self._start_together(INFRA_PARTS)
-            self.write_reference_config()
-            self.provision()
-            if self.with_workers:
-                self._start_together(WORKER_PARTS)
+            self._start_together([p for p in INFRA_PARTS if p in self.selected])
+            if self.target is not None:
+                self._describe_target(self.target)
+            else:
+                self.write_reference_config()
+                self.provision()
+                if self.with_workers:
+                    self._start_together([p for p in WORKER_PARTS if p in self.selected])
         except BaseException:
             self.down()
             raise
@@ -244,19 +274,43 @@ class Stack:
 
     # -- parts ------------------------------------------------------------------------------
 
+    def _describe_target(self, target: Target) -> None:
+        """What the harness needs to know of a target: its URLs and queue names."""
+        self.info.endpoints["event-api"] = target.event_api.rstrip("/")
+        if target.sqs_endpoint:
+            self.info.endpoints["sqs"] = target.sqs_endpoint
+        self.info.region = target.region
+        keys = {
+            "aws_access_key_id": target.aws_access_key_id,
+            "aws_secret_access_key": target.aws_secret_access_key,
+        }
+        self.info.aws_keys = keys if all(keys.values()) else None
+        if target.toxiproxy_url:
+            self.info.endpoints["toxiproxy"] = target.toxiproxy_url.rstrip("/")
+        config = Config(
+            region=target.region,
+            sqs_endpoint=target.sqs_endpoint,
+            queue_prefix=target.queue_prefix,
+            **(self.info.aws_keys or {}),
+        )
+        Path(self.info.reference_config).write_text(config.to_json())
+
     def reference_config(self) -> Config:
         parts = self.info.parts
-        apns = parts["apns"]
+
+        def url(part: str) -> str | None:
+            return parts[part].url if part in parts else None
+
         values: dict[str, Any] = {
             "region": REGION,
-            "dynamodb_endpoint": parts["dynamodb"].url,
-            "kinesis_endpoint": parts["kinesis"].url,
-            "sqs_endpoint": parts["sqs"].url,
+            "dynamodb_endpoint": url("dynamodb"),
+            "kinesis_endpoint": url("kinesis"),
+            "sqs_endpoint": url("sqs"),
             **AWS_KEYS,
-            "redis_url": self.info.dedup_url or parts["redis"].url,
-            "apns_url": apns.url,
+            "redis_url": self.info.dedup_url or url("redis"),
+            "apns_url": url("apns"),
             "apns_ca_file": self.info.tls_ca,
-            "fcm_url": parts["fcm"].url,
+            "fcm_url": url("fcm"),
             "fcm_projects": ["fanout-sender-0", "fanout-sender-1"],
             "celebrity_threshold": 50,
             "visibility_timeout_seconds": 5,
@@ -264,7 +318,7 @@ class Stack:
             "event_api_host": LOOPBACK,
         }
         values.update(self.reference_overrides)
-        return Config.from_mapping(values)
+        return Config.from_mapping({k: v for k, v in values.items() if v is not None})
 
     def write_reference_config(self) -> None:
         Path(self.info.reference_config).write_text(self.reference_config().to_json())
@@ -435,16 +489,20 @@ class Stack:
 
     def _write_proxy_config(self) -> None:
         """The dedup proxy: workers talk to Redis only through it, so chaos can cut it."""
-        if self.info.dedup_url:
-            listen_port = int(self.info.dedup_url.rsplit(":", 1)[1].split("/")[0])
+        if self.target is not None and self.target.dedup_listen and self.target.dedup_redis:
+            listen_port = port_of(self.target.dedup_listen, "dedup_listen")
+            upstream = self.target.dedup_redis
         else:
-            listen_port = free_port()
-        redis_port = self.info.parts["redis"].port
+            upstream = f"{LOOPBACK}:{self.info.parts['redis'].port}"
+            if self.info.dedup_url:
+                listen_port = int(self.info.dedup_url.rsplit(":", 1)[1].split("/")[0])
+            else:
+                listen_port = free_port()
         proxies = [
             {
                 "name": DEDUP_PROXY,
                 "listen": f"{LOOPBACK}:{listen_port}",
-                "upstream": f"{LOOPBACK}:{redis_port}",
+                "upstream": upstream,
                 "enabled": True,
             }
         ]
@@ -486,6 +544,9 @@ class Stack:
     def _spawn(self, part: str, port: int | None) -> tuple[PartInfo, subprocess.Popen[bytes]]:
         if part == "toxiproxy":
             self._write_proxy_config()
+        if port is None and self.target is not None and part in ("apns", "fcm"):
+            listen = self.target.apns_listen if part == "apns" else self.target.fcm_listen
+            port = port_of(listen or "", f"{part}_listen")
         if port is None and part not in ("fanout-worker", "push-consumer"):
             port = free_port()
         argv = self.part_argv(part, port)

@@ -1,0 +1,120 @@
+"""Target files: point the harness at a system other than the embedded reference.
+
+A target file (YAML) names the system's Event/Inbox API, the Redis its dedup store really is
+and the address the system was configured to reach it at (the harness puts its fault proxy
+there, or uses a Toxiproxy you already run), the AWS endpoints, region and queue prefix, and
+the addresses the system sends its APNs and FCM traffic to (the harness serves its provider
+simulators there). Example, with every key: ``targets/example.yaml``.
+
+Load and faults go only to loopback unless the file says ``allow_remote: true``: a game day
+against a shared environment is a decision someone writes down.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+
+class TargetError(ValueError):
+    """A target file that cannot be used, with what is wrong in it."""
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    event_api: str
+    region: str = "us-east-1"
+    sqs_endpoint: str | None = None
+    aws_access_key_id: str | None = None
+    aws_secret_access_key: str | None = None
+    queue_prefix: str = "fanout"
+    # host:port of the Redis behind the system's dedup store, and host:port where the system
+    # was told to find it: the harness's fault proxy listens there.
+    dedup_redis: str | None = None
+    dedup_listen: str | None = None
+    # Or: a Toxiproxy already in front of the dedup store (then the two above are not used).
+    toxiproxy_url: str | None = None
+    dedup_proxy: str = "dedup"
+    # Where the system sends provider traffic: the harness serves its simulators there.
+    apns_listen: str | None = None
+    apns_tls: bool = False
+    fcm_listen: str | None = None
+    allow_remote: bool = False
+
+
+def _host_port(value: str, key: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise TargetError(f"{key}: expected host:port, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def port_of(value: str, key: str) -> int:
+    return _host_port(value, key)[1]
+
+
+def parse(data: Any, where: str) -> Target:
+    if not isinstance(data, dict):
+        raise TargetError(f"{where}: a target file holds a mapping")
+    known = {f.name for f in fields(Target)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise TargetError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    # The provider simulators' ledgers are what the checkers read: without them nothing can
+    # be said about deliveries.
+    for key in ("name", "event_api", "apns_listen", "fcm_listen"):
+        if not data.get(key):
+            raise TargetError(f"{where}: {key} is required")
+    target = Target(**data)
+    hosts: list[tuple[str, str]] = [("event_api", urlsplit(target.event_api).hostname or "")]
+    if not urlsplit(target.event_api).scheme.startswith("http"):
+        raise TargetError(f"{where}: event_api must be an http(s) URL")
+    if target.sqs_endpoint:
+        hosts.append(("sqs_endpoint", urlsplit(target.sqs_endpoint).hostname or ""))
+    if target.toxiproxy_url:
+        hosts.append(("toxiproxy_url", urlsplit(target.toxiproxy_url).hostname or ""))
+    elif bool(target.dedup_redis) != bool(target.dedup_listen):
+        raise TargetError(f"{where}: dedup_redis and dedup_listen go together")
+    for key in ("dedup_redis", "dedup_listen", "apns_listen", "fcm_listen"):
+        value = getattr(target, key)
+        if value:
+            hosts.append((key, _host_port(value, key)[0]))
+    for key in ("dedup_listen", "apns_listen", "fcm_listen"):
+        value = getattr(target, key)
+        if value and not _is_loopback(_host_port(value, key)[0]):
+            raise TargetError(f"{where}: {key} must be a loopback address the harness can bind")
+    if not target.allow_remote:
+        remote = [f"{key} ({host})" for key, host in hosts if not _is_loopback(host)]
+        if remote:
+            raise TargetError(
+                f"{where}: {', '.join(remote)} not on loopback; load and faults go to another "
+                "machine only with allow_remote: true in the target file"
+            )
+    return target
+
+
+def load(path: Path) -> Target:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError as exc:
+        raise TargetError(f"no target file {path}") from exc
+    except yaml.YAMLError as exc:
+        raise TargetError(f"{path} is not valid YAML: {exc}") from exc
+    return parse(data, str(path))

@@ -1,0 +1,117 @@
+"""Target files: bad ones are named clearly; a good one runs a chaos scenario against a second
+reference instance that knows nothing of the harness (configured only through the file)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, run_cli
+
+from harness.ports import free_port
+from harness.stack import Stack
+from harness.target import TargetError, load, parse
+
+GOOD = {
+    "name": "t",
+    "event_api": "http://127.0.0.1:18080",
+    "apns_listen": "127.0.0.1:18443",
+    "fcm_listen": "127.0.0.1:18444",
+}
+
+
+def test_the_shipped_example_parses():
+    target = load(ROOT / "targets" / "example.yaml")
+    assert target.queue_prefix == "staging" and not target.allow_remote
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"colour": "red"}, "unknown key(s) colour"),
+        ({"fcm_listen": None}, "fcm_listen is required"),
+        ({"event_api": "http://10.1.2.3:80"}, "event_api (10.1.2.3) not on loopback"),
+        ({"dedup_redis": "127.0.0.1:6379"}, "dedup_redis and dedup_listen go together"),
+        ({"apns_listen": "127.0.0.1"}, "apns_listen: expected host:port"),
+        ({"apns_listen": "10.0.0.1:443", "allow_remote": True}, "apns_listen must be a loopback"),
+    ],
+)
+def test_mistakes_are_named(change, message):
+    with pytest.raises(TargetError) as caught:
+        parse({**GOOD, **change}, "target.yaml")
+    assert message in str(caught.value)
+
+
+def test_a_remote_system_needs_allow_remote():
+    target = parse({**GOOD, "event_api": "https://staging.example.com", "allow_remote": True}, "t")
+    assert target.event_api == "https://staging.example.com"
+
+
+def test_a_bad_target_file_is_a_clear_cli_error(tmp_path):
+    result = run_cli("run", "smoke", "--target", str(tmp_path / "nope.yaml"))
+    assert result.returncode == 2
+    assert "no target file" in result.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.wholerun
+def test_a_chaos_scenario_runs_against_a_system_named_by_a_target_file(tmp_path):
+    proxy, apns, fcm = free_port(), free_port(), free_port()
+    # The system under test: a second reference instance, its own Redis and AWS endpoints,
+    # configured to find its dedup store and providers where the target file says.
+    system = Stack(
+        tmp_path / "system",
+        parts=("redis", "dynamodb", "kinesis", "sqs", "event-api", "fanout-worker",
+               "push-consumer"),
+        reference_overrides={
+            "redis_url": f"redis://127.0.0.1:{proxy}/0",
+            "apns_url": f"http://127.0.0.1:{apns}",
+            "fcm_url": f"http://127.0.0.1:{fcm}",
+            "queue_prefix": "staging",
+        },
+    )  # fmt: skip
+    with system:
+        info = system.info
+        target = {
+            "name": "second-reference",
+            "event_api": info.url("event-api"),
+            "sqs_endpoint": info.url("sqs"),
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+            "queue_prefix": "staging",
+            "dedup_redis": f"127.0.0.1:{info.parts['redis'].port}",
+            "dedup_listen": f"127.0.0.1:{proxy}",
+            "apns_listen": f"127.0.0.1:{apns}",
+            "fcm_listen": f"127.0.0.1:{fcm}",
+        }
+        path = tmp_path / "target.yaml"
+        path.write_text(yaml.safe_dump(target))
+        out = tmp_path / "runs"
+        result = run_cli(
+            "run", "memorydb-outage", "--seed", "3", "--target", str(path), "--out", str(out),
+            timeout=400,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+        (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["target"] == "second-reference" and summary["verdict"] == "pass"
+        once = summary["checkers"]["effectively_once"]
+        assert once["expected"] > 0 and once["delivered"] == once["expected"]
+        # The outage went through the harness's proxy in front of the target's Redis.
+        fail_closed = summary["checkers"]["fail_closed"]
+        assert fail_closed["outage_windows"] == 1 and fail_closed["deliveries_during_outage"] == 0
+        # The harness started no reference workers of its own: only proxy and simulators.
+        stack_up = json.loads(_first_phase(run_dir))["stack_up"]
+        assert set(stack_up) == {"toxiproxy", "apns", "fcm"}
+        # The system's own push queue carried the jobs (the target's queue prefix).
+        sqs = info.aws_client("sqs")
+        assert sqs.get_queue_url(QueueName="staging-push")["QueueUrl"]
+
+
+def _first_phase(run_dir: Path) -> str:
+    import pandas as pd
+
+    history = pd.read_parquet(run_dir / "history.parquet")
+    return history[history["kind"] == "phase"]["detail"].iloc[0]
