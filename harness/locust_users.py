@@ -348,7 +348,7 @@ class InboxReader(FanoutUser):
             if first.status_code != 200:
                 first.failure(f"HTTP {first.status_code}")
                 return
-            cursor = first.json().get("cursor")
+            cursor = first.json().get("next_cursor")
         if cursor:
             self.client.get(
                 f"{base}?limit=20&cursor={quote(cursor, safe='')}", name="GET inbox (next page)"

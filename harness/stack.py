@@ -253,7 +253,10 @@ class Stack:
                 self._describe_target(self.target)
             else:
                 self.write_reference_config()
-                self.provision()
+                # Only against the stack's own emulators: a missing endpoint in the config
+                # means real AWS, which a partial local stack must never touch.
+                if {"dynamodb", "kinesis", "sqs"} <= set(self.selected):
+                    self.provision()
                 if self.with_workers:
                     self._start_together([p for p in WORKER_PARTS if p in self.selected])
         except BaseException:

@@ -35,6 +35,7 @@ from reference_impl.quiet_hours import parse_window
 EVENT_KINDS = ("post", "like", "comment", "mention")
 PLATFORMS = ("apns", "fcm")
 MAX_FOLLOWERS_PER_CALL = 1000
+MAX_USERS_PER_CALL = 500
 MAX_BODY_BYTES = 1_000_000
 
 
@@ -83,6 +84,7 @@ class EventApi:
                 ),
                 self.add_followers,
             ),
+            ("POST", re.compile(r"^/v1/tenants/(?P<tenant>[^/]+)/users:batch$"), self.put_users),
             ("GET", re.compile(rf"^{_USER}/inbox$"), self.get_inbox),
             ("GET", re.compile(rf"^{_USER}/unread-count$"), self.get_unread_count),
             ("POST", re.compile(rf"^{_USER}/inbox/read-all$"), self.read_all),
@@ -181,9 +183,9 @@ class EventApi:
         )
         return _response(202, {"notification_id": notification_id, "accepted_at": accepted_at})
 
-    def put_preferences(self, event: dict[str, Any], tenant: str, user: str) -> dict[str, Any]:
-        self._require_ids(tenant_id=tenant, user_id=user)
-        body = self._json_body(event)
+    @staticmethod
+    def _preferences(body: dict[str, Any]) -> dict[str, Any]:
+        """Validated preferences, or BadRequest naming the field."""
         zone = body.get("zone")
         if not isinstance(zone, str):
             raise BadRequest("zone must be an IANA time zone name such as Europe/Berlin")
@@ -205,26 +207,52 @@ class EventApi:
             isinstance(consent, dict) and "granted_at" in consent and "version" in consent
         ):
             raise BadRequest("push_consent must be null or {granted_at, version}")
-        prefs = {
+        return {
             "zone": zone,
             "quiet_hours": body.get("quiet_hours"),
             "channels": channels,
             "push_consent": consent,
         }
+
+    @staticmethod
+    def _preferences_item(tenant: str, user: str, prefs: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "pk": {"S": user_key(tenant, user)},
+            "prefs": {"S": json.dumps(prefs)},
+            "updated_at": {"S": datetime.now(UTC).isoformat()},
+        }
+
+    @staticmethod
+    def _device_item(tenant: str, user: str, token: Any, platform: Any) -> dict[str, Any]:
+        if platform not in PLATFORMS:
+            raise BadRequest("platform must be apns or fcm")
+        if not isinstance(token, str) or not token or len(token) > 4096:
+            raise BadRequest("token must be 1-4096 characters")
+        return {
+            "pk": {"S": user_key(tenant, user)},
+            "sk": {"S": device_id(token)},
+            "token": {"S": token},
+            "platform": {"S": platform},
+            "active": {"BOOL": True},
+            "registered_at": {"S": datetime.now(UTC).isoformat()},
+        }
+
+    def _invalidate(self, keys: list[str]) -> bool:
+        """Write-through invalidation: a withdrawn consent takes effect on the next job."""
+        try:
+            self.cache.delete(*keys)
+            return True
+        except Exception:  # the 5-minute TTL then bounds the staleness
+            return False
+
+    def put_preferences(self, event: dict[str, Any], tenant: str, user: str) -> dict[str, Any]:
+        self._require_ids(tenant_id=tenant, user_id=user)
+        prefs = self._preferences(self._json_body(event))
         self.ddb.put_item(
             TableName=self.config.table("preferences"),
-            Item={
-                "pk": {"S": user_key(tenant, user)},
-                "prefs": {"S": json.dumps(prefs)},
-                "updated_at": {"S": datetime.now(UTC).isoformat()},
-            },
+            Item=self._preferences_item(tenant, user, prefs),
         )
-        # Write-through invalidation: a withdrawn consent takes effect on the next job.
-        try:
-            self.cache.delete(preferences_cache_key(tenant, user))
-            invalidated = True
-        except Exception:  # the 5-minute TTL then bounds the staleness
-            invalidated = False
+        invalidated = self._invalidate([preferences_cache_key(tenant, user)])
         return _response(200, {"stored": True, "cache_invalidated": invalidated})
 
     def put_device(
@@ -232,22 +260,51 @@ class EventApi:
     ) -> dict[str, Any]:
         self._require_ids(tenant_id=tenant, user_id=user)
         body = self._json_body(event)
-        if body.get("platform") not in PLATFORMS:
-            raise BadRequest("platform must be apns or fcm")
-        if not token or len(token) > 4096:
-            raise BadRequest("token must be 1-4096 characters")
-        self.ddb.put_item(
-            TableName=self.config.table("devices"),
-            Item={
-                "pk": {"S": user_key(tenant, user)},
-                "sk": {"S": device_id(token)},
-                "token": {"S": token},
-                "platform": {"S": body["platform"]},
-                "active": {"BOOL": True},
-                "registered_at": {"S": datetime.now(UTC).isoformat()},
+        item = self._device_item(tenant, user, token, body.get("platform"))
+        self.ddb.put_item(TableName=self.config.table("devices"), Item=item)
+        return _response(200, {"device_id": device_id(token)})
+
+    def put_users(self, event: dict[str, Any], tenant: str) -> dict[str, Any]:
+        """Bulk load: preferences and devices of up to MAX_USERS_PER_CALL users in one call,
+        written with BatchWriteItem. All entries are validated before anything is stored."""
+        self._require_ids(tenant_id=tenant)
+        users = self._json_body(event).get("users")
+        if not isinstance(users, list) or not users:
+            raise BadRequest("users must be a non-empty list")
+        if len(users) > MAX_USERS_PER_CALL:
+            raise BadRequest(f"at most {MAX_USERS_PER_CALL} users per call")
+        prefs_items, device_items, keys = [], [], []
+        for i, entry in enumerate(users):
+            try:
+                if not isinstance(entry, dict) or not valid_id(entry.get("user_id")):
+                    raise BadRequest("user_id is missing or invalid")
+                user = entry["user_id"]
+                if entry.get("preferences") is not None:
+                    prefs = self._preferences(entry["preferences"])
+                    prefs_items.append(self._preferences_item(tenant, user, prefs))
+                    keys.append(preferences_cache_key(tenant, user))
+                for device in entry.get("devices") or []:
+                    if not isinstance(device, dict):
+                        raise BadRequest("devices must be a list of {token, platform}")
+                    device_items.append(
+                        self._device_item(tenant, user, device.get("token"), device.get("platform"))
+                    )
+            except BadRequest as exc:
+                raise BadRequest(f"users[{i}]: {exc}") from exc
+        for table, items in (("preferences", prefs_items), ("devices", device_items)):
+            for start in range(0, len(items), 25):
+                requests = [{"PutRequest": {"Item": it}} for it in items[start : start + 25]]
+                batch_write(self.ddb, self.config.table(table), requests)
+        invalidated = self._invalidate(keys) if keys else True
+        return _response(
+            200,
+            {
+                "users": len(users),
+                "preferences": len(prefs_items),
+                "devices": len(device_items),
+                "cache_invalidated": invalidated,
             },
         )
-        return _response(200, {"device_id": device_id(token)})
 
     def add_followers(self, event: dict[str, Any], tenant: str, user: str) -> dict[str, Any]:
         self._require_ids(tenant_id=tenant, author_id=user)

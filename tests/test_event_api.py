@@ -83,6 +83,7 @@ def test_openapi_document_lists_the_routes(api):
     assert spec["openapi"].startswith("3.")
     assert "/v1/events" in spec["paths"]
     assert "/v1/tenants/{tenant_id}/users/{user_id}/preferences" in spec["paths"]
+    assert "/v1/tenants/{tenant_id}/users:batch" in spec["paths"]
 
 
 def test_a_client_event_id_becomes_the_notification_id_in_any_tenant(api):
@@ -111,3 +112,47 @@ def test_a_client_event_id_becomes_the_notification_id_in_any_tenant(api):
         },
     )
     assert bad.status_code == 400 and "event_id must be a ULID" in bad.json()["error"]
+
+
+def test_bulk_users_store_preferences_and_devices_in_one_call(api, stack):
+    users = [
+        {
+            "user_id": f"bulk{i}",
+            "preferences": {"zone": "Asia/Kolkata", "push_consent": None},
+            "devices": [{"token": f"tok-bulk-{i}", "platform": "fcm" if i % 2 else "apns"}],
+        }
+        for i in range(60)
+    ]
+    response = api.post("/v1/tenants/tb/users:batch", json={"users": users})
+    assert response.status_code == 200, response.text
+    assert response.json()["preferences"] == 60 and response.json()["devices"] == 60
+    ddb = stack.info.aws_client("dynamodb")
+    config = stack.reference_config()
+    assert _devices_of(ddb, config, "tb", "bulk7") == ["tok-bulk-7"]
+    prefs = ddb.get_item(TableName=config.table("preferences"), Key={"pk": {"S": "tb#bulk59"}})
+    assert "Asia/Kolkata" in prefs["Item"]["prefs"]["S"]
+
+
+def test_bulk_users_refuse_the_whole_call_for_one_bad_entry(api, stack):
+    users = [
+        {"user_id": "fine1", "preferences": {"zone": "UTC"}},
+        {"user_id": "fine2", "devices": [{"token": "t", "platform": "pager"}]},
+    ]
+    response = api.post("/v1/tenants/tb2/users:batch", json={"users": users})
+    assert response.status_code == 400
+    assert "users[1]: platform must be apns or fcm" in response.json()["error"]
+    # Validated before anything is stored: the good entry was not written either.
+    ddb = stack.info.aws_client("dynamodb")
+    table = stack.reference_config().table("preferences")
+    assert "Item" not in ddb.get_item(TableName=table, Key={"pk": {"S": "tb2#fine1"}})
+    too_many = api.post("/v1/tenants/tb2/users:batch", json={"users": [{"user_id": "u"}] * 501})
+    assert too_many.status_code == 400 and "at most 500" in too_many.json()["error"]
+
+
+def _devices_of(ddb, config, tenant: str, user: str) -> list[str]:
+    rows = ddb.query(
+        TableName=config.table("devices"),
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"{tenant}#{user}"}},
+    )["Items"]
+    return [r["token"]["S"] for r in rows]
