@@ -1,0 +1,207 @@
+"""Locust load benchmark: injected events/s per Locust core, end-to-end push deliveries/s during
+a celebrity burst of 100,000+ deliveries, and the provider simulators' capacity measured in the
+same run, so the report can say which part limited the burst.
+
+    .venv/bin/python benchmarks/bench_locust.py --out reports/bench/locust.json
+    .venv/bin/python benchmarks/bench_locust.py --deliveries 10000   # a quicker look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+from bench_foundation import bench_apns_simulator
+
+from harness.load import load_population
+from harness.population import PopulationSpec, generate
+from harness.runner import Progress, read_injected, run
+from harness.scenarios import LocustLoad, Probe, Scenario
+from harness.stack import Stack
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _proc_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def bench_injection(seconds: float, users: int, workers: int) -> dict[str, float]:
+    """Authors only, as fast as the Event API answers: events per CPU-second of Locust."""
+    with tempfile.TemporaryDirectory() as tmp, Stack(Path(tmp) / "stack") as stack:
+        population = generate(3, datetime.now(UTC), PopulationSpec(users_per_tenant=200))
+        population.save(Path(tmp) / "population.json")
+        api = stack.info.url("event-api")
+        load_population(api, population)
+        api_pid = stack.info.parts["event-api"].pid
+        api_cpu_before = _proc_cpu_seconds(api_pid)
+        plan = {
+            "duration_s": seconds,
+            "background_users": users,
+            "author_rate": 1000.0,
+            "weights": {"Author": 1},
+        }
+        cpu_before = _children_cpu_seconds()
+        started = time.perf_counter()
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "harness.loadgen",
+                "--locustfile",
+                "steady_state",
+                "--host",
+                api,
+                "--population",
+                str(Path(tmp) / "population.json"),
+                "--plan",
+                json.dumps(plan),
+                "--out",
+                str(Path(tmp) / "out"),
+                "--workers",
+                str(workers),
+            ],  # fmt: skip
+            cwd=ROOT,
+            check=True,
+            timeout=seconds + 180,
+        )
+        wall = time.perf_counter() - started
+        locust_cpu = _children_cpu_seconds() - cpu_before
+        api_cpu = _proc_cpu_seconds(api_pid) - api_cpu_before
+        summary = json.loads((Path(tmp) / "out" / "locust_summary.json").read_text())
+        injected = len(read_injected(Path(tmp) / "out" / "injected.jsonl"))
+    load_seconds = float(seconds)
+    return {
+        "locust_workers": workers,
+        "locust_users": users,
+        "injected_events": injected,
+        "injected_events_per_s": round(injected / load_seconds, 1),
+        "locust_cpu_seconds": round(locust_cpu, 2),
+        "injected_events_per_locust_cpu_second": round(injected / locust_cpu, 1),
+        "event_api_cpu_seconds": round(api_cpu, 2),
+        "event_api_cpu_share_of_load": round(api_cpu / load_seconds, 2),
+        "locust_failures": summary["failures"],
+        "wall_seconds_incl_startup": round(wall, 1),
+    }
+
+
+def bench_burst(deliveries: int, seed: int) -> dict[str, float]:
+    """One celebrity post per tenant to enough followers for ``deliveries`` push deliveries."""
+    tenants = 2
+    devices_per_user = 1.3  # PopulationSpec.second_device_fraction 0.3
+    followers = int(deliveries / (tenants * devices_per_user)) + 1
+    spec = PopulationSpec(
+        tenants=tenants,
+        users_per_tenant=followers + 20,
+        celebrity_followers=followers,
+        regular_authors=1,
+        regular_followers=5,
+        no_consent_fraction=0.0,
+        dead_token_fraction=0.0,
+        no_device_fraction=0.0,
+        quiet_whole_run_fraction=0.0,
+        quiet_ends_fraction=0.0,
+    )
+    scenario = Scenario(
+        name="bench-burst",
+        description="a celebrity burst, no faults, no quiet hours",
+        population=spec,
+        locust=LocustLoad(
+            "celebrity_burst",
+            {
+                "duration_s": 8,
+                "background_users": 1,
+                "celebrities": tenants,
+                "burst_at_s": 1,
+                "burst_window_s": 2,
+                "weights": {"InboxReader": 1},
+            },
+        ),  # fmt: skip
+        probes=(Probe("effectively_once"),),
+        timeout_seconds=3600,
+    )
+    with tempfile.TemporaryDirectory() as out:
+        result = run(
+            scenario, seed=seed, out=Path(out), progress=Progress(lambda s: print(s, flush=True))
+        )
+        history = pd.read_parquet(result.run_dir / "history.parquet")
+        phases = history[history["kind"] == "phase"]
+    once = result.summary["checkers"]["effectively_once"]
+    injected = history[history["kind"] == "inject"]["time"]
+    provider = history[history["kind"] == "provider"]
+    delivered = provider[provider["delivered"].fillna(False).astype(bool)]["time"]
+    span = float(delivered.max() - injected.min())
+    loaded = phases["time"].iloc[1] - phases["time"].iloc[0]
+    per_second = delivered.astype(int).value_counts()
+    return {
+        "burst_expected_deliveries": once["expected"],
+        "burst_delivered": once["delivered"],
+        "burst_duplicated": once["duplicated"],
+        "burst_lost": once["lost"],
+        "burst_population_users": tenants * spec.users_per_tenant,
+        "burst_population_load_seconds": round(float(loaded), 1),
+        "burst_seconds_first_event_to_last_delivery": round(span, 1),
+        "burst_deliveries_per_s": round(once["delivered"] / span, 1) if span > 0 else 0.0,
+        "burst_peak_deliveries_in_one_second": int(per_second.max()) if len(per_second) else 0,
+        "burst_verdict": result.summary["verdict"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(ROOT / "reports" / "bench" / "locust.json"))
+    parser.add_argument("--deliveries", type=int, default=100_000)
+    parser.add_argument("--inject-seconds", type=float, default=20)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    results: dict[str, object] = {
+        "benchmark": "locust",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(),
+        "seed": args.seed,
+    }
+    print("== provider simulators", flush=True)
+    results.update(bench_apns_simulator(20_000))
+    for workers in (0, 2):
+        print(f"== injection, {workers} Locust worker(s)", flush=True)
+        results[f"injection_workers_{workers}"] = bench_injection(args.inject_seconds, 20, workers)
+    print(f"== celebrity burst, {args.deliveries:,} deliveries", flush=True)
+    results.update(bench_burst(args.deliveries, args.seed))
+    limits = {
+        "apns simulator (h2 client)": results["apns_simulator_h2_req_per_s"],
+        "consumer http client (per thread)": results["httpx_h2c_sequential_req_per_s"],
+        "end-to-end burst": results["burst_deliveries_per_s"],
+    }
+    results["limits_per_s"] = limits
+    results["limited_by"] = (
+        "the provider simulators"
+        if results["burst_deliveries_per_s"] >= 0.8 * results["apns_simulator_h2_req_per_s"]
+        else "the system under test (the simulators had headroom)"
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    for name, value in limits.items():
+        print(f"{name:<36} {value:>10,.0f} /s")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
