@@ -42,14 +42,33 @@ Clock = Callable[[], datetime]
 
 
 class Progress:
-    """Plain progress lines with the elapsed time (long runs must say what they are doing)."""
+    """Progress with the elapsed time: long runs must say what they are doing.
 
-    def __init__(self, out: Callable[[str], None] = print) -> None:
-        self.out = out
+    On a terminal the repeating status lines (the wait's deliveries seen, Locust's users and
+    events injected) rewrite one line in place; anywhere else (CI logs, pipes) every line is
+    kept as plain text.
+    """
+
+    LIVE_PHASES = ("wait", "locust")
+
+    def __init__(self, out: Callable[[str], None] | None = None, stream: Any = None) -> None:
+        self.stream = stream if stream is not None else sys.stdout
+        self.out = out or (lambda line: print(line, file=self.stream, flush=True))
+        self.live = out is None and bool(getattr(self.stream, "isatty", lambda: False)())
         self.start = time.monotonic()
+        self._status_shown = False
 
     def __call__(self, phase: str, message: str) -> None:
-        self.out(f"[{time.monotonic() - self.start:6.1f}s] {phase:<9} {message}")
+        line = f"[{time.monotonic() - self.start:6.1f}s] {phase:<9} {message}"
+        if self.live and phase in self.LIVE_PHASES:
+            self.stream.write("\r\033[K" + line[:200])
+            self.stream.flush()
+            self._status_shown = True
+            return
+        if self._status_shown:
+            self.stream.write("\r\033[K")
+            self._status_shown = False
+        self.out(line)
 
 
 @dataclass
