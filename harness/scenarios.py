@@ -26,6 +26,7 @@ KNOWN_PROBES = (
     "consent",
     "tenant_isolation",
     "dlq_accountability",
+    "rate_limit",
 )
 KNOWN_ACTIONS = ("redrive-dlq",)
 

@@ -25,6 +25,7 @@ DEFECTS = (
     "fallback_no_recheck",  # after recovery, Redis alone decides (fallback keys forgotten)
     "quiet_hours_in_utc",  # the classic bug: the window compared with UTC wall-clock time
     "dedup_key_without_tenant",  # two tenants' same ULID and device suppress each other
+    "rate_limit_counts_redeliveries",  # the limits count receives, not notification ids
 )
 
 
@@ -73,6 +74,12 @@ class Config:
     provider_max_rate_per_s: float | None = None
     retry_backoff_max_seconds: int = 30
     consumer_threads: int = 4
+    # Rate limits (seed 000: a sliding window per (user, channel), the excess collapsed into one
+    # digest; seed 002: a cap per (user device, notification kind, local day)). 0 = off, the
+    # default, so the scenarios that do not ask for limits are never limited.
+    rate_limit_per_window: int = 0
+    rate_limit_window_seconds: int = 60
+    daily_limit_per_device_type: int = 0
     defects: tuple[str, ...] = ()
     event_api_host: str = "127.0.0.1"
     event_api_port: int = 8080
@@ -111,6 +118,13 @@ class Config:
             raise ConfigError("celebrity_threshold must be at least 1")
         if config.max_receive_count < 1:
             raise ConfigError("max_receive_count must be at least 1")
+        for name in ("rate_limit_per_window", "daily_limit_per_device_type"):
+            value = getattr(config, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name} must be an integer >= 0 (0 = off)")
+        seconds = config.rate_limit_window_seconds
+        if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 1:
+            raise ConfigError("rate_limit_window_seconds must be an integer >= 1")
         return config
 
     @classmethod

@@ -1,9 +1,15 @@
 """Push consumer: the Lambda behind the push queue.
 
 Per job: preferences -> consent (default deny) -> quiet hours in the user's IANA zone (defer
-durably, fail closed) -> devices -> per device: dedup claim -> APNs or FCM -> outcome. A message
-is acknowledged only after a definite outcome for every device; anything uncertain (a Redis
-error, a 429 or 5xx, a transport error) leaves it in the queue.
+durably, fail closed) -> sliding-window rate limit per (user, channel) (the excess is held for
+one digest) -> devices -> per device: daily cap per (device, kind, local day) -> dedup claim ->
+APNs or FCM -> outcome. A message is acknowledged only after a definite outcome for every
+device; anything uncertain (a Redis error, a 429 or 5xx, a transport error) leaves it in the
+queue.
+
+A digest job (``kind: digest``, queued by the job that opened a digest window, delayed until the
+window closes) goes through the same consent and quiet-hours gates, closes its window, and sends
+one push per device under its own deterministic id, deduplicated like any notification.
 """
 
 from __future__ import annotations
@@ -41,6 +47,18 @@ from reference_impl.providers import (
     fcm_project_for,
 )
 from reference_impl.quiet_hours import decide, parse_window
+from reference_impl.rate_limit import (
+    DIGEST_AUTHOR,
+    DIGEST_KIND,
+    RateLimiter,
+    RateLimits,
+    WindowDecision,
+    digest_closes_at_ms,
+    digest_collapse_id,
+    digest_notification_id,
+    digest_text,
+    to_ms,
+)
 
 log = logging.getLogger("reference_impl.push_consumer")
 MAX_SQS_DELAY_SECONDS = 900
@@ -70,6 +88,17 @@ def parse_job(record: dict[str, Any]) -> dict[str, Any]:
         ULID.from_str(job["notification_id"])
     except ValueError as exc:
         raise PoisonJob("notification_id is not a ULID") from exc
+    if "digest" in job:
+        spec = job["digest"]
+        if not (
+            isinstance(spec, dict)
+            and isinstance(spec.get("channel"), str)
+            and all(
+                isinstance(spec.get(f), int) and not isinstance(spec.get(f), bool)
+                for f in ("window_start_ms", "closes_at_ms")
+            )
+        ):
+            raise PoisonJob("digest must hold channel, window_start_ms and closes_at_ms")
     return job
 
 
@@ -111,6 +140,16 @@ class PushConsumer:
         self.fcm = FcmClient(config)
         self.owner = uuid.uuid4().hex[:12]
         self.defects = frozenset(config.defects)
+        self.limits = RateLimits(
+            config.rate_limit_per_window,
+            config.rate_limit_window_seconds,
+            config.daily_limit_per_device_type,
+        )
+        self.limiter = RateLimiter(
+            self.redis,
+            self.limits,
+            count_receives="rate_limit_counts_redeliveries" in self.defects,
+        )
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -194,9 +233,12 @@ class PushConsumer:
             return "apns"
         return "fcm/" + fcm_project_for(job["recipient_user_id"], self.config.fcm_projects)
 
-    def send(self, job: dict[str, Any], device: dict[str, Any]) -> SendResult:
+    def send(
+        self, job: dict[str, Any], device: dict[str, Any], digest: tuple[str, str] | None = None
+    ) -> SendResult:
+        """``digest``: the (text, collapse id) of a digest push instead of the job's own."""
         nid = job["notification_id"]
-        text = f"{job['author_id']} {job['kind']}"
+        text, collapse_id = digest or (f"{job['author_id']} {job['kind']}", nid)
         if device["platform"] == "apns":
             payload = {
                 "aps": {"alert": {"title": "New activity", "body": text}},
@@ -204,7 +246,7 @@ class PushConsumer:
                 "notification_id": nid,
             }
             apns_id = str(ULID.from_str(nid).to_uuid())
-            collapse = None if "no_collapse_id" in self.defects else nid
+            collapse = None if "no_collapse_id" in self.defects else collapse_id
             return self.apns.send(device["token"], payload, apns_id, collapse_id=collapse)
         message = {
             "token": device["token"],
@@ -212,8 +254,8 @@ class PushConsumer:
             "data": {"tenant_id": job["tenant_id"], "notification_id": nid},
         }
         if "no_collapse_id" not in self.defects:
-            message["android"] = {"collapse_key": nid}
-            message["apns"] = {"headers": {"apns-collapse-id": nid}}
+            message["android"] = {"collapse_key": collapse_id}
+            message["apns"] = {"headers": {"apns-collapse-id": collapse_id}}
         project = fcm_project_for(job["recipient_user_id"], self.config.fcm_projects)
         return self.fcm.send(project, message)
 
@@ -234,6 +276,7 @@ class PushConsumer:
         except ValueError:
             window = None
             zone = None  # an unreadable preference fails closed, like an unknown zone
+        user_zone = zone
         if "quiet_hours_in_utc" in self.defects and zone is not None:
             zone = "UTC"
         decision = decide(self.clock(), zone, window)
@@ -244,10 +287,107 @@ class PushConsumer:
                 "deferred", job, reason=decision.reason, until=decision.release_at.isoformat()
             )
             return None
+        if "digest" in job:
+            return self.deliver_digest(job)
+        # The limits sit after consent and quiet hours and before the dedup claim. After: a job
+        # that is denied or deferred must not spend the user's budget, and a deferred one is
+        # counted when it is released, in the window in which it is actually shown. Before: the
+        # limit decides whether to send at all, the dedup claim only guards the send it allows
+        # (a held job takes no lease and leaves no 'sent' mark). Both count notification ids,
+        # so a redelivered job passes both again without being counted twice.
+        if self.limits.window_on:
+            held = self.rate_limit(job)
+            if held is not None:
+                if held.schedules_digest:
+                    assert held.digest_start_ms is not None
+                    self.schedule_digest(job, held.digest_start_ms)
+                self.audit(
+                    "rate_limited",
+                    job,
+                    digest_window=held.digest_start_ms,
+                    opened=held.opened,
+                    repeat=held.repeat,
+                )
+                return None
         devices = self.devices(tenant, user)
         if not devices:
             self.audit("no_device", job)
             return None
+        return self.send_to_devices(job, devices, user_zone)
+
+    def rate_limit(self, job: dict[str, Any]) -> WindowDecision | None:
+        """The window's decision when the job is held, None when it may be sent."""
+        try:
+            decision = self.limiter.window(
+                job["tenant_id"],
+                job["recipient_user_id"],
+                job.get("channel", "push"),
+                job["notification_id"],
+                job["kind"],
+                job["author_id"],
+                self.clock(),
+            )
+        except redis_lib.RedisError:
+            if not self.config.dedup_fallback:
+                raise  # fail closed, as for the dedup store the limiter shares
+            # With the fallback on, sends go on through a store outage: the limit is suspended
+            # rather than the delivery (the limit guards attention, the dedup guards duplicates).
+            self.audit("rate_limit_unavailable", job)
+            return None
+        return None if decision.admitted else decision
+
+    def schedule_digest(self, job: dict[str, Any], start_ms: int) -> None:
+        """Queue the digest job, delayed until its window closes (defer hops past SQS's
+        15-minute cap). Its id is derived from (tenant, user, channel, window start), so every
+        copy of it names the same digest."""
+        tenant, user = job["tenant_id"], job["recipient_user_id"]
+        channel = job.get("channel", "push")
+        closes = digest_closes_at_ms(start_ms, self.limits.window_ms)
+        digest = {
+            "tenant_id": tenant,
+            "notification_id": digest_notification_id(tenant, user, channel, start_ms),
+            "recipient_user_id": user,
+            "author_id": DIGEST_AUTHOR,
+            "kind": DIGEST_KIND,
+            "channel": channel,
+            "digest": {"channel": channel, "window_start_ms": start_ms, "closes_at_ms": closes},
+        }
+        self.defer(digest, datetime.fromtimestamp(closes / 1000, UTC))
+        self.audit("digest_scheduled", digest, window_start=start_ms)
+
+    def deliver_digest(self, job: dict[str, Any]) -> float | None:
+        """Close the window, then one push per device with the held count. The window is
+        closed before it is read, so the count is final and every retry sends the same text
+        and collapse id."""
+        tenant, user = job["tenant_id"], job["recipient_user_id"]
+        spec = job["digest"]
+        closes = spec["closes_at_ms"]
+        if to_ms(self.clock()) < closes:  # early (a skewed clock): only a closed window counts
+            self.defer(job, datetime.fromtimestamp(closes / 1000, UTC))
+            return None
+        start = spec["window_start_ms"]
+        items = self.limiter.close_digest(tenant, user, spec["channel"], start)
+        if not items:
+            self.audit("digest_empty", job)
+            return None
+        devices = self.devices(tenant, user)
+        if not devices:
+            self.audit("no_device", job)
+            return None
+        text = digest_text(items)
+        self.audit("digest", job, window_start=start, count=len(items))
+        return self.send_to_devices(
+            job, devices, None, digest=(text, digest_collapse_id(start, len(items)))
+        )
+
+    def send_to_devices(
+        self,
+        job: dict[str, Any],
+        devices: list[dict[str, Any]],
+        zone: str | None,
+        digest: tuple[str, str] | None = None,
+    ) -> float | None:
+        tenant, user = job["tenant_id"], job["recipient_user_id"]
         retry_in: float | None = None
 
         def later(seconds: float) -> None:
@@ -259,6 +399,11 @@ class PushConsumer:
             paused = self.gate.paused_for(scope)
             if paused > 0:
                 later(paused)  # Retry-After from an earlier answer: do not even try
+                continue
+            # Digests are exempt from the daily cap: a digest already is the collapsed excess,
+            # at most one per window, and capping it would drop notifications it stands for.
+            if digest is None and self.limits.daily_on and not self.daily_allows(job, device, zone):
+                self.audit("daily_limited", job, device_id=device["device_id"])
                 continue
             key_tenant = "-" if "dedup_key_without_tenant" in self.defects else tenant
             key = dedup_key(key_tenant, job["notification_id"], f"{user}#{device['device_id']}")
@@ -275,7 +420,7 @@ class PushConsumer:
                 later(self.config.dedup_lease_seconds / 2)
                 continue
             with self.gate.slot(scope):
-                result = self.send(job, device)
+                result = self.send(job, device, digest)
             if result.outcome == "retry":
                 self.dedup.release(key, self.owner)
                 if result.retry_after and "ignore_retry_after" not in self.defects:
@@ -300,6 +445,23 @@ class PushConsumer:
                 reason=result.reason,
             )
         return retry_in
+
+    def daily_allows(self, job: dict[str, Any], device: dict[str, Any], zone: str | None) -> bool:
+        try:
+            return self.limiter.daily(
+                job["tenant_id"],
+                job["recipient_user_id"],
+                device["device_id"],
+                job["kind"],
+                job["notification_id"],
+                self.clock(),
+                zone,
+            )
+        except redis_lib.RedisError:
+            if not self.config.dedup_fallback:
+                raise
+            self.audit("rate_limit_unavailable", job, device_id=device["device_id"])
+            return True
 
     def to_poison(self, record: dict[str, Any], reason: str) -> None:
         self.sqs.send_message(

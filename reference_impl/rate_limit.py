@@ -38,7 +38,6 @@ import datetime as dt
 import hashlib
 import math
 import uuid
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -277,36 +276,35 @@ def parse_digest_collapse_id(value: str | None) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
+# kind -> (one author, several authors)
 _ONE_KIND = {
-    "like": ("liked your post", "people"),
-    "comment": ("commented on your post", "people"),
-    "mention": ("mentioned you", "people"),
-    "post": ("posted", "people you follow"),
+    "like": ("1 person liked your post", "{n} people liked your post"),
+    "comment": ("1 person commented on your post", "{n} people commented on your post"),
+    "mention": ("1 person mentioned you", "{n} people mentioned you"),
+    "post": ("1 person you follow posted", "{n} people you follow posted"),
 }
 
 
 def digest_text(items: Sequence[tuple[str, str]]) -> str:
     """The digest's body from the held ``(kind, author)`` pairs, e.g. "5 people liked your
-    post". People are distinct authors; a mix of kinds says how many notifications there were."""
+    post". People are distinct authors; a mix of kinds (or an unknown one) says how many
+    notifications there were instead."""
     if not items:
         raise ValueError("a digest needs at least one held notification")
-    kinds = Counter(kind for kind, _ in items)
+    kinds = {kind for kind, _ in items}
     people = len({author for _, author in items})
-    if len(kinds) == 1:
-        kind = next(iter(kinds))
-        if kind in _ONE_KIND:
-            verb, plural = _ONE_KIND[kind]
-            who = "1 person" if people == 1 else f"{people} {plural}"
-            if kind == "post":
-                who = f"{people} {'person you follow' if people == 1 else plural}"
-            return f"{who} {verb}"
-    return f"{len(items)} new notifications from {people} {'person' if people == 1 else 'people'}"
+    if len(kinds) == 1 and (kind := next(iter(kinds))) in _ONE_KIND:
+        one, several = _ONE_KIND[kind]
+        return one if people == 1 else several.format(n=people)
+    who = "1 person" if people == 1 else f"{people} people"
+    return f"{len(items)} new notifications from {who}"
 
 
 # -- the Redis adapter -----------------------------------------------------------------------
 
 # KEYS: sent, held, open. ARGV: now, window floor, limit, sent member, held member, retention
-# floor, retention ms. Returns {admitted 0|1, digest start or "", opened 0|1, repeat 0|1}.
+# floor, retention ms, window ms. Returns {admitted 0|1, digest start or "", opened 0|1,
+# repeat 0|1}. Scores and the open window's start are epoch ms (exact in Lua's doubles).
 _WINDOW = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[6])
 if redis.call('ZSCORE', KEYS[1], ARGV[4]) then return {1, '', 0, 1} end
@@ -319,7 +317,7 @@ if redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[2], '+inf') < tonumber(ARGV[3]) the
 end
 local start = redis.call('GET', KEYS[3])
 local opened = 0
-if not start or tonumber(ARGV[1]) >= tonumber(start) + (tonumber(ARGV[1]) - tonumber(ARGV[2])) then
+if not start or tonumber(ARGV[1]) >= tonumber(start) + tonumber(ARGV[8]) then
   start = ARGV[1]
   opened = 1
   redis.call('SET', KEYS[3], start, 'PX', ARGV[7])
@@ -398,6 +396,7 @@ class RateLimiter:
                 held_member(event, kind, author_id),
                 now_ms - self.retention_ms,
                 self.retention_ms,
+                self.limits.window_ms,
             ],
         )
         return WindowDecision(

@@ -62,7 +62,7 @@ BASE = {
             {"method": [{"type": "fault", "name": "dedup-outage", "duration_s": -1}]},
             "duration_s must be a number >= 0",
         ),
-        ({"method": [{"type": "dance"}]}, "type must be load, fault or action"),
+        ({"method": [{"type": "dance"}]}, "type must be load, locust, fault or action"),
         ({"method": [{"type": "load", "celebrity_post": 3}]}, "unknown key(s) celebrity_post"),
         (
             {"configuration": {"population": {"users": 3}}},
@@ -70,6 +70,19 @@ BASE = {
         ),
         ({"configuration": {"timeout_s": 0}}, "timeout_s must be a positive number"),
         ({"rollbacks": [{"type": "action", "name": "pray"}]}, "unknown action 'pray'"),
+        ({"method": [{"type": "locust", "locustfile": "tsunami"}]}, "unknown locustfile 'tsunami'"),
+        (
+            {"method": [{"type": "locust", "locustfile": "game_day", "plan": {"duration_s": -1}}]},
+            "method[0].plan: duration_s must be positive",
+        ),
+        (
+            {"method": [{"type": "load"}, {"type": "locust", "locustfile": "steady_state"}]},
+            "a load step and a locust step exclude each other",
+        ),
+        (
+            {"method": [{"type": "locust", "locustfile": "steady_state", "workers": -2}]},
+            "workers must be a whole number >= 0",
+        ),
     ],
 )
 def test_mistakes_are_named(change, message):

@@ -18,11 +18,13 @@ from harness.checkers import (
     effectively_once,
     fail_closed,
     quiet_hours,
+    rate_limit,
     tenant_isolation,
 )
 from harness.checkers.verdict import Verdict
 from harness.oracle import Expectation
 from harness.population import Population
+from reference_impl.config import Config
 
 __all__ = ["Evidence", "Verdict", "run_probe"]
 
@@ -77,4 +79,17 @@ def run_probe(name: str, tolerance: dict[str, Any], evidence: Evidence) -> Verdi
         return consent.check(evidence.population, history)
     if name == "tenant_isolation":
         return tenant_isolation.check(evidence.population, evidence.expectation, history)
+    if name == "rate_limit":
+        # The limits the system ran with (the scenario's reference overrides over the
+        # defaults); a tolerance may name them for a target the harness did not start.
+        config = Config.from_mapping(dict(evidence.reference))
+        return rate_limit.check(
+            evidence.population,
+            evidence.expectation,
+            history,
+            per_window=int(tolerance.get("per_window", config.rate_limit_per_window)),
+            window_seconds=float(tolerance.get("window_seconds", config.rate_limit_window_seconds)),
+            daily_limit=int(tolerance.get("daily_limit", config.daily_limit_per_device_type)),
+            slack_s=float(tolerance.get("slack_s", 1.0)),
+        )
     raise ValueError(f"no checker named {name!r}")
