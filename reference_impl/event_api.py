@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import logging
 import re
 import signal
 import sys
@@ -31,6 +32,8 @@ from reference_impl.config import CHANNELS, Config, ConfigError
 from reference_impl.ids import device_id, preferences_cache_key, user_key, valid_id
 from reference_impl.inbox import MAX_LIMIT, BadCursor, Inbox, parse_cursor
 from reference_impl.quiet_hours import parse_window
+
+log = logging.getLogger("reference.event_api")
 
 EVENT_KINDS = ("post", "like", "comment", "mention")
 PLATFORMS = ("apns", "fcm")
@@ -85,6 +88,7 @@ class EventApi:
                 self.add_followers,
             ),
             ("POST", re.compile(r"^/v1/tenants/(?P<tenant>[^/]+)/users:batch$"), self.put_users),
+            ("DELETE", re.compile(rf"^{_USER}$"), self.erase_user),
             ("GET", re.compile(rf"^{_USER}/inbox$"), self.get_inbox),
             ("GET", re.compile(rf"^{_USER}/unread-count$"), self.get_unread_count),
             ("POST", re.compile(rf"^{_USER}/inbox/read-all$"), self.read_all),
@@ -343,6 +347,19 @@ class EventApi:
         )
         return _response(200, {"added": len(unique)})
 
+    def erase_user(self, event: dict[str, Any], tenant: str, user: str) -> dict[str, Any]:
+        """GDPR erasure: inbox, read state, preferences, devices, follows, caches, dedup keys."""
+        from reference_impl.erasure import erase_user
+
+        self._require_ids(tenant_id=tenant, user_id=user)
+        try:
+            removed = erase_user(self.config, self.ddb, self.cache, tenant, user)
+        except Exception as exc:  # nothing is reported erased that was not; a retry is safe
+            log.warning("erasure of %s/%s failed: %s", tenant, user, exc)
+            return _response(503, {"error": f"erasure incomplete, retry: {type(exc).__name__}"})
+        log.info("%s", json.dumps({"audit": "erased", "tenant_id": tenant, **removed}))
+        return _response(200, {"erased": True, "removed": removed})
+
     # -- inbox ------------------------------------------------------------------------------
 
     @property
@@ -496,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # audit lines, one per line
     return serve(config, args.host or config.event_api_host, args.port or config.event_api_port)
 
 

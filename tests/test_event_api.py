@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import httpx
 import pytest
+import redis
 from ulid import ULID
+
+from harness.stack import wait_until
+from reference_impl.dedup_key import dedup_key
+from reference_impl.ids import device_id, preferences_cache_key
 
 pytestmark = pytest.mark.integration
 
@@ -156,3 +161,54 @@ def _devices_of(ddb, config, tenant: str, user: str) -> list[str]:
         ExpressionAttributeValues={":pk": {"S": f"{tenant}#{user}"}},
     )["Items"]
     return [r["token"]["S"] for r in rows]
+
+
+def test_erasure_purges_everything_the_user_left_behind(api, stack):
+    """GDPR erasure after a real delivery: inbox rows, read state, preferences, devices,
+    follow edges, cache entries and the dedup keys of the pushes are all gone."""
+    tenant, user, author = "tg", "erase-me", "tg-author"
+    token = "a" * 64
+    prefs = {
+        "zone": "UTC",
+        "push_consent": {"granted_at": "2026-01-01T00:00:00Z", "version": "v1"},
+    }
+    api.put(f"/v1/tenants/{tenant}/users/{user}/preferences", json=prefs).raise_for_status()
+    api.put(
+        f"/v1/tenants/{tenant}/users/{user}/devices/{token}", json={"platform": "apns"}
+    ).raise_for_status()
+    api.post(
+        f"/v1/tenants/{tenant}/users/{author}/followers:batch", json={"followers": [user]}
+    ).raise_for_status()
+    nid = api.post(
+        "/v1/events",
+        json={"tenant_id": tenant, "author_id": author, "kind": "post", "object_id": "p1"},
+    ).json()["notification_id"]
+    config = stack.reference_config()
+    key = dedup_key(tenant, nid, f"{user}#{device_id(token)}")
+    r = redis.Redis.from_url(stack.info.parts["redis"].url)
+    inbox = f"/v1/tenants/{tenant}/users/{user}/inbox"
+    wait_until(lambda: r.get(key) == b"sent", 30, "the push to be sent and marked")
+    api.post(f"/v1/tenants/{tenant}/users/{user}/inbox/{nid}/read").raise_for_status()
+    assert [i["notification_id"] for i in api.get(inbox).json()["items"]] == [nid]
+
+    response = api.delete(f"/v1/tenants/{tenant}/users/{user}")
+    assert response.status_code == 200, response.text
+    removed = response.json()["removed"]
+    assert removed["dedup_keys"] == 1 and removed["devices"] == 1 and removed["inbox_rows"] == 1
+    assert removed["follows"] == 1 and removed["reads_rows"] == 1
+    assert r.get(key) is None
+    assert r.get(preferences_cache_key(tenant, user)) is None
+    assert api.get(inbox).json()["items"] == []
+    ddb = stack.info.aws_client("dynamodb")
+    pk = {"pk": {"S": f"{tenant}#{user}"}}
+    assert "Item" not in ddb.get_item(TableName=config.table("preferences"), Key=pk)
+    assert _devices_of(ddb, config, tenant, user) == []
+    followers = ddb.query(
+        TableName=config.table("followers"),
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"{tenant}#{author}"}},
+    )["Items"]
+    assert followers == []
+    # Erasing again is harmless: nothing left, nothing reported.
+    again = api.delete(f"/v1/tenants/{tenant}/users/{user}").json()["removed"]
+    assert again["dedup_keys"] == 0 and again["devices"] == 0

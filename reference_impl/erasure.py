@@ -1,0 +1,111 @@
+"""GDPR erasure (Art. 17): ``DELETE /v1/tenants/{tenant}/users/{user}``.
+
+Purges the user's inbox rows, read state, preferences, devices, follow edges, cache entries and
+the dedup keys of every push the user could have been sent. Dedup keys are hashes of (tenant,
+notification, user#device), so no index is needed to find them: the user's own inbox (with
+the followed celebrities' posts merged in, 90 days, longer than the keys' 30) names every
+notification, the device rows name every device.
+
+Order matters for a retry: the keys are computed first (they need the inbox and devices), the
+Redis keys go next (a Redis error stops the erasure before anything else is gone, so a retry
+computes the same keys again), and the DynamoDB rows last (deleting them twice is harmless).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from reference_impl.aws import batch_write
+from reference_impl.config import Config
+from reference_impl.dedup_key import dedup_key
+from reference_impl.ids import preferences_cache_key, user_key
+from reference_impl.inbox import Inbox
+
+MAX_INBOX_PAGES = 10_000  # bounded: 100 per page, a million notifications
+
+
+def _query_all(ddb: Any, table: str, pk: str) -> Iterator[dict[str, Any]]:
+    start: dict[str, Any] | None = None
+    while True:
+        kwargs: dict[str, Any] = {
+            "TableName": table,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": pk}},
+            "ConsistentRead": True,
+        }
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        response = ddb.query(**kwargs)
+        yield from response.get("Items", [])
+        start = response.get("LastEvaluatedKey")
+        if not start:
+            return
+
+
+def notification_ids(inbox: Inbox, tenant: str, user: str) -> list[str]:
+    """Every notification in the user's merged inbox, newest first."""
+    ids: list[str] = []
+    cursor = None
+    for _ in range(MAX_INBOX_PAGES):
+        page = inbox.page(tenant, user, 100, cursor)
+        ids += [item["notification_id"] for item in page["items"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    return ids
+
+
+def user_dedup_keys(
+    tenant: str, user: str, notifications: list[str], device_ids: list[str]
+) -> list[str]:
+    """The dedup keys the consumer would have set for this user (see push_consumer)."""
+    return [dedup_key(tenant, n, f"{user}#{d}") for n in notifications for d in device_ids]
+
+
+def _delete_rows(ddb: Any, table: str, keys: list[dict[str, Any]]) -> int:
+    for start in range(0, len(keys), 25):
+        batch_write(ddb, table, [{"DeleteRequest": {"Key": k}} for k in keys[start : start + 25]])
+    return len(keys)
+
+
+def erase_user(config: Config, ddb: Any, redis: Any, tenant: str, user: str) -> dict[str, int]:
+    """Erase one user of one tenant; returns what was removed, by kind."""
+    pk = user_key(tenant, user)
+    inbox = Inbox(config, ddb, redis)
+    devices = list(_query_all(ddb, config.table("devices"), pk))
+    device_ids = [d["sk"]["S"] for d in devices]
+    notifications = notification_ids(inbox, tenant, user)
+    keys = user_dedup_keys(tenant, user, notifications, device_ids)
+
+    # Redis first: an error here raises before any row is gone.
+    removed_keys = 0
+    for start in range(0, len(keys), 500):
+        removed_keys += int(redis.delete(*keys[start : start + 500]))
+    redis.delete(preferences_cache_key(tenant, user), f"{tenant}:celebs-followed:{user}")
+
+    fallback = config.table("dedup_fallback")
+    for start in range(0, len(keys), 100):
+        _delete_rows(ddb, fallback, [{"pk": {"S": k}} for k in keys[start : start + 100]])
+    following = list(_query_all(ddb, config.table("following"), pk))
+    _delete_rows(
+        ddb,
+        config.table("followers"),
+        [{"pk": {"S": user_key(tenant, f["sk"]["S"])}, "sk": {"S": user}} for f in following],
+    )
+    counts = {
+        "dedup_keys": removed_keys,
+        "devices": _delete_rows(
+            ddb, config.table("devices"), [{"pk": {"S": pk}, "sk": d["sk"]} for d in devices]
+        ),
+        "follows": _delete_rows(
+            ddb, config.table("following"), [{"pk": {"S": pk}, "sk": f["sk"]} for f in following]
+        ),
+    }
+    for table in ("inbox", "reads"):
+        rows = [{"pk": {"S": pk}, "sk": r["sk"]} for r in _query_all(ddb, config.table(table), pk)]
+        counts[f"{table}_rows"] = _delete_rows(ddb, config.table(table), rows)
+    for table in ("preferences", "read_state"):
+        ddb.delete_item(TableName=config.table(table), Key={"pk": {"S": pk}})
+    counts["notifications_seen"] = len(notifications)
+    return counts
