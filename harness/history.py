@@ -16,7 +16,7 @@ import pandas as pd
 
 COLUMNS = {
     "seq": "int64",
-    "kind": "string",  # inject | provider | fault | action | dlq | phase | sample
+    "kind": "string",  # inject | provider | fault | action | dlq | phase | sample | alarm
     "time": "float64",
     "mono": "float64",
     "tenant_id": "string",

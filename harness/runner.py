@@ -24,6 +24,7 @@ from ulid import ULID
 from chaos.faults import DEDUP_PROXY, ChaosTargets, make_fault
 from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
 from harness import history as history_mod
+from harness.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
 from harness.checkers import Evidence, run_probe
 from harness.checkers.verdict import Verdict
 from harness.dlq import redrive
@@ -163,6 +164,7 @@ class QueueSampler:
     def __init__(self, info: StackInfo, history: History, interval_s: float = 1.0) -> None:
         self.history = history
         self.interval_s = interval_s
+        self.alarm = ThresholdAlarm("dlq-depth", DLQ_DEPTH_THRESHOLD)
         self.sqs = info.aws_client("sqs")
         config = Config.load(info.reference_config)
         self.queues = {
@@ -180,6 +182,21 @@ class QueueSampler:
         for name, url in self.queues.items():
             attrs = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=self.ATTRIBUTES)
             values = [int(attrs["Attributes"].get(a, 0)) for a in self.ATTRIBUTES]
+            if name.endswith("-dlq"):
+                state = self.alarm.observe(name, sum(values))
+                if state is not None:
+                    self.history.append(
+                        "alarm",
+                        reason=state,
+                        detail=json.dumps(
+                            {
+                                "alarm": self.alarm.name,
+                                "queue": name,
+                                "depth": sum(values),
+                                "threshold": self.alarm.threshold,
+                            }
+                        ),  # fmt: skip
+                    )
             self.history.append(
                 "sample",
                 detail=json.dumps(
