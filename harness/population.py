@@ -12,9 +12,9 @@ window. Windows are written in the user's local wall-clock time of their IANA zo
 
 from __future__ import annotations
 
+import base64
 import json
 import random
-import string
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -182,13 +182,14 @@ def _window(
 
 
 def _token(rng: random.Random, platform: str) -> str:
+    """APNs: 64 hex digits; FCM: 22 + '_' + 140 characters of the URL-safe base64 alphabet.
+    Drawn as whole random bytes: a character at a time was 85% of generating a population."""
     if platform == "apns":
-        return "".join(rng.choice("0123456789abcdef") for _ in range(64))
-    alphabet = string.ascii_letters + string.digits + "-_"
+        return f"{rng.getrandbits(256):064x}"
     return (
-        "".join(rng.choice(alphabet) for _ in range(22))
+        base64.urlsafe_b64encode(rng.randbytes(17)).decode()[:22]
         + "_"
-        + "".join(rng.choice(alphabet) for _ in range(140))
+        + base64.urlsafe_b64encode(rng.randbytes(105)).decode()
     )
 
 
