@@ -117,6 +117,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             require_node_emulators()
     except StackError as exc:
         return _error(str(exc))
+    if args.scale is not None:
+        try:
+            scenario = scenarios.scaled(scenario, args.scale)
+        except scenarios.ScenarioError as exc:
+            return _error(str(exc))
     if args.timeout:
         from dataclasses import replace
 
@@ -204,6 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, help="repeat a run exactly (default: random, recorded)")
     run.add_argument("--out", default="reports", help="parent of the run directory")
     run.add_argument("--timeout", type=float, help="seconds to wait for deliveries")
+    run.add_argument(
+        "--scale",
+        type=float,
+        help="grow every count together (users, followers, authors, Locust users) by this factor",
+    )
     run.add_argument(
         "--locust-workers",
         type=int,

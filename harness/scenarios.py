@@ -108,6 +108,28 @@ class Scenario:
         return self.load.celebrity_posts
 
 
+def scaled(scenario: Scenario, factor: float) -> Scenario:
+    """Every count grows together: users, followers, regular authors, Locust's background and
+    celebrities; fault timings and probes stay as written."""
+    from dataclasses import replace
+
+    if factor <= 0:
+        raise ScenarioError("--scale must be a positive number")
+    population = scenario.population.scaled(factor)
+    population = replace(
+        population,
+        regular_authors=max(1, round(scenario.population.regular_authors * factor)),
+        users_per_tenant=max(population.users_per_tenant, population.celebrity_followers + 1),
+    )
+    locust = scenario.locust
+    if locust is not None:
+        plan = dict(locust.plan)
+        for key, default in (("background_users", 8), ("celebrities", 1)):
+            plan[key] = max(1, round(plan.get(key, default) * factor))
+        locust = replace(locust, plan=plan)
+    return replace(scenario, population=population, locust=locust)
+
+
 def known() -> list[str]:
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
 

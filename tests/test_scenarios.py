@@ -104,3 +104,20 @@ def test_a_bad_scenario_file_is_a_clear_cli_error(tmp_path):
     result = run_cli("run", str(not_yaml), "--out", str(tmp_path))
     assert result.returncode == 2
     assert "not valid YAML" in result.stderr
+
+
+def test_scale_grows_every_count_together():
+    from harness.scenarios import get, scaled
+
+    base = get("game-day")
+    big = scaled(base, 3)
+    assert big.population.users_per_tenant == 3 * base.population.users_per_tenant
+    assert big.population.celebrity_followers == 3 * base.population.celebrity_followers
+    assert big.population.regular_authors == 3 * base.population.regular_authors
+    assert big.locust.plan["background_users"] == 3 * base.locust.plan["background_users"]
+    assert big.locust.plan["celebrities"] == 3 * base.locust.plan["celebrities"]
+    assert big.faults == base.faults and big.probes == base.probes
+    small = scaled(base, 0.01)
+    assert small.population.users_per_tenant > small.population.celebrity_followers >= 1
+    with pytest.raises(ScenarioError, match="positive"):
+        scaled(base, 0)
