@@ -25,6 +25,7 @@ from chaos.faults import DEDUP_PROXY, ChaosTargets, make_fault
 from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
 from harness import history as history_mod
 from harness.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
+from harness.audit_trail import collect_audit
 from harness.checkers import Evidence, run_probe
 from harness.checkers.verdict import Verdict
 from harness.dlq import redrive
@@ -557,6 +558,13 @@ def execute(
         parked = _record_dlqs(info, history)
         if parked:
             progress("collect", f"{parked} message(s) left in dead-letter queues")
+        if target is None:
+            # The workers store their buffered audit records on SIGTERM: stop them first.
+            for part in ("fanout-worker", "push-consumer"):
+                stack.stop_part(part)
+        audited = collect_audit(info, history)
+        if audited:
+            progress("collect", f"{audited} audit record(s) read from the WORM bucket")
         errors += nemesis.errors
         evidence = Evidence(population, expectation, history.frame(), scenario.reference)
         verdicts = [run_probe(p.name, p.tolerance, evidence) for p in scenario.probes]

@@ -27,6 +27,7 @@ KNOWN_PROBES = (
     "tenant_isolation",
     "dlq_accountability",
     "rate_limit",
+    "audit_complete",
 )
 KNOWN_ACTIONS = ("redrive-dlq",)
 

@@ -309,6 +309,10 @@ class Stack:
             "dynamodb_endpoint": url("dynamodb"),
             "kinesis_endpoint": url("kinesis"),
             "sqs_endpoint": url("sqs"),
+            "s3_endpoint": url("aws"),
+            # The WORM audit trail lives in moto's S3; without that part it stays in the logs.
+            "audit_bucket": "fanout-audit" if "aws" in parts else None,
+            "audit_retention_days": 1,
             **AWS_KEYS,
             "redis_url": self.info.dedup_url or url("redis"),
             "apns_url": url("apns"),

@@ -15,12 +15,18 @@ _BOTO = BotoConfig(retries={"max_attempts": 3, "mode": "standard"}, max_pool_con
 def client(config: Config, service: str) -> Any:
     endpoint = {
         "dynamodb": config.dynamodb_endpoint,
+        # The Streams API is served where the table is (moto serves both on one port).
+        "dynamodbstreams": config.dynamodb_endpoint,
         "kinesis": config.kinesis_endpoint,
         "sqs": config.sqs_endpoint,
+        "s3": config.s3_endpoint,
     }.get(service)
     kwargs: dict[str, Any] = {"region_name": config.region, "config": _BOTO}
     if endpoint:
         kwargs["endpoint_url"] = endpoint
+        if service == "s3":
+            # A local endpoint (an IP, a port) has no DNS names for virtual-hosted buckets.
+            kwargs["config"] = _BOTO.merge(BotoConfig(s3={"addressing_style": "path"}))
     if config.aws_access_key_id:
         kwargs["aws_access_key_id"] = config.aws_access_key_id
         kwargs["aws_secret_access_key"] = config.aws_secret_access_key

@@ -40,6 +40,7 @@ class Config:
     dynamodb_endpoint: str | None = None
     kinesis_endpoint: str | None = None
     sqs_endpoint: str | None = None
+    s3_endpoint: str | None = None
     aws_access_key_id: str | None = None
     aws_secret_access_key: str | None = None
     redis_url: str = "redis://127.0.0.1:6379/0"
@@ -80,6 +81,17 @@ class Config:
     rate_limit_per_window: int = 0
     rate_limit_window_seconds: int = 60
     daily_limit_per_device_type: int = 0
+    # Audit trail (seed 000, NIST AU-2/AU-9): every outcome as a JSON line, batched to an S3
+    # bucket with Object Lock in COMPLIANCE mode. None: the audit goes to the process log only.
+    # A real bucket's objects cannot be deleted by anyone until the retention has passed.
+    audit_bucket: str | None = None
+    audit_flush_records: int = 500
+    audit_flush_seconds: float = 5.0
+    audit_retention_days: int = 365
+    # Store a batch's records before the batch is acknowledged (SQS delete, shard checkpoint):
+    # nothing is lost to a kill -9, for one PUT per batch (group-committed across threads).
+    # Off: up to audit_flush_seconds of records die with a crashed worker.
+    audit_flush_before_ack: bool = False
     defects: tuple[str, ...] = ()
     event_api_host: str = "127.0.0.1"
     event_api_port: int = 8080
@@ -125,6 +137,15 @@ class Config:
         seconds = config.rate_limit_window_seconds
         if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 1:
             raise ConfigError("rate_limit_window_seconds must be an integer >= 1")
+        for name in ("audit_flush_records", "audit_retention_days"):
+            value = getattr(config, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1")
+        if not isinstance(config.audit_flush_before_ack, bool):
+            raise ConfigError("audit_flush_before_ack must be true or false")
+        flush = config.audit_flush_seconds
+        if isinstance(flush, bool) or not isinstance(flush, int | float) or flush <= 0:
+            raise ConfigError("audit_flush_seconds must be a number > 0")
         return config
 
     @classmethod

@@ -242,9 +242,15 @@ class CheckpointStore:
 
 
 def run_pollers(
-    name: str, targets: list[Callable[[threading.Event], None]], ready_file: str | None
+    name: str,
+    targets: list[Callable[[threading.Event], None]],
+    ready_file: str | None,
+    on_stop: Callable[[], object] | None = None,
 ) -> int:
-    """Run poller loops in threads until SIGTERM/SIGINT; announce readiness via a file."""
+    """Run poller loops in threads until SIGTERM/SIGINT; announce readiness via a file.
+
+    ``on_stop`` runs once the pollers have finished their last batch (e.g. the audit sink's
+    close, so every record those batches produced is stored before the process exits)."""
     logging.basicConfig(
         level=logging.INFO,
         format=f"%(asctime)s {name} %(levelname)s %(message)s",
@@ -263,4 +269,10 @@ def run_pollers(
         pass
     for thread in threads:
         thread.join(timeout=10)
+    if on_stop is not None:
+        try:
+            on_stop()
+        except Exception:
+            log.exception("%s: shutdown hook failed", name)
+            return 1
     return 0

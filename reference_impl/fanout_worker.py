@@ -1,7 +1,8 @@
 """Fan-out worker: the Lambda behind the Kinesis event stream.
 
 Below the celebrity threshold it writes one inbox row per follower; at or above it, one pointer
-row. Either way it pages over the follower list and enqueues one push job per follower.
+row. Either way it pages over the follower list and enqueues one push job per follower; each
+job the queue accepted is an ``enqueued`` record in the audit trail (with an audit bucket).
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import base64
 import json
 import logging
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
+from reference_impl.audit import AuditSink
 from reference_impl.aws import batch_write, client, queue_url
 from reference_impl.config import Config, ConfigError
 from reference_impl.event_source import CheckpointStore, KinesisShardPoller, run_pollers
@@ -38,6 +41,7 @@ class FanoutWorker:
         self.ddb = client(config, "dynamodb")
         self.sqs = client(config, "sqs")
         self.push_queue = queue_url(self.sqs, config.queue_name("push"))
+        self.audit_sink = AuditSink.from_config(config, "fanout-worker")
 
     def follower_count(self, event: FanoutEvent) -> int:
         item = self.ddb.get_item(
@@ -64,16 +68,37 @@ class FanoutWorker:
     def enqueue(self, jobs: list[dict[str, Any]]) -> None:
         for batch in chunks(jobs, 10):
             entries = sqs_entries(batch)
+            job_of = {e["Id"]: job for e, job in zip(entries, batch, strict=True)}
             for _ in range(10):
                 failed = self.sqs.send_message_batch(QueueUrl=self.push_queue, Entries=entries).get(
                     "Failed", []
                 )
+                retry = {f["Id"] for f in failed}
+                # Only what the queue accepted is audited as enqueued, once per accepted copy.
+                self.audit_enqueued([job_of[e["Id"]] for e in entries if e["Id"] not in retry])
                 if not failed:
                     break
-                retry = {f["Id"] for f in failed}
                 entries = [e for e in entries if e["Id"] in retry]
             else:
                 raise RuntimeError(f"SendMessageBatch kept failing for {len(entries)} job(s)")
+
+    def audit_enqueued(self, jobs: list[dict[str, Any]]) -> None:
+        if self.audit_sink is None or not jobs:
+            return
+        at = datetime.now(UTC).isoformat()
+        for job in jobs:
+            self.audit_sink.add(
+                {
+                    "outcome": "enqueued",
+                    "at": at,
+                    "tenant_id": job["tenant_id"],
+                    "notification_id": job["notification_id"],
+                    "recipient_user_id": job["recipient_user_id"],
+                    "author_id": job["author_id"],
+                    "kind": job["kind"],
+                    "channel": job["channel"],
+                }
+            )
 
     def fan_out(self, event: FanoutEvent) -> dict[str, Any]:
         tier = choose_tier(self.follower_count(event), self.config.celebrity_threshold)
@@ -96,6 +121,13 @@ class FanoutWorker:
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         """Kinesis batch; report the first failure so the mapping retries from there."""
+        result = self.fan_out_batch(event)
+        if self.config.audit_flush_before_ack and self.audit_sink is not None:
+            # Before the checkpoint moves on: an S3 error fails the batch, which is retried.
+            self.audit_sink.flush()
+        return result
+
+    def fan_out_batch(self, event: dict[str, Any]) -> dict[str, Any]:
         for record in event.get("Records", []):
             sequence = record["kinesis"]["sequenceNumber"]
             try:
@@ -131,7 +163,11 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     global _worker
     if _worker is None:
         _worker = FanoutWorker(Config.load())
-    return _worker(event, context)
+    result = _worker(event, context)
+    if _worker.audit_sink is not None:
+        # Stored before the shard checkpoint moves past these records (see push_consumer).
+        _worker.audit_sink.flush()
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,7 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         ).run
         for s in shards
     ]
-    return run_pollers("fanout-worker", pollers, args.ready_file)
+    sink = worker.audit_sink
+    return run_pollers(
+        "fanout-worker", pollers, args.ready_file, on_stop=sink.close if sink else None
+    )
 
 
 if __name__ == "__main__":

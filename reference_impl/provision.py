@@ -1,4 +1,4 @@
-"""Creates the reference implementation's tables, stream and queues (idempotent).
+"""Creates the reference implementation's tables, stream, queues and audit bucket (idempotent).
 
 This is the local equivalent of the CloudFormation stack a team deploys: the harness calls it
 once the AWS endpoints are up, and a team on real AWS runs it against an empty account.
@@ -59,6 +59,47 @@ def _wait_active(describe: Any, status_of: Any, what: str, timeout: float = 30.0
         time.sleep(0.05)
 
 
+def ensure_audit_bucket(s3: Any, bucket: str, retention_days: int, region: str) -> None:
+    """The audit bucket: Object Lock on (which also turns versioning on, for good), a default
+    retention in COMPLIANCE mode, no public access. In COMPLIANCE mode nobody, the account root
+    included, can delete an object version or shorten its retention before it expires."""
+    kwargs: dict[str, Any] = {"Bucket": bucket, "ObjectLockEnabledForBucket": True}
+    if region != "us-east-1":
+        kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
+    try:
+        s3.create_bucket(**kwargs)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "BucketAlreadyOwnedByYou":
+            raise
+    try:
+        current = s3.get_object_lock_configuration(Bucket=bucket)["ObjectLockConfiguration"]
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ObjectLockConfigurationNotFoundError":
+            raise
+        current = {}
+    retention = current.get("Rule", {}).get("DefaultRetention", {})
+    if (retention.get("Mode"), retention.get("Days")) != ("COMPLIANCE", retention_days):
+        # A bucket made without Object Lock fails here, loudly, rather than take audit records
+        # it cannot protect. (Left alone when already right: moto refuses any change to the
+        # configuration of a bucket that holds objects, AWS does not.)
+        s3.put_object_lock_configuration(
+            Bucket=bucket,
+            ObjectLockConfiguration={
+                "ObjectLockEnabled": "Enabled",
+                "Rule": {"DefaultRetention": {"Mode": "COMPLIANCE", "Days": retention_days}},
+            },
+        )
+    s3.put_public_access_block(
+        Bucket=bucket,
+        PublicAccessBlockConfiguration={
+            "BlockPublicAcls": True,
+            "IgnorePublicAcls": True,
+            "BlockPublicPolicy": True,
+            "RestrictPublicBuckets": True,
+        },
+    )
+
+
 def provision(config: Config) -> dict[str, str]:
     """Create everything; return the queue URLs by queue name."""
     ddb = client(config, "dynamodb")
@@ -104,6 +145,10 @@ def provision(config: Config) -> dict[str, str]:
                 ),
             },
         )["QueueUrl"]
+    if config.audit_bucket:
+        ensure_audit_bucket(
+            client(config, "s3"), config.audit_bucket, config.audit_retention_days, config.region
+        )
     return urls
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import redis as redis_lib
 from ulid import ULID
 
+from reference_impl.audit import AuditSink, token_sha256
 from reference_impl.aws import client, queue_url
 from reference_impl.config import Config, ConfigError
 from reference_impl.consent import push_consent_granted
@@ -109,7 +110,10 @@ class PushConsumer:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         redis_client: Any = None,
         gate: ProviderGate | None = None,
+        audit_sink: AuditSink | None = None,
     ) -> None:
+        """``audit_sink``: shared by the consumers of one process (``main``); without one, a
+        consumer makes its own when the config names an audit bucket."""
         self.config = config
         self.clock = clock
         self.ddb = client(config, "dynamodb")
@@ -150,6 +154,9 @@ class PushConsumer:
             self.limits,
             count_receives="rate_limit_counts_redeliveries" in self.defects,
         )
+        self.audit_sink = (
+            audit_sink if audit_sink is not None else AuditSink.from_config(config, "push-consumer")
+        )
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -176,7 +183,8 @@ class PushConsumer:
             pass
         return prefs
 
-    def devices(self, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
+    def registered_devices(self, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
+        """Every device row of the user, deactivated ones included (``active`` False)."""
         items = self.ddb.query(
             TableName=self.config.table("devices"),
             KeyConditionExpression="pk = :pk",
@@ -184,10 +192,27 @@ class PushConsumer:
             ConsistentRead=True,
         ).get("Items", [])
         return [
-            {"device_id": i["sk"]["S"], "token": i["token"]["S"], "platform": i["platform"]["S"]}
+            {
+                "device_id": i["sk"]["S"],
+                "token": i["token"]["S"],
+                "platform": i["platform"]["S"],
+                "active": i.get("active", {}).get("BOOL", True),
+            }
             for i in items
-            if i.get("active", {}).get("BOOL", True)
         ]
+
+    def active_devices(self, job: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The devices to send to; None (after auditing why) when there are none. A device
+        deactivated by an earlier 410 is not tried again, but the trail still says, for this
+        notification, that it was skipped as a dead token."""
+        registered = self.registered_devices(job["tenant_id"], job["recipient_user_id"])
+        for device in registered:
+            if not device["active"]:
+                self.audit("dead_token", job, device=device, reason="deactivated")
+        active = [d for d in registered if d["active"]]
+        if not registered:
+            self.audit("no_device", job)
+        return active or None
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -215,16 +240,32 @@ class PushConsumer:
             },
         )
 
-    def audit(self, outcome: str, job: dict[str, Any], **extra: Any) -> None:
+    def audit(
+        self,
+        outcome: str,
+        job: dict[str, Any],
+        device: dict[str, Any] | None = None,
+        **extra: Any,
+    ) -> None:
+        """One log line per outcome and, with an audit bucket, one record in the WORM trail.
+        A device is named by its id and the token's SHA-256, never by the token itself."""
         record = {
             "audit": outcome,
             "at": self.clock().isoformat(),
             "tenant_id": job.get("tenant_id"),
             "notification_id": job.get("notification_id"),
             "recipient_user_id": job.get("recipient_user_id"),
+            **(
+                {"device_id": device["device_id"], "token_sha256": token_sha256(device["token"])}
+                if device is not None
+                else {}
+            ),
             **extra,
         }
         log.info("%s", json.dumps(record))
+        if self.audit_sink is not None:
+            fields = {k: v for k, v in record.items() if k != "audit"}
+            self.audit_sink.add({"outcome": outcome, **fields})
 
     # -- delivery ---------------------------------------------------------------------------
 
@@ -309,9 +350,8 @@ class PushConsumer:
                     repeat=held.repeat,
                 )
                 return None
-        devices = self.devices(tenant, user)
-        if not devices:
-            self.audit("no_device", job)
+        devices = self.active_devices(job)
+        if devices is None:
             return None
         return self.send_to_devices(job, devices, user_zone)
 
@@ -370,9 +410,8 @@ class PushConsumer:
         if not items:
             self.audit("digest_empty", job)
             return None
-        devices = self.devices(tenant, user)
-        if not devices:
-            self.audit("no_device", job)
+        devices = self.active_devices(job)
+        if devices is None:
             return None
         text = digest_text(items)
         self.audit("digest", job, window_start=start, count=len(items))
@@ -403,7 +442,7 @@ class PushConsumer:
             # Digests are exempt from the daily cap: a digest already is the collapsed excess,
             # at most one per window, and capping it would drop notifications it stands for.
             if digest is None and self.limits.daily_on and not self.daily_allows(job, device, zone):
-                self.audit("daily_limited", job, device_id=device["device_id"])
+                self.audit("daily_limited", job, device=device)
                 continue
             key_tenant = "-" if "dedup_key_without_tenant" in self.defects else tenant
             key = dedup_key(key_tenant, job["notification_id"], f"{user}#{device['device_id']}")
@@ -414,7 +453,7 @@ class PushConsumer:
                     raise
                 claim = "won"  # the defect: send without a dedup decision
             if claim == "already_sent":
-                self.audit("deduped", job, device_id=device["device_id"])
+                self.audit("deduped", job, device=device)
                 continue
             if claim == "in_flight":
                 later(self.config.dedup_lease_seconds / 2)
@@ -428,7 +467,7 @@ class PushConsumer:
                     later(result.retry_after)
                 else:
                     later(0)
-                self.audit("retry", job, device_id=device["device_id"], status=result.status)
+                self.audit("retry", job, device=device, status=result.status)
                 continue
             try:
                 self.dedup.mark_sent(key)
@@ -438,11 +477,7 @@ class PushConsumer:
             if result.outcome == "dead_token":
                 self.deactivate(tenant, user, device["device_id"])
             self.audit(
-                result.outcome,
-                job,
-                device_id=device["device_id"],
-                status=result.status,
-                reason=result.reason,
+                result.outcome, job, device=device, status=result.status, reason=result.reason
             )
         return retry_in
 
@@ -460,7 +495,7 @@ class PushConsumer:
         except redis_lib.RedisError:
             if not self.config.dedup_fallback:
                 raise
-            self.audit("rate_limit_unavailable", job, device_id=device["device_id"])
+            self.audit("rate_limit_unavailable", job, device=device)
             return True
 
     def to_poison(self, record: dict[str, Any], reason: str) -> None:
@@ -502,6 +537,16 @@ class PushConsumer:
             if retry_in is None:
                 continue
             failures.append({"itemIdentifier": record["messageId"]})
+            receives = int((record.get("attributes") or {}).get("ApproximateReceiveCount", "1"))
+            if receives >= self.config.max_receive_count:
+                # SQS moves a message to the DLQ on the receive after its last allowed one, out
+                # of the consumer's sight: this failed receive is the last moment it can say so.
+                self.audit(
+                    "dlq",
+                    job,
+                    receive_count=receives,
+                    reason="failed on its last allowed receive: the queue dead-letters it next",
+                )
             try:
                 self.sqs.change_message_visibility(
                     QueueUrl=self.queue,
@@ -510,6 +555,10 @@ class PushConsumer:
                 )
             except Exception as exc:  # the queue's own visibility timeout still applies
                 log.warning("could not set the retry delay of %s: %s", record["messageId"], exc)
+        if self.config.audit_flush_before_ack and self.audit_sink is not None:
+            # Raises on an S3 error: the whole batch is retried (and audited again) rather than
+            # acknowledged with its trail still in memory.
+            self.audit_sink.flush()
         return {"batchItemFailures": failures}
 
 
@@ -521,7 +570,13 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     global _consumer
     if _consumer is None:
         _consumer = PushConsumer(Config.load())
-    return _consumer(event, context)
+    result = _consumer(event, context)
+    if _consumer.audit_sink is not None:
+        # A Lambda environment is frozen between invocations and may be reclaimed without a
+        # signal: the batch's trail is stored before the batch is acknowledged, whatever
+        # audit_flush_before_ack says (an S3 error raises: the batch is retried).
+        _consumer.audit_sink.flush()
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -536,14 +591,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # One consumer per poller thread: its HTTP/2 connections are not shared across threads.
     gate = ProviderGate(config.provider_max_in_flight, config.provider_max_rate_per_s)
-    consumers = [PushConsumer(config, gate=gate) for _ in range(config.consumer_threads)]
+    sink = AuditSink.from_config(config, "push-consumer")
+    consumers = [
+        PushConsumer(config, gate=gate, audit_sink=sink) for _ in range(config.consumer_threads)
+    ]
     arn = consumers[0].sqs.get_queue_attributes(
         QueueUrl=consumers[0].queue, AttributeNames=["QueueArn"]
     )["Attributes"]["QueueArn"]
     pollers = [
         SqsPoller(c.sqs, c.queue, arn, c, "push-consumer", wait_seconds=1).run for c in consumers
     ]
-    return run_pollers("push-consumer", pollers, args.ready_file)
+    return run_pollers(
+        "push-consumer", pollers, args.ready_file, on_stop=sink.close if sink else None
+    )
 
 
 if __name__ == "__main__":

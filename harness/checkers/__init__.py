@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from harness.checkers import (
+    audit_complete,
     backpressure,
     consent,
     dead_tokens,
@@ -91,5 +92,13 @@ def run_probe(name: str, tolerance: dict[str, Any], evidence: Evidence) -> Verdi
             window_seconds=float(tolerance.get("window_seconds", config.rate_limit_window_seconds)),
             daily_limit=int(tolerance.get("daily_limit", config.daily_limit_per_device_type)),
             slack_s=float(tolerance.get("slack_s", 1.0)),
+        )
+    if name == "audit_complete":
+        return audit_complete.check(
+            evidence.expectation,
+            history,
+            evidence.population,
+            max_unaudited_dlq=int(tolerance.get("max_unaudited_dlq", 0)),
+            max_lost_sent_records=int(tolerance.get("max_lost_sent_records", 0)),
         )
     raise ValueError(f"no checker named {name!r}")

@@ -1,0 +1,560 @@
+"""The audit trail: the batching sink, the WORM bucket (on the stack's moto S3), the collector
+and the ``audit_complete`` checker, then the whole path on a stack of its own."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import boto3
+import httpx
+import pandas as pd
+import pytest
+from botocore.config import Config as BotoConfig
+from botocore.exceptions import ClientError, EndpointConnectionError
+from helpers import TenantClient, apns_token, audit_lines, fcm_token
+from ulid import ULID
+
+from harness.audit_trail import audit_versions, collect_audit
+from harness.checkers import audit_complete
+from harness.history import History
+from harness.load import load_population, post_event
+from harness.oracle import expected_deliveries
+from harness.population import Author, Device, Population, PopulationSpec, User, generate
+from harness.ports import free_port
+from harness.provider_control import SimulatorControl
+from harness.runner import Collector, wait_for_outcome
+from harness.stack import Stack, wait_until
+from reference_impl.audit import AuditSink, object_key, token_sha256
+from reference_impl.aws import client
+from reference_impl.config import Config, ConfigError
+from reference_impl.provision import ensure_audit_bucket
+from reference_impl.push_consumer import PushConsumer
+
+KEY = re.compile(
+    r"^audit/(?P<tenant>[A-Za-z0-9_.\-]+|~unknown)/\d{4}/\d{2}/\d{2}/\d{2}/"
+    r"(?P<writer>[a-z\-]+-[0-9a-f]{12})-(?P<seq>\d{10})\.jsonl$"
+)
+AT = datetime(2026, 11, 22, 10, 15, tzinfo=UTC)
+
+
+# -- the sink, against the stack's real moto server -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    # Records reach S3 only by the flush on SIGTERM (no count or timer fires during a test):
+    # the end-to-end test proves that a stopping worker loses nothing it accepted.
+    overrides = {
+        "audit_flush_records": 100_000,
+        "audit_flush_seconds": 600,
+        "celebrity_threshold": 5,
+    }
+    with Stack(tmp_path_factory.mktemp("audit-stack"), reference_overrides=overrides) as running:
+        yield running
+
+
+@pytest.fixture
+def s3(audited: Stack):
+    return client(Config.load(audited.info.reference_config), "s3")
+
+
+@pytest.fixture
+def bucket(s3) -> str:
+    name = f"audit-test-{uuid.uuid4().hex[:12]}"
+    ensure_audit_bucket(s3, name, retention_days=1, region="us-east-1")
+    return name
+
+
+def _record(tenant: str = "acme", at: datetime = AT, **extra: object) -> dict[str, object]:
+    return {
+        "outcome": "sent",
+        "at": at.isoformat(),
+        "tenant_id": tenant,
+        "notification_id": "01JD5V3KX9B9Q0ZC4S6Y2M8N7P",
+        "recipient_user_id": "u1",
+        **extra,
+    }
+
+
+def _objects(s3, bucket: str) -> dict[str, list[dict[str, object]]]:
+    listed = s3.list_objects_v2(Bucket=bucket).get("Contents", [])
+    return {
+        o["Key"]: [
+            json.loads(line)
+            for line in s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read().splitlines()
+        ]
+        for o in listed
+    }
+
+
+def test_sink_writes_a_batch_at_flush_records_and_the_rest_on_close(s3, bucket):
+    sink = AuditSink(s3, bucket, "push-consumer-0123456789ab", flush_records=3, flush_seconds=600)
+    for n in range(3):
+        sink.add(_record(n=n))
+    wait_until(lambda: sink.objects_written == 1, 10, "the first batch of three")
+    sink.add(_record(n=3))
+    assert sink.pending == 1  # below the count, long before the timer: held
+    assert sink.close() == 0
+    objects = _objects(s3, bucket)
+    assert [[r["n"] for r in records] for records in objects.values()] == [[0, 1, 2], [3]]
+    assert sink.records_written == 4 and sink.pending == 0
+    # A record from a poller that outlived the close is stored at once, not dropped.
+    sink.add(_record(n=4))
+    assert len(_objects(s3, bucket)) == 3
+
+
+def test_sink_writes_after_flush_seconds_without_reaching_the_count(s3, bucket):
+    sink = AuditSink(
+        s3, bucket, "fanout-worker-0123456789ab", flush_records=1000, flush_seconds=0.3
+    )
+    added = time.monotonic()
+    sink.add(_record())
+    sink.add(_record())
+    wait_until(lambda: sink.records_written == 2, 10, "the timer's flush")
+    assert time.monotonic() - added >= 0.3
+    assert sink.objects_written == 1
+    sink.close()
+
+
+def test_keys_are_tenant_and_hour_partitioned_with_gapless_writer_sequence(s3, bucket):
+    writer = "push-consumer-abcdefabcdef"
+    sink = AuditSink(s3, bucket, writer, flush_records=1000, flush_seconds=600)
+    later = AT + timedelta(hours=1)
+    for record in (
+        _record("acme"),
+        _record("globex"),
+        _record("acme", later),
+        _record("acme"),
+        _record("bad#tenant"),  # not a valid id: kept, under a partition no tenant can own
+    ):
+        sink.add(record)
+    sink.close()
+    objects = _objects(s3, bucket)
+    assert sorted(objects) == sorted(
+        [
+            f"audit/acme/2026/11/22/10/{writer}-0000000001.jsonl",
+            f"audit/globex/2026/11/22/10/{writer}-0000000002.jsonl",
+            f"audit/acme/2026/11/22/11/{writer}-0000000003.jsonl",
+            f"audit/~unknown/2026/11/22/10/{writer}-0000000004.jsonl",
+        ]
+    )
+    assert all(KEY.match(key) for key in objects)
+    assert len(objects[f"audit/acme/2026/11/22/10/{writer}-0000000001.jsonl"]) == 2
+    for key, records in objects.items():
+        tenant = KEY.match(key)["tenant"]
+        assert all(r["writer"] == writer for r in records)
+        assert all(r["tenant_id"] == tenant or tenant == "~unknown" for r in records)
+    assert object_key("acme", later, writer, 7).endswith(
+        "/2026/11/22/11/" + writer + "-0000000007.jsonl"
+    )
+
+
+def test_a_failed_put_keeps_the_records_and_retries_the_same_key(s3, bucket):
+    unreachable = boto3.session.Session().client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{free_port()}",  # nothing listens there
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=BotoConfig(retries={"max_attempts": 1}, s3={"addressing_style": "path"}),
+    )
+    writer = "push-consumer-000000000000"
+    sink = AuditSink(unreachable, bucket, writer, flush_records=1000, flush_seconds=600)
+    sink.add(_record())
+    with pytest.raises(EndpointConnectionError):
+        sink.flush()
+    assert sink.pending == 1  # kept, not dropped
+    sink.s3 = s3  # S3 is back
+    wait_until(lambda: sink.records_written == 1, 10, "the flusher's retry after its backoff")
+    assert list(_objects(s3, bucket)) == [f"audit/acme/2026/11/22/10/{writer}-0000000001.jsonl"]
+    assert sink.close() == 0
+
+
+def test_config_refuses_bad_audit_settings():
+    for bad in (
+        {"audit_flush_records": 0},
+        {"audit_flush_seconds": 0},
+        {"audit_retention_days": 0},
+        {"audit_flush_records": True},
+    ):
+        with pytest.raises(ConfigError):
+            Config.from_mapping(bad)
+    assert Config().audit_bucket is None  # off unless named: the audit stays in the log
+
+
+# -- Object Lock in COMPLIANCE mode -----------------------------------------------------------
+
+
+def _one_version(s3, bucket: str) -> tuple[str, str]:
+    sink = AuditSink(s3, bucket, "push-consumer-111111111111", flush_records=1, flush_seconds=600)
+    sink.add(_record())
+    sink.close()
+    version = s3.list_object_versions(Bucket=bucket)["Versions"][0]
+    return version["Key"], version["VersionId"]
+
+
+def test_put_object_takes_the_default_compliance_retention(s3, bucket):
+    config = s3.get_object_lock_configuration(Bucket=bucket)["ObjectLockConfiguration"]
+    assert config["ObjectLockEnabled"] == "Enabled"
+    assert config["Rule"]["DefaultRetention"]["Mode"] == "COMPLIANCE"
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+    key, version = _one_version(s3, bucket)
+    head = s3.head_object(Bucket=bucket, Key=key, VersionId=version)
+    assert head["ObjectLockMode"] == "COMPLIANCE"
+    until = head["ObjectLockRetainUntilDate"].astimezone(UTC)
+    assert timedelta(hours=23) < until - datetime.now(UTC) <= timedelta(days=1, minutes=1)
+
+
+def test_deleting_a_version_inside_retention_is_denied_even_with_bypass(s3, bucket):
+    key, version = _one_version(s3, bucket)
+    for bypass in (False, True):
+        with pytest.raises(ClientError) as denied:
+            s3.delete_object(
+                Bucket=bucket, Key=key, VersionId=version, BypassGovernanceRetention=bypass
+            )
+        assert denied.value.response["Error"]["Code"] == "AccessDenied"
+    batch = s3.delete_objects(
+        Bucket=bucket, Delete={"Objects": [{"Key": key, "VersionId": version}]}
+    )
+    assert [e["Code"] for e in batch.get("Errors", [])] == ["AccessDenied"]
+    # A plain delete only stacks a delete marker on top: the record is still there, and the
+    # collector (which reads every version) still reads it.
+    assert s3.delete_object(Bucket=bucket, Key=key)["DeleteMarker"] is True
+    assert s3.get_object(Bucket=bucket, Key=key, VersionId=version)["Body"].read()
+    assert [(k, v) for k, v, _ in audit_versions(s3, bucket)] == [(key, version)]
+
+
+def test_compliance_retention_cannot_be_shortened(s3, bucket):
+    key, version = _one_version(s3, bucket)
+    try:
+        s3.put_object_retention(
+            Bucket=bucket,
+            Key=key,
+            VersionId=version,
+            Retention={"Mode": "COMPLIANCE", "RetainUntilDate": datetime(2000, 1, 1, tzinfo=UTC)},
+        )
+    except ClientError as exc:
+        assert exc.response["Error"]["Code"] == "AccessDenied"
+        return
+    try:
+        s3.delete_object(Bucket=bucket, Key=key, VersionId=version)
+        then = "DeleteObject of that version then succeeded"
+    except ClientError as exc:
+        then = f"DeleteObject of that version was still refused ({exc.response['Error']['Code']})"
+    pytest.skip(
+        "moto does not enforce it: PutObjectRetention shortened a COMPLIANCE retention to a "
+        f"past date and {then}; AWS S3 refuses the shortening with AccessDenied"
+    )
+
+
+def test_versioning_cannot_be_suspended_on_a_locked_bucket(s3, bucket):
+    try:
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Suspended"})
+    except ClientError as exc:
+        assert exc.response["Error"]["Code"] == "InvalidBucketState"
+        return
+    pytest.skip(
+        "moto does not enforce it: PutBucketVersioning suspended versioning on an Object Lock "
+        "bucket; AWS S3 answers InvalidBucketState"
+    )
+
+
+# -- the checker on synthetic histories -------------------------------------------------------
+
+T = "t1"
+CONSENT = {"granted_at": "2026-01-01T00:00:00+00:00", "version": "1"}
+LIVE, DEAD, QUIET, DENIED = "tok-live", "tok-dead", "tok-quiet", "tok-denied"
+
+
+def _population() -> Population:
+    users = [
+        User(T, "live", "UTC", None, CONSENT, "none", None),
+        User(T, "dead", "UTC", None, CONSENT, "none", None),
+        User(T, "quiet", "UTC", {"start": "00:00", "end": "23:59"}, CONSENT, "whole_run", None),
+        User(T, "denied", "UTC", None, None, "none", None),
+    ]
+    devices = [
+        Device(T, "live", "fcm", LIVE, False),
+        Device(T, "dead", "apns", DEAD, True),
+        Device(T, "quiet", "fcm", QUIET, False),
+        Device(T, "denied", "fcm", DENIED, False),
+    ]
+    followers = ("dead", "denied", "live", "quiet")
+    return Population(0, 0.0, PopulationSpec(), users, devices, [Author(T, "a", False, followers)])
+
+
+def _audit(history: History, outcome: str, user: str, token: str | None = None) -> None:
+    detail: dict[str, object] = {"recipient_user_id": user}
+    if token is not None:
+        detail["token_sha256"] = token_sha256(token)
+    history.append(
+        "audit", tenant_id=T, notification_id="n1", reason=outcome, detail=json.dumps(detail)
+    )
+
+
+def _history(skip: tuple[str, str] | None = None, dlq: bool = False) -> pd.DataFrame:
+    """A run of one notification in which every outcome is audited, except ``skip``
+    (outcome, user)."""
+    history = History()
+    history.append("inject", tenant_id=T, author_id="a", notification_id="n1", detail="post")
+    history.append(
+        "provider", tenant_id=T, notification_id="n1", token=LIVE, status=200, delivered=True
+    )
+    history.append(
+        "provider", tenant_id=T, notification_id="n1", token=DEAD, status=410, delivered=False
+    )
+    records = [("enqueued", u, None) for u in ("live", "dead", "quiet", "denied")] + [
+        ("sent", "live", LIVE),
+        ("dead_token", "dead", DEAD),
+        ("deferred", "quiet", None),
+        ("denied_consent", "denied", None),
+    ]
+    for outcome, user, token in records:
+        if (outcome, user) != skip:
+            _audit(history, outcome, user, token)
+    if dlq:
+        history.append(
+            "dlq",
+            tenant_id=T,
+            notification_id="n1",
+            detail=json.dumps({"queue": "fanout-push-dlq", "recipient_user_id": "live"}),
+        )
+    return history.frame()
+
+
+def _check(history: pd.DataFrame, **tolerance: int) -> audit_complete.Verdict:
+    population = _population()
+    expectation = expected_deliveries(population, history[history["kind"] == "inject"])
+    return audit_complete.check(expectation, history, population, **tolerance)
+
+
+def test_checker_passes_a_complete_trail():
+    verdict = _check(_history())
+    assert verdict.valid, verdict
+    assert verdict.counts["deliveries"] == verdict.counts["audited_sends"] == 1
+    assert verdict.counts["suppressions"] == 3
+    assert verdict.counts["unaudited_suppressions"] == 0
+    assert verdict.counts["jobs"] == 4 and verdict.counts["unaudited_enqueues"] == 0
+    assert verdict.counts["audit_records"] == 8
+
+
+@pytest.mark.parametrize(
+    ("skip", "count"),
+    [
+        (("sent", "live"), "unaudited_sends"),
+        (("denied_consent", "denied"), "unaudited_no_consent"),
+        (("deferred", "quiet"), "unaudited_quiet_hours_pending"),
+        (("dead_token", "dead"), "unaudited_dead_token"),
+        (("enqueued", "quiet"), "unaudited_enqueues"),
+    ],
+)
+def test_checker_fails_a_missing_record(skip, count):
+    verdict = _check(_history(skip=skip))
+    assert not verdict.valid
+    assert verdict.counts[count] == 1
+    assert verdict.details["examples"]
+
+
+def test_checker_matches_the_device_not_just_the_notification():
+    history = _history(skip=("sent", "live"))
+    wrong = History()
+    wrong.append(
+        "audit",
+        tenant_id=T,
+        notification_id="n1",
+        reason="sent",
+        detail=json.dumps({"recipient_user_id": "live", "token_sha256": token_sha256("other")}),
+    )
+    verdict = _check(pd.concat([history, wrong.frame()], ignore_index=True))
+    assert not verdict.valid and verdict.counts["unaudited_sends"] == 1
+
+
+def test_checker_tolerates_sent_records_lost_in_a_crash_only_when_told_and_only_those():
+    """kill -9 loses the sink's buffer: the redelivered job is audited 'deduped' instead."""
+    history = _history(skip=("sent", "live"))
+    later = History()
+    later.append(
+        "audit",
+        tenant_id=T,
+        notification_id="n1",
+        reason="deduped",
+        detail=json.dumps({"recipient_user_id": "live", "token_sha256": token_sha256(LIVE)}),
+    )
+    crashed = pd.concat([history, later.frame()], ignore_index=True)
+    verdict = _check(crashed)
+    assert not verdict.valid
+    assert verdict.counts["unaudited_sends"] == verdict.counts["sent_records_lost"] == 1
+    assert _check(crashed, max_lost_sent_records=1).valid
+    assert not _check(history, max_lost_sent_records=1).valid  # no record at all: never
+
+
+def test_checker_wants_a_record_for_a_dead_lettered_job_unless_tolerated():
+    history = _history(skip=("sent", "live"), dlq=True)
+    history = history[~((history["kind"] == "provider") & (history["token"] == LIVE))]
+    verdict = _check(history)
+    assert not verdict.valid and verdict.counts["unaudited_dlq"] == 1
+    assert _check(history, max_unaudited_dlq=1).valid
+    extra = History()
+    extra.append(
+        "audit",
+        tenant_id=T,
+        notification_id="n1",
+        reason="dlq",
+        detail=json.dumps({"recipient_user_id": "live"}),
+    )
+    assert _check(pd.concat([history, extra.frame()], ignore_index=True)).valid
+
+
+# -- end to end on the stack ------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_a_deactivated_device_is_audited_as_a_dead_token_for_later_notifications(audited):
+    t = TenantClient(audited)
+    dead = apns_token(1, t.tenant)
+    t.user("d1", devices=[("apns", dead)])
+    t.apns.unregister([dead])
+    t.follow("dt-author", ["d1"])
+    first = t.post("dt-author")
+    assert [r["status"] for r in t.wait_rows(first, 1)] == [410]
+    second = t.post("dt-author")
+
+    def outcome_of(nid: str) -> list[tuple[str, str | None, str | None]]:
+        return [
+            (r["audit"], r.get("reason"), r.get("token_sha256"))
+            for r in audit_lines(audited, "push-consumer")
+            if r["notification_id"] == nid and r["audit"] == "dead_token"
+        ]
+
+    wait_until(lambda: outcome_of(second), 20, "the second notification's audit")
+    assert outcome_of(first) == [("dead_token", "Unregistered", token_sha256(dead))]
+    assert outcome_of(second) == [("dead_token", "deactivated", token_sha256(dead))]
+    assert t.rows_for(second) == []  # not tried again
+
+
+@pytest.mark.integration
+def test_flush_before_ack_stores_the_batch_trail_before_the_handler_returns(audited, s3, bucket):
+    """With ``audit_flush_before_ack`` a kill -9 right after the acknowledgement loses nothing:
+    the records are in S3 before the handler hands the batch back for deletion."""
+    values = json.loads(Path(audited.info.reference_config).read_text())
+    config = Config.from_mapping({**values, "audit_bucket": bucket, "audit_flush_before_ack": True})
+    t = TenantClient(audited)
+    t.user("nc", consent=False, devices=[("fcm", fcm_token(1, t.tenant))])
+    job = {
+        "tenant_id": t.tenant,
+        "notification_id": str(ULID()),
+        "recipient_user_id": "nc",
+        "author_id": "a",
+        "kind": "post",
+    }
+    record = {
+        "messageId": "m1",
+        "receiptHandle": "r1",
+        "body": json.dumps(job),
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {"tenant_id": {"stringValue": t.tenant, "dataType": "String"}},
+    }
+    consumer = PushConsumer(config)
+    try:
+        assert consumer({"Records": [record]}, None) == {"batchItemFailures": []}
+        assert consumer.audit_sink.pending == 0  # stored, not merely buffered
+        (records,) = _objects(s3, bucket).values()
+        assert [(r["outcome"], r["notification_id"]) for r in records] == [
+            ("denied_consent", job["notification_id"])
+        ]
+    finally:
+        consumer.apns.close()
+        consumer.fcm.close()
+        consumer.audit_sink.close()
+
+
+SPEC = PopulationSpec(
+    tenants=2,
+    users_per_tenant=14,
+    celebrity_followers=8,  # above the module stack's threshold of 5: the pointer tier
+    regular_authors=1,
+    regular_followers=4,
+    dead_token_fraction=0.2,
+    no_consent_fraction=0.15,
+    no_device_fraction=0.1,
+    quiet_whole_run_fraction=0.15,
+    quiet_ends_fraction=0.0,  # nothing to wait for: the test stays short
+    quiet_outside_fraction=0.3,
+)
+REASONS = ("no_consent", "quiet_hours_pending", "dead_token", "no_device")
+
+
+def _covering_population(start: datetime) -> Population:
+    """The first seed whose population meets every kind of suppression."""
+    for seed in range(200):
+        population = generate(seed, start, SPEC)
+        posts = pd.DataFrame(
+            [
+                {"tenant_id": a.tenant_id, "author_id": a.user_id, "notification_id": str(n)}
+                for n, a in enumerate(population.authors)
+            ]
+        )
+        suppressed = expected_deliveries(population, posts).suppressed
+        if all(suppressed[r] > 0 for r in REASONS):
+            return population
+    raise AssertionError("no seed below 200 covers every suppression")
+
+
+@pytest.mark.integration
+def test_every_outcome_of_a_run_is_in_the_worm_trail(audited):
+    info = audited.info
+    population = _covering_population(datetime.now(UTC))
+    apns, fcm = SimulatorControl(info.url("apns"), info.tls_ca), SimulatorControl(info.url("fcm"))
+    apns.unregister([d.token for d in population.devices if d.dead and d.platform == "apns"])
+    fcm.unregister([d.token for d in population.devices if d.dead and d.platform == "fcm"])
+    load_population(info.url("event-api"), population)
+    history = History()
+    with httpx.Client(base_url=info.url("event-api"), timeout=10) as http:
+        for author in population.authors:
+            post_event(http, history, author.tenant_id, author.user_id, "post", "o1")
+    expectation = expected_deliveries(population, history.frame().query("kind == 'inject'"))
+    expected = set(
+        expectation.deliveries[["tenant_id", "notification_id", "token"]].itertuples(
+            index=False, name=None
+        )
+    )
+    collector = Collector(history, [apns, fcm])
+    outcome = wait_for_outcome(collector, expected, info, time.monotonic() + 60, lambda *_: None)
+    assert outcome == "complete"
+
+    # Nothing reached S3 yet (no count or timer fires): the SIGTERM flush must store it all.
+    s3 = client(Config.load(info.reference_config), "s3")
+    assert audit_versions(s3, "fanout-audit") == []
+    for part in ("fanout-worker", "push-consumer"):
+        audited.stop_part(part)
+    assert collect_audit(info, history) > 0
+
+    frame = history.frame()
+    verdict = audit_complete.check(expectation, frame, population)
+    assert verdict.valid, verdict.to_dict()
+    assert verdict.counts["audited_sends"] == verdict.counts["deliveries"] == len(expected)
+    assert verdict.counts["suppressions"] == sum(expectation.suppressed.values())
+    for outcome_name in ("enqueued", "sent", "deferred", "denied_consent", "dead_token"):
+        assert verdict.counts[f"records_{outcome_name}"] > 0
+    audit_rows = frame[frame["kind"] == "audit"]
+    for row in audit_rows.itertuples(index=False):
+        match = KEY.match(json.loads(row.detail)["object"])
+        assert match and match["tenant"] == row.tenant_id  # each tenant in its own prefix
+    assert {
+        KEY.match(k)["writer"].rsplit("-", 1)[0] for k, _, _ in audit_versions(s3, "fanout-audit")
+    } == {
+        "fanout-worker",
+        "push-consumer",
+    }
+
+    # The same run with one notification's 'sent' records gone fails.
+    sent = audit_rows[audit_rows["reason"] == "sent"]
+    gone = sent[sent["notification_id"] == sent["notification_id"].iloc[0]].index
+    broken = audit_complete.check(expectation, frame.drop(index=gone), population)
+    assert not broken.valid and broken.counts["unaudited_sends"] >= 1
