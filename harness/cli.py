@@ -16,6 +16,7 @@ from harness import capacity, scenarios
 from harness.ports import PortInUse, require_free
 from harness.stack import (
     PARTS,
+    WORKER_PARTS,
     Stack,
     StackError,
     StackInfo,
@@ -77,7 +78,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _error(str(exc))
     workdir = Path(tempfile.mkdtemp(prefix=f"harness-{args.part}-"))
     stack = Stack(workdir, apns_tls=args.tls)
-    if args.part in ("event-api", "fanout-worker", "push-consumer"):
+    if args.part in WORKER_PARTS:
         config = args.config or os.environ.get("FANOUT_CONFIG")
         if not config and stack_file_path().exists():
             config = StackInfo.read(stack_file_path()).reference_config
@@ -236,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "serve" and args.part not in ("fanout-worker", "push-consumer"):
+    if args.command == "serve" and args.part not in WORKER_PARTS[1:]:
         if not args.port:
             return _error(f"serve {args.part} needs --port N")
     return args.func(args)

@@ -10,7 +10,7 @@ from urllib.parse import quote
 import httpx
 
 from harness.history import History
-from harness.population import Population
+from harness.population import Population, preferences_body
 
 
 class LoadError(RuntimeError):
@@ -27,12 +27,7 @@ USERS_PER_BULK_CALL = 500
 
 
 def _preferences(user: Any) -> dict[str, Any]:
-    return {
-        "zone": user.zone,
-        "quiet_hours": user.quiet_hours,
-        "channels": {"push": True},
-        "push_consent": user.consent,
-    }
+    return preferences_body(user)
 
 
 def _per_row_calls(population: Population) -> list[tuple[str, str, dict[str, Any]]]:

@@ -31,7 +31,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from harness.loadgen import INJECTED_FILE
 from harness.population import Author as PopulationAuthor
-from harness.population import Population, PopulationSpec, generate
+from harness.population import Population, PopulationSpec, generate, preferences_body
 from harness.shapes import LoadPlan, celebrity_post_times, like_times, users_at
 
 _INJECTED_MESSAGE = "harness_injected"
@@ -386,12 +386,7 @@ class PreferenceChanger(FanoutUser):
         user = random.choice(context().population.users)
         self.client.put(
             f"/v1/tenants/{user.tenant_id}/users/{user.user_id}/preferences",
-            json={
-                "zone": user.zone,
-                "quiet_hours": user.quiet_hours,
-                "channels": {"push": True},
-                "push_consent": user.consent,
-            },
+            json=preferences_body(user),
             name="PUT preferences",
         )
 

@@ -8,6 +8,11 @@ Quiet hours are chosen relative to the run's start so that the run meets every c
 inside their window for the whole run, users whose window ends while the run goes on (their
 notifications must be deferred and then delivered), users outside their window, users with no
 window. Windows are written in the user's local wall-clock time of their IANA zone.
+
+The other channels (seed 000: email, in-app): a user may have an email address and an email
+consent, and may be online (an open WebSocket connection for in-app delivery). They are drawn
+from a generator of their own, so a seed yields the same push population as before they
+existed, and a population file written before them still loads (no address, offline).
 """
 
 from __future__ import annotations
@@ -57,6 +62,9 @@ class PopulationSpec:
     # Users of tenant-1.. whose first device is the same physical device (token) as the same
     # user id's in tenant-0: one phone with two tenants' apps (seed: cross-tenant suppression).
     shared_token_fraction: float = 0.0
+    email_fraction: float = 0.7
+    no_email_consent_fraction: float = 0.15
+    online_fraction: float = 0.5
 
     def scaled(self, factor: float) -> PopulationSpec:
         values = asdict(self)
@@ -84,6 +92,10 @@ class User:
     quiet_state: QuietState
     # Epoch seconds at which the user's window ends, for "ends_during_run".
     quiet_until: float | None
+    email: str | None = None
+    email_consent: dict[str, Any] | None = None
+    # An open in-app (WebSocket) connection for the whole run.
+    online: bool = False
 
 
 @dataclass(frozen=True)
@@ -160,6 +172,29 @@ class Population:
         return cls.from_dict(json.loads(path.read_text()))
 
 
+def preferences_body(user: User) -> dict[str, Any]:
+    """The user's preferences as the Event API takes them (the loader and every mid-run save
+    send the same values, so the oracle's expectation holds). The email fields only when the
+    user has them: a system without the email channel sees the body it always saw."""
+    prefs: dict[str, Any] = {
+        "zone": user.zone,
+        "quiet_hours": user.quiet_hours,
+        "channels": {"push": True},
+        "push_consent": user.consent,
+    }
+    if user.email:
+        prefs["email"] = user.email
+    if user.email_consent:
+        prefs["email_consent"] = user.email_consent
+    return prefs
+
+
+def connection_id(tenant_id: str, user_id: str) -> str:
+    """The user's in-app connection id at the gateway: ``<tenant>:<user>`` (the reference's
+    convention; the harness registers it for every online user)."""
+    return f"{tenant_id}:{user_id}"
+
+
 def _local_hms(instant: datetime, zone: str) -> str:
     return instant.astimezone(ZoneInfo(zone)).strftime("%H:%M:%S")
 
@@ -202,6 +237,7 @@ def generate(seed: int, start: datetime, spec: PopulationSpec | None = None) -> 
     if spec.users_per_tenant < needed:
         raise ValueError(f"users_per_tenant must be at least celebrity_followers + 1 ({needed})")
     rng = random.Random(seed)
+    channel_rng = random.Random(f"channels:{seed}")
     population = Population(seed=seed, started_at=start.timestamp(), spec=spec)
     first_tenant_devices: dict[str, list[Device]] = {}
     for t in range(spec.tenants):
@@ -233,7 +269,31 @@ def generate(seed: int, start: datetime, spec: PopulationSpec | None = None) -> 
                 if rng.random() < spec.no_consent_fraction
                 else {"granted_at": "2026-01-01T00:00:00+00:00", "version": "2026-01"}
             )
-            population.users.append(User(tenant, user_id, zone, window, consent, state, until))
+            email = (
+                f"{user_id}.{tenant}@mail.example.com"
+                if channel_rng.random() < spec.email_fraction
+                else None
+            )
+            email_consent = (
+                None
+                if channel_rng.random() < spec.no_email_consent_fraction
+                else {"granted_at": "2026-01-01T00:00:00+00:00", "version": "2026-01"}
+            )
+            online = channel_rng.random() < spec.online_fraction
+            population.users.append(
+                User(
+                    tenant,
+                    user_id,
+                    zone,
+                    window,
+                    consent,
+                    state,
+                    until,
+                    email,
+                    email_consent,
+                    online,
+                )
+            )
             if rng.random() < spec.no_device_fraction:
                 continue
             count = 2 if rng.random() < spec.second_device_fraction else 1

@@ -26,17 +26,18 @@ from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
 from harness import history as history_mod
 from harness.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
 from harness.audit_trail import collect_audit
+from harness.channel_ledgers import ChannelLedgers, register_online_users
 from harness.checkers import Evidence, run_probe
 from harness.checkers.verdict import Verdict
 from harness.dlq import redrive
 from harness.history import History
 from harness.load import load_population, post_event
 from harness.loadgen import INJECTED_FILE, ROOT
-from harness.oracle import expected_deliveries
+from harness.oracle import expected_channel_deliveries, expected_deliveries
 from harness.population import Population, generate
 from harness.provider_control import SimulatorControl
 from harness.scenarios import Scenario
-from harness.stack import Stack, StackInfo, stop_process
+from harness.stack import WORKER_PARTS, Stack, StackInfo, stop_process
 from harness.target import Target
 from reference_impl.config import CHANNELS, Config
 
@@ -440,6 +441,26 @@ def read_injected(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _wait_for_channels(
+    channels: ChannelLedgers, expected: pd.DataFrame, deadline: float, progress: Progress
+) -> None:
+    """Email and in-app deliveries of the run, on a condition: all seen, or quiet for 5 s
+    (a lost one never comes), or the run's deadline."""
+    seen, last_change, last_report = -1, time.monotonic(), 0.0
+    while time.monotonic() < deadline:
+        channels.poll()
+        now_seen = channels.seen(expected)
+        if now_seen != seen:
+            seen, last_change = now_seen, time.monotonic()
+        if seen == len(expected) or time.monotonic() - last_change >= 5:
+            break
+        if time.monotonic() - last_report >= 5:
+            progress("wait", f"{seen}/{len(expected)} email and in-app deliveries seen")
+            last_report = time.monotonic()
+        time.sleep(0.2)
+    progress("collect", f"{seen}/{len(expected)} email and in-app deliveries seen")
+
+
 def execute(
     scenario: Scenario,
     seed: int,
@@ -488,6 +509,8 @@ def execute(
         apns.unregister([d.token for d in population.devices if d.dead and d.platform == "apns"])
         fcm.unregister([d.token for d in population.devices if d.dead and d.platform == "fcm"])
         calls = load_population(info.url("event-api"), population)
+        if "inapp" in info.parts:
+            register_online_users(info.url("inapp"), population)
         history.append("phase", detail="population_loaded")
         progress(
             "load",
@@ -527,6 +550,8 @@ def execute(
         )
         progress("inject", f"{len(injected)} events accepted, {len(expected)} deliveries expected")
         collector = Collector(history, [apns, fcm])
+        channel_urls = {p: info.url(p) for p in ("ses", "inapp") if p in info.parts}
+        channels = ChannelLedgers.for_stack(history, channel_urls)
         deadline = time.monotonic() + scenario.timeout_seconds
         last_window_end = expectation.deliveries["quiet_until"].max()
         release_by = (0.0 if pd.isna(last_window_end) else float(last_window_end)) + 1.0
@@ -542,6 +567,11 @@ def execute(
                 outcome = wait_for_outcome(
                     collector, expected, info, deadline, progress, release_by
                 )
+        channel_expected = expected_channel_deliveries(
+            population, injected, Config.load(info.reference_config).channels_by_kind
+        )
+        if channel_urls and len(channel_expected):
+            _wait_for_channels(channels, channel_expected, deadline, progress)
         sampler.stop()
         history.append("phase", detail=outcome)
         progress(
@@ -560,8 +590,10 @@ def execute(
             progress("collect", f"{parked} message(s) left in dead-letter queues")
         if target is None:
             # The workers store their buffered audit records on SIGTERM: stop them first.
-            for part in ("fanout-worker", "push-consumer"):
+            for part in ("fanout-worker", *WORKER_PARTS[2:]):
                 stack.stop_part(part)
+        channels.poll()
+        channels.close()
         audited = collect_audit(info, history)
         if audited:
             progress("collect", f"{audited} audit record(s) read from the WORM bucket")

@@ -28,6 +28,7 @@ KNOWN_PROBES = (
     "dlq_accountability",
     "rate_limit",
     "audit_complete",
+    "channel_delivery",
 )
 KNOWN_ACTIONS = ("redrive-dlq",)
 

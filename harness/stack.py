@@ -46,12 +46,18 @@ PARTS = (
     "aws",
     "apns",
     "fcm",
+    "ses",
+    "inapp",
     "event-api",
     "fanout-worker",
     "push-consumer",
+    "email-consumer",
+    "in-app-consumer",
 )
-INFRA_PARTS = PARTS[:8]
-WORKER_PARTS = ("event-api", "fanout-worker", "push-consumer")
+INFRA_PARTS = PARTS[:10]
+WORKER_PARTS = ("event-api", "fanout-worker", "push-consumer", "email-consumer", "in-app-consumer")
+# Worker part -> the channel its reference_impl.channel_consumer process drains.
+CHANNEL_CONSUMERS = {"email-consumer": "email", "in-app-consumer": "in_app"}
 
 
 class StackError(RuntimeError):
@@ -319,6 +325,8 @@ class Stack:
             "apns_ca_file": self.info.tls_ca,
             "fcm_url": url("fcm"),
             "fcm_projects": ["fanout-sender-0", "fanout-sender-1"],
+            "ses_url": url("ses"),
+            "inapp_url": url("inapp"),
             "celebrity_threshold": 50,
             "visibility_timeout_seconds": 5,
             "dedup_lease_seconds": 8,
@@ -378,8 +386,8 @@ class Stack:
             if self.apns_tls:
                 argv += ["--tls", "--cert-dir", str(self.workdir / "tls")]
             return argv
-        if part == "fcm":
-            return [py, "-m", "harness.simulators.fcm", "--host", LOOPBACK, "--port", str(port)]
+        if part in ("fcm", "ses", "inapp"):
+            return [py, "-m", f"harness.simulators.{part}", "--host", LOOPBACK, "--port", str(port)]
         if part == "event-api":
             return [py, "-m", "reference_impl.event_api", "--config", config, "--port", str(port)]
         if part == "fanout-worker":
@@ -402,11 +410,16 @@ class Stack:
                 "--ready-file",
                 ready,
             ]
+        if part in CHANNEL_CONSUMERS:
+            return [
+                py, "-m", "reference_impl.channel_consumer", "--channel", CHANNEL_CONSUMERS[part],
+                "--config", config, "--ready-file", ready,
+            ]  # fmt: skip
         raise StackError(f"unknown part {part!r}; parts: {', '.join(PARTS)}")
 
     def _url(self, part: str, port: int | None) -> str | None:
-        if port is None:
-            return None
+        if port is None or part in CHANNEL_CONSUMERS:
+            return None  # a poller serves nothing (it is only handed a free port)
         if part == "redis":
             return f"redis://{LOOPBACK}:{port}/0"
         scheme = "https" if part == "apns" and self.apns_tls else "http"
@@ -434,7 +447,7 @@ class Stack:
                 return True
             except Exception:
                 return False
-        if part in ("apns", "fcm"):
+        if part in ("apns", "fcm", "ses", "inapp"):
             control = f"http://{LOOPBACK}:{info.port}/_sim/health"
             if part == "apns" and self.apns_tls:
                 return self._tls_ready(info)

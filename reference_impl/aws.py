@@ -12,7 +12,8 @@ from reference_impl.config import Config
 _BOTO = BotoConfig(retries={"max_attempts": 3, "mode": "standard"}, max_pool_connections=32)
 
 
-def client(config: Config, service: str) -> Any:
+def client(config: Config, service: str, boto_config: BotoConfig | None = None) -> Any:
+    """``boto_config`` replaces the default (retries, pool size) for this client."""
     endpoint = {
         "dynamodb": config.dynamodb_endpoint,
         # The Streams API is served where the table is (moto serves both on one port).
@@ -20,13 +21,15 @@ def client(config: Config, service: str) -> Any:
         "kinesis": config.kinesis_endpoint,
         "sqs": config.sqs_endpoint,
         "s3": config.s3_endpoint,
+        "sesv2": config.ses_url,
+        "apigatewaymanagementapi": config.inapp_url,
     }.get(service)
-    kwargs: dict[str, Any] = {"region_name": config.region, "config": _BOTO}
+    kwargs: dict[str, Any] = {"region_name": config.region, "config": boto_config or _BOTO}
     if endpoint:
         kwargs["endpoint_url"] = endpoint
         if service == "s3":
             # A local endpoint (an IP, a port) has no DNS names for virtual-hosted buckets.
-            kwargs["config"] = _BOTO.merge(BotoConfig(s3={"addressing_style": "path"}))
+            kwargs["config"] = kwargs["config"].merge(BotoConfig(s3={"addressing_style": "path"}))
     if config.aws_access_key_id:
         kwargs["aws_access_key_id"] = config.aws_access_key_id
         kwargs["aws_secret_access_key"] = config.aws_secret_access_key

@@ -14,6 +14,14 @@ from pathlib import Path
 from typing import Any
 
 CHANNELS = ("push", "email", "in_app", "sms")
+# Seed 000: one SQS queue per channel. Which channels an event kind reaches; a kind not named
+# here goes to push only, so every scenario that predates the channel split keeps its traffic.
+DEFAULT_CHANNELS_BY_KIND: dict[str, tuple[str, ...]] = {
+    "post": ("push",),
+    "like": ("push",),
+    "comment": ("push",),
+    "mention": ("push", "email", "in_app"),
+}
 # Deliberate defects, off unless named in config: they exist to prove that the harness catches
 # what a real system gets wrong (each has a test that runs it and expects a failed verdict).
 DEFECTS = (
@@ -31,6 +39,25 @@ DEFECTS = (
 
 class ConfigError(ValueError):
     """A config file is missing, unreadable or holds a bad value."""
+
+
+def _channels_by_kind(value: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, dict):
+        raise ConfigError("channels_by_kind must map event kinds to lists of channels")
+    out: dict[str, tuple[str, ...]] = {}
+    for kind, channels in value.items():
+        if (
+            not isinstance(channels, list | tuple)
+            or not channels
+            or any(c not in CHANNELS for c in channels)
+            or len(set(channels)) != len(channels)
+        ):
+            raise ConfigError(
+                f"channels_by_kind[{kind!r}] must be a non-empty list of distinct channels "
+                f"from {', '.join(CHANNELS)}"
+            )
+        out[str(kind)] = tuple(channels)
+    return out
 
 
 @dataclass(frozen=True)
@@ -69,6 +96,15 @@ class Config:
     fcm_projects: tuple[str, ...] = ("fanout-sender-0",)
     fcm_access_token: str | None = None
     provider_timeout_seconds: float = 5.0
+    # SES v2 (email) and the API Gateway Management API of the WebSocket API (in-app). None:
+    # SES's regional endpoint; the in-app channel needs its https://<api>.execute-api.../<stage>.
+    ses_url: str | None = None
+    ses_from_address: str = "notifications@example.com"
+    ses_configuration_set: str | None = None
+    inapp_url: str | None = None
+    channels_by_kind: dict[str, tuple[str, ...]] = field(
+        default_factory=lambda: dict(DEFAULT_CHANNELS_BY_KIND)
+    )
     # Back-pressure valves per consumer process: in-flight requests per provider scope, an
     # optional send-rate cap, and the longest retry delay set on a failed job.
     provider_max_in_flight: int = 32
@@ -103,6 +139,9 @@ class Config:
     def queue_name(self, channel: str, suffix: str = "") -> str:
         return f"{self.queue_prefix}-{channel}{suffix}"
 
+    def channels_for(self, kind: str) -> tuple[str, ...]:
+        return self.channels_by_kind.get(kind, ("push",))
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
 
@@ -125,6 +164,8 @@ class Config:
                     f"unknown defect(s) {', '.join(unknown_defects)}; known: {', '.join(DEFECTS)}"
                 )
             values["defects"] = tuple(values["defects"])
+        if "channels_by_kind" in values:
+            values["channels_by_kind"] = _channels_by_kind(values["channels_by_kind"])
         config = cls(**values)
         if config.celebrity_threshold < 1:
             raise ConfigError("celebrity_threshold must be at least 1")

@@ -1,8 +1,9 @@
-"""Push consent gate (DESIGN.md section 4, push consumer step 2): default deny.
+"""Consent gates (DESIGN.md section 4, push consumer step 2): default deny.
 
 Every push send needs a lawful basis (GDPR Art. 7 / ePrivacy), so the consumer reads the
 ``push_consent`` attribute stored in the preferences record as ``{granted_at, version}`` and
-denies whenever it is absent, malformed, or revoked. Pure logic, no I/O, no clock.
+denies whenever it is absent, malformed, or revoked. Email is a consent-bearing channel too
+(ePrivacy Art. 13): ``email_consent``, same shape, same rules. Pure logic, no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["push_consent_granted"]
+__all__ = ["consent_granted", "email_consent_granted", "push_consent_granted"]
 
 
 def _parse_instant(value: object) -> dt.datetime | None:
@@ -32,9 +33,19 @@ def _valid_version(value: object) -> bool:
 
 
 def push_consent_granted(preferences: Mapping[str, Any] | None) -> bool:
-    """True only for a well-formed, unrevoked push consent record; False for anything else.
+    """True only for a well-formed, unrevoked push consent record (:func:`consent_granted`)."""
+    return consent_granted(preferences, "push_consent")
 
-    Granted iff ``preferences["push_consent"]`` is a mapping with
+
+def email_consent_granted(preferences: Mapping[str, Any] | None) -> bool:
+    """True only for a well-formed, unrevoked email consent record (:func:`consent_granted`)."""
+    return consent_granted(preferences, "email_consent")
+
+
+def consent_granted(preferences: Mapping[str, Any] | None, attribute: str) -> bool:
+    """True only for a well-formed, unrevoked consent record; False for anything else.
+
+    Granted iff ``preferences[attribute]`` is a mapping with
 
     * ``granted_at``: a non-empty ISO-8601 string accepted by ``datetime.fromisoformat``;
     * ``version``: an int (not bool) or a non-blank string;
@@ -48,7 +59,7 @@ def push_consent_granted(preferences: Mapping[str, Any] | None) -> bool:
     """
     if not isinstance(preferences, Mapping):
         return False
-    consent = preferences.get("push_consent")
+    consent = preferences.get(attribute)
     if not isinstance(consent, Mapping):
         return False
     granted_at = _parse_instant(consent.get("granted_at"))

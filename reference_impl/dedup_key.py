@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["DEDUP_KEY_PREFIX", "DEDUP_TTL_SECONDS", "dedup_key"]
+__all__ = [
+    "DEDUP_KEY_PREFIX",
+    "DEDUP_TTL_SECONDS",
+    "dedup_key",
+    "email_recipient",
+    "inapp_recipient",
+]
 
 DEDUP_KEY_PREFIX = "dedup:"
 DEDUP_TTL_SECONDS = 2_592_000  # 30 days; bounds dedup-key retention (GDPR)
@@ -46,3 +52,15 @@ def dedup_key(tenant_id: str, notification_id: str, recipient: str) -> str:
     who = _check_part("recipient", recipient, allow_colon=True)
     digest = hashlib.sha256(f"{tenant}:{notification}:{who}".encode()).hexdigest()
     return DEDUP_KEY_PREFIX + digest
+
+
+def email_recipient(user_id: str, address: str) -> str:
+    """The email channel's recipient part: ``user#email:<sha256(address)[:16]>``. The address is
+    in it (a changed address is a new recipient, mailed again) but only hashed: the dedup store
+    holds no PII."""
+    return f"{user_id}#email:{hashlib.sha256(address.encode()).hexdigest()[:16]}"
+
+
+def inapp_recipient(user_id: str) -> str:
+    """The in-app channel's recipient part: one per user (every open connection is the user)."""
+    return f"{user_id}#inapp"

@@ -1,10 +1,11 @@
 """GDPR erasure (Art. 17): ``DELETE /v1/tenants/{tenant}/users/{user}``.
 
 Purges the user's inbox rows, read state, preferences, devices, follow edges, cache entries and
-the dedup keys of every push the user could have been sent. Dedup keys are hashes of (tenant,
-notification, user#device), so no index is needed to find them: the user's own inbox (with
-the followed celebrities' posts merged in, 90 days, longer than the keys' 30) names every
-notification, the device rows name every device.
+the dedup keys of every push, email and in-app message the user could have been sent. Dedup keys
+are hashes of (tenant, notification, recipient), so no index is needed to find them: the user's
+own inbox (with the followed celebrities' posts merged in, 90 days, longer than the keys' 30)
+names every notification, the device rows name every device, the preferences the email address
+(an address changed within the last 30 days leaves the old one's keys to expire on their TTL).
 
 Order matters for a retry: the keys are computed first (they need the inbox and devices), the
 Redis keys go next (a Redis error stops the erasure before anything else is gone, so a retry
@@ -13,12 +14,13 @@ computes the same keys again), and the DynamoDB rows last (deleting them twice i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 from reference_impl.aws import batch_write
 from reference_impl.config import Config
-from reference_impl.dedup_key import dedup_key
+from reference_impl.dedup_key import dedup_key, email_recipient, inapp_recipient
 from reference_impl.ids import preferences_cache_key, user_key
 from reference_impl.inbox import Inbox
 
@@ -63,6 +65,25 @@ def user_dedup_keys(
     return [dedup_key(tenant, n, f"{user}#{d}") for n in notifications for d in device_ids]
 
 
+def channel_dedup_keys(
+    tenant: str, user: str, notifications: list[str], email: str | None
+) -> list[str]:
+    """The keys the email and in-app consumers would have set (see channel_consumer)."""
+    recipients = [inapp_recipient(user)] + ([email_recipient(user, email)] if email else [])
+    return [dedup_key(tenant, n, r) for n in notifications for r in recipients]
+
+
+def _email_of(ddb: Any, table: str, pk: str) -> str | None:
+    item = ddb.get_item(TableName=table, Key={"pk": {"S": pk}}, ConsistentRead=True).get("Item")
+    if not item:
+        return None
+    try:
+        email = json.loads(item["prefs"]["S"]).get("email")
+    except (KeyError, ValueError, AttributeError):
+        return None
+    return email if isinstance(email, str) and email else None
+
+
 def _delete_rows(ddb: Any, table: str, keys: list[dict[str, Any]]) -> int:
     for start in range(0, len(keys), 25):
         batch_write(ddb, table, [{"DeleteRequest": {"Key": k}} for k in keys[start : start + 25]])
@@ -77,6 +98,8 @@ def erase_user(config: Config, ddb: Any, redis: Any, tenant: str, user: str) -> 
     device_ids = [d["sk"]["S"] for d in devices]
     notifications = notification_ids(inbox, tenant, user)
     keys = user_dedup_keys(tenant, user, notifications, device_ids)
+    email = _email_of(ddb, config.table("preferences"), pk)
+    keys += channel_dedup_keys(tenant, user, notifications, email)
 
     # Redis first: an error here raises before any row is gone.
     removed_keys = 0

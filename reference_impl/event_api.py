@@ -40,6 +40,8 @@ PLATFORMS = ("apns", "fcm")
 MAX_FOLLOWERS_PER_CALL = 1000
 MAX_USERS_PER_CALL = 500
 MAX_BODY_BYTES = 1_000_000
+# One plain address: no display name, no list (the email consumer sends to exactly this).
+_EMAIL = re.compile(r"^[^@\s<>,;]{1,64}@[^@\s<>,;]+\.[^@\s<>,;]+$")
 
 
 _USER = r"/v1/tenants/(?P<tenant>[^/]+)/users/(?P<user>[^/]+)"
@@ -206,17 +208,26 @@ class EventApi:
             c not in CHANNELS or not isinstance(v, bool) for c, v in channels.items()
         ):
             raise BadRequest(f"channels must map some of {', '.join(CHANNELS)} to true/false")
-        consent = body.get("push_consent")
-        if consent is not None and not (
-            isinstance(consent, dict) and "granted_at" in consent and "version" in consent
-        ):
-            raise BadRequest("push_consent must be null or {granted_at, version}")
-        return {
+        for name in ("push_consent", "email_consent"):
+            consent = body.get(name)
+            if consent is not None and not (
+                isinstance(consent, dict) and "granted_at" in consent and "version" in consent
+            ):
+                raise BadRequest(f"{name} must be null or {{granted_at, version}}")
+        email = body.get("email")
+        if email is not None and not (isinstance(email, str) and _EMAIL.match(email)):
+            raise BadRequest("email must be null or one address such as ada@example.com")
+        prefs = {
             "zone": zone,
             "quiet_hours": body.get("quiet_hours"),
             "channels": channels,
-            "push_consent": consent,
+            "push_consent": body.get("push_consent"),
         }
+        # Only when given: a record written without them reads exactly as it always did.
+        for name in ("email", "email_consent"):
+            if name in body:
+                prefs[name] = body[name]
+        return prefs
 
     @staticmethod
     def _preferences_item(tenant: str, user: str, prefs: dict[str, Any]) -> dict[str, Any]:

@@ -77,8 +77,20 @@ def pointer_item(event: FanoutEvent) -> dict[str, Any]:
     }
 
 
+def channel_job(event: FanoutEvent, follower_id: str, channel: str) -> dict[str, Any]:
+    """One delivery job: the event, its recipient and the channel whose queue carries it."""
+    return {**asdict(event), "recipient_user_id": follower_id, "channel": channel}
+
+
 def push_job(event: FanoutEvent, follower_id: str) -> dict[str, Any]:
-    return {**asdict(event), "recipient_user_id": follower_id, "channel": "push"}
+    return channel_job(event, follower_id, "push")
+
+
+def follower_jobs(
+    event: FanoutEvent, followers: Iterable[str], channels: Sequence[str]
+) -> list[dict[str, Any]]:
+    """A job per (follower, channel); a follower's channels stay together in the batch."""
+    return [channel_job(event, f, c) for f in followers for c in channels]
 
 
 def sqs_entries(jobs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
 """Fan-out worker: the Lambda behind the Kinesis event stream.
 
 Below the celebrity threshold it writes one inbox row per follower; at or above it, one pointer
-row. Either way it pages over the follower list and enqueues one push job per follower; each
+row. Either way it pages over the follower list and enqueues one job per follower and channel
+(``channels_by_kind``: a mention also goes to email and in-app) on that channel's queue; each
 job the queue accepted is an ``enqueued`` record in the audit trail (with an audit bucket).
 """
 
@@ -24,10 +25,10 @@ from reference_impl.fanout import (
     MalformedEvent,
     choose_tier,
     chunks,
+    follower_jobs,
     inbox_item,
     parse_event,
     pointer_item,
-    push_job,
     sqs_entries,
 )
 from reference_impl.ids import user_key
@@ -41,6 +42,11 @@ class FanoutWorker:
         self.ddb = client(config, "dynamodb")
         self.sqs = client(config, "sqs")
         self.push_queue = queue_url(self.sqs, config.queue_name("push"))
+        # Every queue a configured kind can reach, resolved once: a missing one fails the start.
+        routed = {c for channels in config.channels_by_kind.values() for c in channels}
+        self.queues = {"push": self.push_queue} | {
+            c: queue_url(self.sqs, config.queue_name(c)) for c in sorted(routed - {"push"})
+        }
         self.audit_sink = AuditSink.from_config(config, "fanout-worker")
 
     def follower_count(self, event: FanoutEvent) -> int:
@@ -66,11 +72,18 @@ class FanoutWorker:
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def enqueue(self, jobs: list[dict[str, Any]]) -> None:
+        by_channel: dict[str, list[dict[str, Any]]] = {}
+        for job in jobs:
+            by_channel.setdefault(job["channel"], []).append(job)
+        for channel, channel_jobs in by_channel.items():
+            self._enqueue(self.queues[channel], channel_jobs)
+
+    def _enqueue(self, queue: str, jobs: list[dict[str, Any]]) -> None:
         for batch in chunks(jobs, 10):
             entries = sqs_entries(batch)
             job_of = {e["Id"]: job for e, job in zip(entries, batch, strict=True)}
             for _ in range(10):
-                failed = self.sqs.send_message_batch(QueueUrl=self.push_queue, Entries=entries).get(
+                failed = self.sqs.send_message_batch(QueueUrl=queue, Entries=entries).get(
                     "Failed", []
                 )
                 retry = {f["Id"] for f in failed}
@@ -106,6 +119,7 @@ class FanoutWorker:
             self.ddb.put_item(
                 TableName=self.config.table("celebrity_posts"), Item=pointer_item(event)
             )
+        channels = self.config.channels_for(event.kind)
         jobs = 0
         for followers in self.follower_pages(event):
             if tier == "write":
@@ -115,8 +129,9 @@ class FanoutWorker:
                         self.config.table("inbox"),
                         [{"PutRequest": {"Item": inbox_item(event, f)}} for f in batch],
                     )
-            self.enqueue([push_job(event, f) for f in followers])
-            jobs += len(followers)
+            page_jobs = follower_jobs(event, followers, channels)
+            self.enqueue(page_jobs)
+            jobs += len(page_jobs)
         return {"tier": tier, "jobs": jobs}
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:

@@ -16,7 +16,8 @@ import httpx
 
 from reference_impl.config import Config
 
-Outcome = Literal["sent", "dead_token", "rejected", "retry"]
+# "offline": the in-app channel's 410 Gone (no live connection; the inbox row holds it).
+Outcome = Literal["sent", "dead_token", "rejected", "retry", "offline"]
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ durably, fail closed) -> sliding-window rate limit per (user, channel) (the exce
 one digest) -> devices -> per device: daily cap per (device, kind, local day) -> dedup claim ->
 APNs or FCM -> outcome. A message is acknowledged only after a definite outcome for every
 device; anything uncertain (a Redis error, a 429 or 5xx, a transport error) leaves it in the
-queue.
+queue. The SQS batch loop, the dedup claim/send/settle protocol, the cached preferences read and
+the audit record are shared with the other channels (:mod:`reference_impl.job_consumer`).
 
 A digest job (``kind: digest``, queued by the job that opened a digest window, delayed until the
 window closes) goes through the same consent and quiet-hours gates, closes its window, and sends
@@ -19,27 +20,19 @@ import json
 import logging
 import math
 import sys
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import redis as redis_lib
 from ulid import ULID
 
 from reference_impl.audit import AuditSink, token_sha256
-from reference_impl.aws import client, queue_url
 from reference_impl.config import Config, ConfigError
 from reference_impl.consent import push_consent_granted
-from reference_impl.dedup import DedupStore, FallbackDedup
-from reference_impl.dedup_key import dedup_key
-from reference_impl.event_source import SqsPoller, run_pollers
-from reference_impl.ids import (
-    PREFERENCES_CACHE_SECONDS,
-    preferences_cache_key,
-    user_key,
-    valid_id,
-)
+from reference_impl.ids import user_key
+from reference_impl.job_consumer import JOB_FIELDS, JobConsumer, PoisonJob, serve
+from reference_impl.job_consumer import parse_job as parse_base_job
 from reference_impl.providers import (
     ApnsClient,
     FcmClient,
@@ -63,32 +56,12 @@ from reference_impl.rate_limit import (
 
 log = logging.getLogger("reference_impl.push_consumer")
 MAX_SQS_DELAY_SECONDS = 900
-JOB_FIELDS = ("tenant_id", "notification_id", "recipient_user_id", "author_id", "kind")
-
-
-class PoisonJob(ValueError):
-    """A job that no retry can fix: it goes to the poison DLQ, not the retry DLQ."""
+__all__ = ["JOB_FIELDS", "PoisonJob", "PushConsumer", "handler", "main", "parse_job"]
 
 
 def parse_job(record: dict[str, Any]) -> dict[str, Any]:
-    try:
-        job = json.loads(record["body"])
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise PoisonJob(f"body is not JSON: {exc}") from exc
-    if not isinstance(job, dict):
-        raise PoisonJob("body is not a JSON object")
-    missing = [f for f in JOB_FIELDS if not isinstance(job.get(f), str) or not job.get(f)]
-    if missing:
-        raise PoisonJob(f"missing field(s): {', '.join(missing)}")
-    attribute = (record.get("messageAttributes") or {}).get("tenant_id") or {}
-    if attribute.get("stringValue") != job["tenant_id"]:
-        raise PoisonJob("tenant_id message attribute missing or different from the body")
-    if not valid_id(job["tenant_id"]) or not valid_id(job["recipient_user_id"]):
-        raise PoisonJob("tenant_id or recipient_user_id is not a valid id")
-    try:
-        ULID.from_str(job["notification_id"])
-    except ValueError as exc:
-        raise PoisonJob("notification_id is not a ULID") from exc
+    """The shared checks (:func:`reference_impl.job_consumer.parse_job`), plus a digest's."""
+    job = parse_base_job(record)
     if "digest" in job:
         spec = job["digest"]
         if not (
@@ -103,7 +76,11 @@ def parse_job(record: dict[str, Any]) -> dict[str, Any]:
     return job
 
 
-class PushConsumer:
+class PushConsumer(JobConsumer):
+    channel = "push"
+    component = "push-consumer"
+    log: ClassVar[logging.Logger] = log
+
     def __init__(
         self,
         config: Config,
@@ -114,36 +91,9 @@ class PushConsumer:
     ) -> None:
         """``audit_sink``: shared by the consumers of one process (``main``); without one, a
         consumer makes its own when the config names an audit bucket."""
-        self.config = config
-        self.clock = clock
-        self.ddb = client(config, "dynamodb")
-        self.sqs = client(config, "sqs")
-        self.queue = queue_url(self.sqs, config.queue_name("push"))
-        self.poison_queue = queue_url(self.sqs, config.queue_name("push", "-poison"))
-        self.redis = redis_client or redis_lib.Redis.from_url(
-            config.redis_url,
-            socket_timeout=config.redis_timeout_seconds,
-            socket_connect_timeout=config.redis_timeout_seconds,
-        )
-        primary = DedupStore(self.redis, config.dedup_lease_seconds)
-        self.dedup: DedupStore | FallbackDedup = primary
-        if config.dedup_fallback:
-            self.dedup = FallbackDedup(
-                primary,
-                self.ddb,
-                config.table("dedup_fallback"),
-                clock=lambda: self.clock().timestamp(),
-                errors_to_fallback=config.dedup_fallback_errors,
-                hold_seconds=config.dedup_fallback_hold_seconds,
-                recheck="fallback_no_recheck" not in config.defects,
-            )
-        self.gate = gate or ProviderGate(
-            config.provider_max_in_flight, config.provider_max_rate_per_s
-        )
+        super().__init__(config, clock, redis_client, gate, audit_sink)
         self.apns = ApnsClient(config)
         self.fcm = FcmClient(config)
-        self.owner = uuid.uuid4().hex[:12]
-        self.defects = frozenset(config.defects)
         self.limits = RateLimits(
             config.rate_limit_per_window,
             config.rate_limit_window_seconds,
@@ -154,34 +104,11 @@ class PushConsumer:
             self.limits,
             count_receives="rate_limit_counts_redeliveries" in self.defects,
         )
-        self.audit_sink = (
-            audit_sink if audit_sink is not None else AuditSink.from_config(config, "push-consumer")
-        )
+
+    def parse(self, record: dict[str, Any]) -> dict[str, Any]:
+        return parse_job(record)
 
     # -- reads ------------------------------------------------------------------------------
-
-    def preferences(self, tenant_id: str, user_id: str) -> dict[str, Any] | None:
-        """Through the Redis cache (5-minute TTL as a backstop; every change through the API
-        drops the entry). A missing record is cached too: consent stays denied until it is
-        written. A cache error falls through to DynamoDB: the cache is never the authority."""
-        key = preferences_cache_key(tenant_id, user_id)
-        try:
-            cached = self.redis.get(key)
-            if cached is not None:
-                return json.loads(cached)
-        except redis_lib.RedisError:
-            cached = None
-        item = self.ddb.get_item(
-            TableName=self.config.table("preferences"),
-            Key={"pk": {"S": user_key(tenant_id, user_id)}},
-            ConsistentRead=True,
-        ).get("Item")
-        prefs = json.loads(item["prefs"]["S"]) if item else None
-        try:
-            self.redis.set(key, json.dumps(prefs), ex=PREFERENCES_CACHE_SECONDS)
-        except redis_lib.RedisError:
-            pass
-        return prefs
 
     def registered_devices(self, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
         """Every device row of the user, deactivated ones included (``active`` False)."""
@@ -247,25 +174,14 @@ class PushConsumer:
         device: dict[str, Any] | None = None,
         **extra: Any,
     ) -> None:
-        """One log line per outcome and, with an audit bucket, one record in the WORM trail.
-        A device is named by its id and the token's SHA-256, never by the token itself."""
-        record = {
-            "audit": outcome,
-            "at": self.clock().isoformat(),
-            "tenant_id": job.get("tenant_id"),
-            "notification_id": job.get("notification_id"),
-            "recipient_user_id": job.get("recipient_user_id"),
-            **(
-                {"device_id": device["device_id"], "token_sha256": token_sha256(device["token"])}
-                if device is not None
-                else {}
-            ),
-            **extra,
-        }
-        log.info("%s", json.dumps(record))
-        if self.audit_sink is not None:
-            fields = {k: v for k, v in record.items() if k != "audit"}
-            self.audit_sink.add({"outcome": outcome, **fields})
+        """The shared record (:meth:`JobConsumer.audit`); a device is named by its id and the
+        token's SHA-256, never by the token itself."""
+        named = (
+            {"device_id": device["device_id"], "token_sha256": token_sha256(device["token"])}
+            if device is not None
+            else {}
+        )
+        super().audit(outcome, job, **named, **extra)
 
     # -- delivery ---------------------------------------------------------------------------
 
@@ -444,41 +360,21 @@ class PushConsumer:
             if digest is None and self.limits.daily_on and not self.daily_allows(job, device, zone):
                 self.audit("daily_limited", job, device=device)
                 continue
-            key_tenant = "-" if "dedup_key_without_tenant" in self.defects else tenant
-            key = dedup_key(key_tenant, job["notification_id"], f"{user}#{device['device_id']}")
-            try:
-                claim = "won" if "skip_dedup" in self.defects else self.dedup.claim(key, self.owner)
-            except redis_lib.RedisError:
-                if "dedup_fail_open" not in self.defects:
-                    raise
-                claim = "won"  # the defect: send without a dedup decision
-            if claim == "already_sent":
-                self.audit("deduped", job, device=device)
-                continue
-            if claim == "in_flight":
-                later(self.config.dedup_lease_seconds / 2)
-                continue
-            with self.gate.slot(scope):
-                result = self.send(job, device, digest)
-            if result.outcome == "retry":
-                self.dedup.release(key, self.owner)
-                if result.retry_after and "ignore_retry_after" not in self.defects:
-                    self.gate.pause(scope, result.retry_after)
-                    later(result.retry_after)
-                else:
-                    later(0)
-                self.audit("retry", job, device=device, status=result.status)
-                continue
-            try:
-                self.dedup.mark_sent(key)
-            except redis_lib.RedisError:
-                if "dedup_fail_open" not in self.defects:
-                    raise
-            if result.outcome == "dead_token":
-                self.deactivate(tenant, user, device["device_id"])
-            self.audit(
-                result.outcome, job, device=device, status=result.status, reason=result.reason
+
+            def deactivate_dead(result: SendResult, device: dict[str, Any] = device) -> None:
+                if result.outcome == "dead_token":
+                    self.deactivate(tenant, user, device["device_id"])
+
+            wait = self.send_once(
+                job,
+                f"{user}#{device['device_id']}",
+                scope,
+                lambda device=device: self.send(job, device, digest),
+                {"device": device},
+                on_definite=deactivate_dead,
             )
+            if wait is not None:
+                later(wait)
         return retry_in
 
     def daily_allows(self, job: dict[str, Any], device: dict[str, Any], zone: str | None) -> bool:
@@ -498,69 +394,6 @@ class PushConsumer:
             self.audit("rate_limit_unavailable", job, device=device)
             return True
 
-    def to_poison(self, record: dict[str, Any], reason: str) -> None:
-        self.sqs.send_message(
-            QueueUrl=self.poison_queue,
-            MessageBody=record.get("body") or "",
-            MessageAttributes={"reason": {"DataType": "String", "StringValue": reason[:256]}},
-        )
-
-    def backoff(self, record: dict[str, Any], hint: float) -> int:
-        """Seconds until a failed job is retried: the hint (e.g. Retry-After) or an exponential
-        backoff by receive count, whichever is longer, capped."""
-        receives = int((record.get("attributes") or {}).get("ApproximateReceiveCount", "1"))
-        exponential = 2 ** min(receives, 10)
-        return int(min(self.config.retry_backoff_max_seconds, max(math.ceil(hint), exponential)))
-
-    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
-        failures = []
-        if "delete_before_send" in self.defects:
-            # The defect: acknowledge on receipt, so a crash or a failed send loses the jobs.
-            for record in event.get("Records", []):
-                self.sqs.delete_message(QueueUrl=self.queue, ReceiptHandle=record["receiptHandle"])
-        for record in event.get("Records", []):
-            try:
-                job = parse_job(record)
-            except PoisonJob as exc:
-                self.to_poison(record, str(exc))
-                log.error("poison job %s: %s", record.get("messageId"), exc)
-                continue
-            try:
-                retry_in = self.deliver(job)
-            except redis_lib.RedisError as exc:
-                # Fail closed: no dedup decision, no send, no ack.
-                self.audit("dedup_unavailable", job, error=type(exc).__name__)
-                retry_in = 0.0
-            except Exception:
-                log.exception("job %s failed", record.get("messageId"))
-                retry_in = 0.0
-            if retry_in is None:
-                continue
-            failures.append({"itemIdentifier": record["messageId"]})
-            receives = int((record.get("attributes") or {}).get("ApproximateReceiveCount", "1"))
-            if receives >= self.config.max_receive_count:
-                # SQS moves a message to the DLQ on the receive after its last allowed one, out
-                # of the consumer's sight: this failed receive is the last moment it can say so.
-                self.audit(
-                    "dlq",
-                    job,
-                    receive_count=receives,
-                    reason="failed on its last allowed receive: the queue dead-letters it next",
-                )
-            try:
-                self.sqs.change_message_visibility(
-                    QueueUrl=self.queue,
-                    ReceiptHandle=record["receiptHandle"],
-                    VisibilityTimeout=self.backoff(record, retry_in),
-                )
-            except Exception as exc:  # the queue's own visibility timeout still applies
-                log.warning("could not set the retry delay of %s: %s", record["messageId"], exc)
-        if self.config.audit_flush_before_ack and self.audit_sink is not None:
-            # Raises on an S3 error: the whole batch is retried (and audited again) rather than
-            # acknowledged with its trail still in memory.
-            self.audit_sink.flush()
-        return {"batchItemFailures": failures}
-
 
 _consumer: PushConsumer | None = None
 
@@ -570,13 +403,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     global _consumer
     if _consumer is None:
         _consumer = PushConsumer(Config.load())
-    result = _consumer(event, context)
-    if _consumer.audit_sink is not None:
-        # A Lambda environment is frozen between invocations and may be reclaimed without a
-        # signal: the batch's trail is stored before the batch is acknowledged, whatever
-        # audit_flush_before_ack says (an S3 error raises: the batch is retried).
-        _consumer.audit_sink.flush()
-    return result
+    return _consumer.handle_and_flush(event, context)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -591,19 +418,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # One consumer per poller thread: its HTTP/2 connections are not shared across threads.
     gate = ProviderGate(config.provider_max_in_flight, config.provider_max_rate_per_s)
-    sink = AuditSink.from_config(config, "push-consumer")
+    sink = AuditSink.from_config(config, PushConsumer.component)
     consumers = [
         PushConsumer(config, gate=gate, audit_sink=sink) for _ in range(config.consumer_threads)
     ]
-    arn = consumers[0].sqs.get_queue_attributes(
-        QueueUrl=consumers[0].queue, AttributeNames=["QueueArn"]
-    )["Attributes"]["QueueArn"]
-    pollers = [
-        SqsPoller(c.sqs, c.queue, arn, c, "push-consumer", wait_seconds=1).run for c in consumers
-    ]
-    return run_pollers(
-        "push-consumer", pollers, args.ready_file, on_stop=sink.close if sink else None
-    )
+    return serve(consumers, args.ready_file)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import pandas as pd
 from harness.checkers import (
     audit_complete,
     backpressure,
+    channel_delivery,
     consent,
     dead_tokens,
     dlq_accountability,
@@ -23,7 +24,7 @@ from harness.checkers import (
     tenant_isolation,
 )
 from harness.checkers.verdict import Verdict
-from harness.oracle import Expectation
+from harness.oracle import Expectation, expected_channel_deliveries
 from harness.population import Population
 from reference_impl.config import Config
 
@@ -100,5 +101,16 @@ def run_probe(name: str, tolerance: dict[str, Any], evidence: Evidence) -> Verdi
             evidence.population,
             max_unaudited_dlq=int(tolerance.get("max_unaudited_dlq", 0)),
             max_lost_sent_records=int(tolerance.get("max_lost_sent_records", 0)),
+        )
+    if name == "channel_delivery":
+        config = Config.from_mapping(dict(evidence.reference))
+        expected = expected_channel_deliveries(
+            evidence.population, history[history["kind"] == "inject"], config.channels_by_kind
+        )
+        return channel_delivery.check(
+            expected,
+            history,
+            max_lost=int(tolerance.get("max_lost", 0)),
+            max_duplicated=int(tolerance.get("max_duplicated", 0)),
         )
     raise ValueError(f"no checker named {name!r}")

@@ -62,8 +62,22 @@ from harness.simulators.http_server import Request, Response, json_response
 
 APNS_FAULTS = ("status", "accepted_then_error", "latency", "unregister", "goaway")
 FCM_FAULTS = ("quota", "status", "accepted_then_error", "latency", "unregister", "goaway")
-FAULTS_BY_PROVIDER = {"apns": APNS_FAULTS, "fcm": FCM_FAULTS}
-STATUS_CHOICES = {"apns": (429, 500, 503), "fcm": (503, 500)}
+# The channel simulators (SES, the API Gateway Management API) take the per-request faults; a
+# dead address / a gone connection is their own state (control API), not a fault.
+SES_FAULTS = ("status", "accepted_then_error", "latency")
+INAPP_FAULTS = ("status", "latency")
+FAULTS_BY_PROVIDER = {
+    "apns": APNS_FAULTS,
+    "fcm": FCM_FAULTS,
+    "ses": SES_FAULTS,
+    "inapp": INAPP_FAULTS,
+}
+STATUS_CHOICES = {
+    "apns": (429, 500, 503),
+    "fcm": (503, 500),
+    "ses": (429, 500, 503),
+    "inapp": (429, 500),
+}
 ACCEPTED_STATUS_CHOICES = (500, 503)
 DEFAULT_QUOTA_WINDOW = 60.0
 

@@ -1,0 +1,206 @@
+"""Email and in-app consumers: the Lambdas behind the ``email`` and ``in_app`` queues.
+
+Seed 000: one SQS queue per channel, each job with its tenant as a message attribute, a DLQ
+after 3 receives, channel-specific consumers, SES for email. Both channels reach one recipient
+per job and run the shared protocol (:mod:`reference_impl.job_consumer`): parse (poison queue
+for a malformed job), preferences through the cache, the channel's gates, then dedup claim ->
+send -> 'sent' mark, retries on 429/5xx/transport errors by leaving the job in the queue.
+
+* email: consent first (``email_consent {granted_at, version}``, default deny: email is a
+  consent-bearing channel like push), then the ``channels.email`` switch (default on), then the
+  address (``email`` in the preferences; none: ``no_address``). No quiet hours: an email does
+  not buzz. Dedup recipient ``user#email:<sha256(address)[:16]>``; the trail names the address
+  by its SHA-256 only. SES's MessageRejected (e.g. a suppressed address) is definite: audited
+  ``rejected``, acknowledged.
+* in-app: the ``channels.in_app`` switch (default on); no consent (the user is inside the app)
+  and no quiet hours. ``post_to_connection`` on ``<tenant>:<user>``; 410 Gone means the user is
+  offline: audited ``offline`` and acknowledged, the inbox row already holds the notification.
+  Dedup recipient ``user#inapp``. No durable dedup fallback: the seed grants that to
+  consent-bearing channels, so in-app fails closed for a whole dedup-store outage.
+
+Run: ``python -m reference_impl.channel_consumer --channel email|in_app --config FILE
+[--ready-file PATH]``; on Lambda: :func:`email_handler`, :func:`in_app_handler` (or
+:func:`handler` with ``FANOUT_CHANNEL``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from reference_impl.audit import AuditSink
+from reference_impl.channel_providers import InAppClient, SesClient, connection_id
+from reference_impl.config import Config, ConfigError
+from reference_impl.consent import email_consent_granted
+from reference_impl.dedup_key import email_recipient, inapp_recipient
+from reference_impl.job_consumer import JobConsumer, serve
+from reference_impl.providers import ProviderGate, SendResult
+
+log = logging.getLogger("reference_impl.channel_consumer")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one job goes: the dedup recipient, how to name it in the trail, how to send."""
+
+    recipient: str
+    audit_fields: dict[str, Any]
+    send: Callable[[], SendResult]
+
+
+class ChannelConsumer(JobConsumer):
+    """A channel with one recipient per job. Subclasses set ``scope`` (the provider the gate
+    paces and pauses) and implement :meth:`target`."""
+
+    scope: ClassVar[str] = ""
+    log: ClassVar[logging.Logger] = log
+
+    def target(self, job: dict[str, Any], prefs: dict[str, Any] | None) -> Target | None:
+        """The job's target, or None after auditing why there is none."""
+        raise NotImplementedError
+
+    def audit(self, outcome: str, job: dict[str, Any], **extra: Any) -> None:
+        # Every record says its channel: the trail of a notification spans several.
+        super().audit(outcome, job, channel=self.channel, **extra)
+
+    def switched_off(self, job: dict[str, Any], prefs: dict[str, Any] | None) -> bool:
+        if prefs and (prefs.get("channels") or {}).get(self.channel) is False:
+            self.audit("opted_out", job)
+            return True
+        return False
+
+    def deliver(self, job: dict[str, Any]) -> float | None:
+        prefs = self.preferences(job["tenant_id"], job["recipient_user_id"])
+        target = self.target(job, prefs)
+        if target is None:
+            return None
+        paused = self.gate.paused_for(self.scope)
+        if paused > 0:
+            return paused  # Retry-After from an earlier answer: do not even try
+        return self.send_once(job, target.recipient, self.scope, target.send, target.audit_fields)
+
+
+class EmailConsumer(ChannelConsumer):
+    channel = "email"
+    component = "email-consumer"
+    scope = "ses"
+
+    def __init__(
+        self,
+        config: Config,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        redis_client: Any = None,
+        gate: ProviderGate | None = None,
+        audit_sink: AuditSink | None = None,
+    ) -> None:
+        super().__init__(config, clock, redis_client, gate, audit_sink)
+        self.ses = SesClient(config)
+
+    def target(self, job: dict[str, Any], prefs: dict[str, Any] | None) -> Target | None:
+        if not email_consent_granted(prefs):
+            self.audit("denied_consent", job)
+            return None
+        if self.switched_off(job, prefs):
+            return None
+        address = (prefs or {}).get("email")
+        if not isinstance(address, str) or "@" not in address:
+            self.audit("no_address", job)
+            return None
+        return Target(
+            email_recipient(job["recipient_user_id"], address),
+            {"address_sha256": hashlib.sha256(address.encode()).hexdigest()},
+            lambda: self.ses.send(address, job),
+        )
+
+
+class InAppConsumer(ChannelConsumer):
+    channel = "in_app"
+    component = "in-app-consumer"
+    scope = "inapp"
+    durable_fallback = False
+
+    def __init__(
+        self,
+        config: Config,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        redis_client: Any = None,
+        gate: ProviderGate | None = None,
+        audit_sink: AuditSink | None = None,
+    ) -> None:
+        # First: a config without the gateway's URL fails before any AWS call is made.
+        self.gateway = InAppClient(config)
+        super().__init__(config, clock, redis_client, gate, audit_sink)
+
+    def target(self, job: dict[str, Any], prefs: dict[str, Any] | None) -> Target | None:
+        if self.switched_off(job, prefs):
+            return None
+        connection = connection_id(job["tenant_id"], job["recipient_user_id"])
+        return Target(
+            inapp_recipient(job["recipient_user_id"]),
+            {"connection_id": connection},
+            lambda: self.gateway.send(connection, job),
+        )
+
+
+CONSUMERS: dict[str, type[ChannelConsumer]] = {"email": EmailConsumer, "in_app": InAppConsumer}
+_consumers: dict[str, ChannelConsumer] = {}
+
+
+def _handle(channel: str, event: dict[str, Any], context: Any) -> dict[str, Any]:
+    consumer = _consumers.get(channel)
+    if consumer is None:
+        consumer = _consumers[channel] = CONSUMERS[channel](Config.load())
+    return consumer.handle_and_flush(event, context)
+
+
+def email_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Lambda entry point of the email queue (SQS trigger with ReportBatchItemFailures)."""
+    return _handle("email", event, context)
+
+
+def in_app_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Lambda entry point of the in-app queue (SQS trigger with ReportBatchItemFailures)."""
+    return _handle("in_app", event, context)
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """One deployment package for both functions: ``FANOUT_CHANNEL`` names the channel."""
+    channel = os.environ.get("FANOUT_CHANNEL", "")
+    if channel not in CONSUMERS:
+        raise ConfigError(f"FANOUT_CHANNEL must be one of {', '.join(CONSUMERS)}, got {channel!r}")
+    return _handle(channel, event, context)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="reference email / in-app consumer (SQS poller)")
+    parser.add_argument("--channel", required=True, choices=sorted(CONSUMERS))
+    parser.add_argument("--config", help="config JSON (default: $FANOUT_CONFIG)")
+    parser.add_argument("--ready-file", help="written once the pollers run")
+    args = parser.parse_args(argv)
+    try:
+        config = Config.load(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cls = CONSUMERS[args.channel]
+    gate = ProviderGate(config.provider_max_in_flight, config.provider_max_rate_per_s)
+    sink = AuditSink.from_config(config, cls.component)
+    try:
+        consumers = [
+            cls(config, gate=gate, audit_sink=sink) for _ in range(config.consumer_threads)
+        ]
+    except ValueError as exc:  # e.g. no inapp_url
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return serve(consumers, args.ready_file)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
