@@ -375,6 +375,20 @@ def test_checker_matches_the_device_not_just_the_notification():
     assert not verdict.valid and verdict.counts["unaudited_sends"] == 1
 
 
+def test_an_email_record_does_not_stand_in_for_the_push_job():
+    history = _history(skip=("denied_consent", "denied"))
+    email = History()
+    email.append(
+        "audit",
+        tenant_id=T,
+        notification_id="n1",
+        reason="denied_consent",
+        detail=json.dumps({"recipient_user_id": "denied", "channel": "email"}),
+    )
+    verdict = _check(pd.concat([history, email.frame()], ignore_index=True))
+    assert not verdict.valid and verdict.counts["unaudited_no_consent"] == 1
+
+
 def test_checker_tolerates_sent_records_lost_in_a_crash_only_when_told_and_only_those():
     """kill -9 loses the sink's buffer: the redelivered job is audited 'deduped' instead."""
     history = _history(skip=("sent", "live"))

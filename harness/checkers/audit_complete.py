@@ -115,6 +115,10 @@ class _Trail:
             outcome = str(row.reason)
             self.outcomes[outcome] += 1
             detail = _detail(row.detail)
+            if detail.get("channel", "push") != "push":
+                # An email or in-app record must not stand in for the push job's own record
+                # (same tenant, notification and user).
+                continue
             tenant, nid = str(row.tenant_id), str(row.notification_id)
             user = detail.get("recipient_user_id")
             if isinstance(user, str):
