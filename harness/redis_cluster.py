@@ -10,15 +10,18 @@ rate limits and caches must work unchanged against it, so the tests run them on 
 
 from __future__ import annotations
 
+import random
 import subprocess
 from pathlib import Path
 
 import redis
 
-from harness.ports import LOOPBACK, free_port
+from harness.ports import LOOPBACK, free_port, port_in_use
 from harness.stack import require_redis_server, stop_processes, wait_until
 
 SLOTS = 16384
+MAX_NODE_PORT = 55535
+_HANDED_OUT: set[int] = set()
 
 
 def slot_ranges(masters: int) -> list[tuple[int, int]]:
@@ -29,12 +32,25 @@ def slot_ranges(masters: int) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1] - 1) for i in range(masters)]
 
 
+def cluster_node_port(rng: random.Random | None = None) -> int:
+    """A free port at most 55535: redis-server 7.0 refuses a cluster node above it (it checks
+    port + 10000 against 65535 even when --cluster-port names the bus port)."""
+    rng = rng or random.SystemRandom()
+    for _ in range(1000):
+        port = rng.randint(20000, MAX_NODE_PORT)
+        if port not in _HANDED_OUT and not port_in_use(port):
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError(f"no free loopback port between 20000 and {MAX_NODE_PORT}")
+
+
 class RedisCluster:
     def __init__(self, workdir: Path, masters: int = 3, timeout: float = 30.0) -> None:
         self.workdir = Path(workdir)
         self.masters = masters
         self.timeout = timeout
         self.ports: list[int] = []
+        self.bus_ports: list[int] = []
         self.procs: list[subprocess.Popen[bytes]] = []
 
     @property
@@ -64,7 +80,8 @@ class RedisCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
             for i in range(self.masters):
-                port = free_port()
+                port, bus_port = cluster_node_port(), free_port()
+                self.bus_ports.append(bus_port)
                 data = self.workdir / f"node-{i}"
                 data.mkdir(exist_ok=True)
                 log = open(self.workdir / f"node-{i}.log", "ab")  # noqa: SIM115 - child owns it
@@ -78,6 +95,9 @@ class RedisCluster:
                             LOOPBACK,
                             "--cluster-enabled",
                             "yes",
+                            # Explicit: the default bus port (port + 10000) may be taken.
+                            "--cluster-port",
+                            str(bus_port),
                             "--cluster-config-file",
                             str(data / "nodes.conf"),
                             "--dir",
@@ -101,7 +121,9 @@ class RedisCluster:
             for port, (first, last) in zip(self.ports, slot_ranges(self.masters), strict=True):
                 self._node(port).execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
             for port in self.ports[1:]:
-                self._node(port).execute_command("CLUSTER", "MEET", LOOPBACK, self.ports[0])
+                self._node(port).execute_command(
+                    "CLUSTER", "MEET", LOOPBACK, self.ports[0], self.bus_ports[0]
+                )
             wait_until(self._formed, self.timeout, "the cluster to agree on its slots")
         except BaseException:
             self.down()

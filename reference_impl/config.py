@@ -72,6 +72,8 @@ class Config:
     aws_secret_access_key: str | None = None
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_timeout_seconds: float = 1.0
+    # MemoryDB cluster mode / Redis Cluster: redis_url names any one node.
+    redis_cluster: bool = False
     table_prefix: str = "fanout"
     stream_name: str = "fanout-events"
     stream_shards: int = 2

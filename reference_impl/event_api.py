@@ -377,13 +377,9 @@ class EventApi:
     def cache(self) -> Any:
         """Redis (ElastiCache in the seed): follower-list and preference caches."""
         if self._cache is None:
-            import redis as redis_lib
+            from reference_impl.redis_store import connect_redis
 
-            self._cache = redis_lib.Redis.from_url(
-                self.config.redis_url,
-                socket_timeout=self.config.redis_timeout_seconds,
-                socket_connect_timeout=self.config.redis_timeout_seconds,
-            )
+            self._cache = connect_redis(self.config)
         return self._cache
 
     @property

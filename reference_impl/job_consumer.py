@@ -36,6 +36,7 @@ from reference_impl.dedup_key import dedup_key
 from reference_impl.event_source import SqsPoller, run_pollers
 from reference_impl.ids import PREFERENCES_CACHE_SECONDS, preferences_cache_key, user_key, valid_id
 from reference_impl.providers import ProviderGate, SendResult
+from reference_impl.redis_store import connect_redis
 
 JOB_FIELDS = ("tenant_id", "notification_id", "recipient_user_id", "author_id", "kind")
 
@@ -70,14 +71,6 @@ def parse_job(record: dict[str, Any]) -> dict[str, Any]:
 
 def receive_count(record: dict[str, Any]) -> int:
     return int((record.get("attributes") or {}).get("ApproximateReceiveCount", "1"))
-
-
-def connect_redis(config: Config) -> Any:
-    return redis_lib.Redis.from_url(
-        config.redis_url,
-        socket_timeout=config.redis_timeout_seconds,
-        socket_connect_timeout=config.redis_timeout_seconds,
-    )
 
 
 class JobConsumer:
@@ -128,6 +121,8 @@ class JobConsumer:
         )
         self.owner = uuid.uuid4().hex[:12]
         self.defects = frozenset(config.defects)
+        # Cached preferences of the batch in hand, read in one pipelined round trip per node.
+        self._batch_prefs: dict[str, bytes] = {}
         self.audit_sink = (
             audit_sink if audit_sink is not None else AuditSink.from_config(config, self.component)
         )
@@ -147,6 +142,8 @@ class JobConsumer:
         drops the entry). A missing record is cached too: consent stays denied until it is
         written. A cache error falls through to DynamoDB: the cache is never the authority."""
         key = preferences_cache_key(tenant_id, user_id)
+        if key in self._batch_prefs:
+            return json.loads(self._batch_prefs[key])
         try:
             cached = self.redis.get(key)
             if cached is not None:
@@ -164,6 +161,30 @@ class JobConsumer:
         except redis_lib.RedisError:
             pass
         return prefs
+
+    def prefetch_preferences(self, records: list[dict[str, Any]]) -> None:
+        """The batch's cached preferences in one pipelined round trip per Redis node (a
+        cluster client splits the pipeline by node). A miss or an error leaves each job to read
+        for itself, as without the prefetch."""
+        self._batch_prefs = {}
+        keys = set()
+        for record in records:
+            try:
+                job = self.parse(record)
+            except PoisonJob:
+                continue
+            keys.add(preferences_cache_key(job["tenant_id"], job["recipient_user_id"]))
+        if not keys:
+            return
+        ordered = sorted(keys)
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for key in ordered:
+                pipe.get(key)
+            values = pipe.execute()
+        except redis_lib.RedisError:
+            return
+        self._batch_prefs = {k: v for k, v in zip(ordered, values, strict=True) if v is not None}
 
     # -- audit ------------------------------------------------------------------------------
 
@@ -256,6 +277,7 @@ class JobConsumer:
             # The defect: acknowledge on receipt, so a crash or a failed send loses the jobs.
             for record in event.get("Records", []):
                 self.sqs.delete_message(QueueUrl=self.queue, ReceiptHandle=record["receiptHandle"])
+        self.prefetch_preferences(event.get("Records", []))
         for record in event.get("Records", []):
             try:
                 job = self.parse(record)
@@ -295,6 +317,7 @@ class JobConsumer:
                 self.log.warning(
                     "could not set the retry delay of %s: %s", record["messageId"], exc
                 )
+        self._batch_prefs = {}
         if self.config.audit_flush_before_ack and self.audit_sink is not None:
             # Raises on an S3 error: the whole batch is retried (and audited again) rather than
             # acknowledged with its trail still in memory.

@@ -27,6 +27,7 @@ import redis as redis_lib
 from reference_impl.aws import client
 from reference_impl.config import Config, ConfigError
 from reference_impl.ids import preferences_cache_key
+from reference_impl.redis_store import connect_redis
 
 CHANGE_EVENTS = ("INSERT", "MODIFY", "REMOVE")
 
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    redis = redis_lib.Redis.from_url(config.redis_url, socket_timeout=config.redis_timeout_seconds)
+    redis = connect_redis(config)
     poller = StreamPoller(
         client(config, "dynamodb"),
         client(config, "dynamodbstreams"),

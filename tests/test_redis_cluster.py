@@ -4,6 +4,7 @@ three-master Redis Cluster (MemoryDB cluster mode) started by the harness."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 import redis
@@ -91,3 +92,65 @@ def test_preference_cache_entries_round_trip_and_drop(client):
         client.set(k, "{}", ex=300)
     assert all(client.get(k) == b"{}" for k in keys)
     assert client.delete(*keys) == 20
+
+
+@pytest.mark.wholerun
+def test_a_smoke_run_passes_with_the_workers_on_the_cluster(cluster, tmp_path):
+    """The reference's workers and Event API on the three-master cluster (redis_cluster:
+    true): every notification exactly once, the dedup keys spread over every master."""
+    from harness.runner import Progress, run
+    from harness.scenarios import get
+    from harness.stack import Stack
+
+    overrides = {"redis_url": cluster.url, "redis_cluster": True}
+    result = run(
+        get("smoke"),
+        seed=5,
+        out=tmp_path,
+        progress=Progress(lambda line: None),
+        stack_factory=lambda d: Stack(d, reference_overrides=overrides),
+    )
+    assert result.summary["verdict"] == "pass", result.summary
+    once = result.summary["checkers"]["effectively_once"]
+    assert once["delivered"] == once["expected"] > 0
+    client = redis.RedisCluster.from_url(cluster.url)
+    dedup = [
+        sum(1 for _ in node.redis_connection.scan_iter("dedup:*", count=1000))
+        for node in client.get_primaries()
+    ]
+    assert all(n > 0 for n in dedup) and sum(dedup) >= once["expected"], dedup
+
+
+def test_a_batch_reads_its_cached_preferences_once(cluster, stack):
+    from reference_impl.push_consumer import PushConsumer
+
+    config = stack.reference_config()
+    consumer = PushConsumer(config, redis_client=redis.RedisCluster.from_url(cluster.url))
+    key = preferences_cache_key("tb", "u1")
+    consumer.redis.set(key, '{"zone": "UTC"}', ex=60)
+    job = {
+        "tenant_id": "tb", "recipient_user_id": "u1", "notification_id": "01J00000000000000000000000",
+        "author_id": "a", "kind": "post", "object_id": "o", "channel": "push",
+    }  # fmt: skip
+    record = {
+        "messageId": "m1",
+        "body": json.dumps(job),
+        "messageAttributes": {"tenant_id": {"stringValue": "tb"}},
+        "attributes": {"ApproximateReceiveCount": "1"},
+    }
+    consumer.prefetch_preferences([record])
+    consumer.redis.set(key, '{"zone": "Asia/Tokyo"}', ex=60)
+    # Served from the batch's one pipelined read, not read again.
+    assert consumer.preferences("tb", "u1") == {"zone": "UTC"}
+    consumer.prefetch_preferences([])
+    assert consumer.preferences("tb", "u1") == {"zone": "Asia/Tokyo"}
+
+
+def test_node_ports_stay_where_redis_accepts_a_cluster_node():
+    import random
+
+    from harness.redis_cluster import MAX_NODE_PORT, cluster_node_port
+
+    rng = random.Random(3)
+    ports = [cluster_node_port(rng) for _ in range(20)]
+    assert all(20000 <= p <= MAX_NODE_PORT for p in ports) and len(set(ports)) == 20
