@@ -140,6 +140,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         out=Path(args.out),
         locust_workers=args.locust_workers,
         target=target,
+        reports=not args.no_report,
     )
     print(verdict_table(result.summary))
     print(f"run directory: {result.run_dir}")
@@ -223,6 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--target",
         help="a target file (YAML): run against that system instead of the embedded reference",
+    )
+    run.add_argument(
+        "--no-report",
+        action="store_true",
+        help="write junit.xml only: no charts, report.html or report.md (CI loops)",
     )
     run.set_defaults(func=cmd_run)
     capacity.add_parser(sub)

@@ -623,10 +623,13 @@ def run(
     stack_factory: Callable[[Path], Stack] | None = None,
     locust_workers: int | None = None,
     target: Target | None = None,
+    reports: bool = True,
 ) -> RunResult:
+    """``reports``: False writes junit.xml only (no charts, no html/md): for CI loops."""
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
     progress = progress or Progress()
     run_id = new_run_id(scenario.name, seed, clock())
+    started = time.monotonic()
     run_dir = Path(out).resolve() / run_id
     run_dir.mkdir(parents=True, exist_ok=False)
     progress("run", f"{run_id} (seed {seed}; repeat with --seed {seed})")
@@ -656,9 +659,12 @@ def run(
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
     try:
-        from harness.report import write_reports
+        from harness.report import junit_xml, write_reports
 
-        progress("report", str(write_reports(run_dir)["html"]))
+        if reports:
+            progress("report", str(write_reports(run_dir)["html"]))
+        else:
+            (run_dir / "junit.xml").write_text(junit_xml(summary, time.monotonic() - started))
     except Exception as exc:  # a broken report must not hide the verdict
         progress("report", f"could not write the reports: {exc}")
     return RunResult(run_dir, json.loads(json.dumps(summary, default=_json_default)))

@@ -11,7 +11,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = [pytest.mark.integration, pytest.mark.wholerun]
+# The full benchmark runs in `make bench`; this quick version is for `make test-all`.
+pytestmark = [pytest.mark.integration, pytest.mark.wholerun, pytest.mark.slow]
 
 
 def test_quick_inbox_benchmark_proves_flat_read_all_and_one_write_per_celebrity_post(tmp_path):
