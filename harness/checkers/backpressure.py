@@ -14,29 +14,69 @@ import pandas as pd
 from harness.checkers.verdict import Verdict
 
 
+def _scopes(history: pd.DataFrame, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Each row's scope (an index into the sorted scope names, -1 when the scope string is
+    missing); "provider/project" is built once per distinct pair, not once per row."""
+    provider_codes, providers = pd.factorize(history["provider"], use_na_sentinel=False)
+    project_codes, projects = pd.factorize(history["project"], use_na_sentinel=False)
+    width = max(len(projects), 1)
+    pair = provider_codes[rows].astype(np.int64) * width + project_codes[rows]
+    pair_codes, pairs = pd.factorize(pair)
+    names = (
+        pd.Series(providers.take(pairs // width)).astype(str)
+        + "/"
+        + pd.Series(projects.take(pairs % width)).fillna("").astype(str)
+    )
+    known = names.notna().to_numpy(dtype=bool)
+    ordered = sorted(set(names[known]))
+    index = {name: i for i, name in enumerate(ordered)}
+    pair_scope = [index[name] if ok else -1 for name, ok in zip(names, known, strict=True)]
+    return np.array(pair_scope, dtype=np.int64)[pair_codes], ordered
+
+
 def check(history: pd.DataFrame, slack_s: float = 0.3, cap_per_s: float | None = None) -> Verdict:
-    provider = history[history["kind"] == "provider"].sort_values("time")
-    scope = provider["provider"].astype(str) + "/" + provider["project"].fillna("").astype(str)
-    provider = provider.assign(scope=scope)
-    throttles = provider[provider["retry_after"].notna() & (provider["retry_after"] > 0)]
+    rows = np.flatnonzero((history["kind"] == "provider").to_numpy(dtype=bool, na_value=False))
+    time = history["time"].to_numpy(dtype=float, na_value=np.nan)[rows]
+    # The order ``sort_values("time")`` gives the provider rows (ties included).
+    order = pd.Series(time).sort_values().index.to_numpy()
+    times = time[order]
+    retry_after = history["retry_after"].to_numpy(dtype=float, na_value=np.nan)[rows][order]
+    scope, scope_names = _scopes(history, rows)
+    scope = scope[order]
+    throttled = ~np.isnan(retry_after) & (retry_after > 0)
     ignored = 0
     examples = []
-    for scope_name, group in provider.groupby("scope"):
-        times = group["time"].to_numpy()
-        for row in throttles[throttles["scope"] == scope_name].itertuples(index=False):
-            lo = np.searchsorted(times, row.time + slack_s, side="right")
-            hi = np.searchsorted(times, row.time + float(row.retry_after), side="left")
-            if hi > lo:
-                ignored += int(hi - lo)
-                if len(examples) < 5:
-                    examples.append(
-                        {"scope": scope_name, "throttled_at": row.time, "requests": int(hi - lo)}
-                    )
-    buckets = provider.groupby(provider["time"].astype("int64")).size()
+    for code, scope_name in enumerate(scope_names):
+        in_scope = scope == code
+        scope_times = times[in_scope]
+        answers = np.flatnonzero(in_scope & throttled)
+        lo = np.searchsorted(scope_times, times[answers] + slack_s, side="right")
+        hi = np.searchsorted(scope_times, times[answers] + retry_after[answers], side="left")
+        inside = np.maximum(hi - lo, 0)
+        ignored += int(inside.sum())
+        for answer, requests in zip(answers[inside > 0], inside[inside > 0], strict=True):
+            if len(examples) >= 5:
+                break
+            examples.append(
+                {
+                    "scope": scope_name,
+                    "throttled_at": float(times[answer]),
+                    "requests": int(requests),
+                }
+            )
+    throttles = int(np.count_nonzero(throttled))
+    # Per whole second (``time.astype("int64")``, which truncates): times are sorted, so each
+    # second is one run.
+    seconds = pd.Series(times).astype("int64").to_numpy()
+    if len(seconds):
+        starts = np.flatnonzero(np.r_[True, seconds[1:] != seconds[:-1]])
+        buckets = np.diff(np.r_[starts, len(seconds)])
+    else:
+        buckets = np.zeros(0, dtype=np.int64)
     peak = int(buckets.max()) if len(buckets) else 0
     over_cap = int((buckets > cap_per_s).sum()) if cap_per_s else 0
     counts = {
-        "throttle_answers": int(len(throttles)),
+        "throttle_answers": throttles,
         "requests_inside_retry_after": ignored,
         "peak_requests_per_s": peak,
         "seconds_over_cap": over_cap,

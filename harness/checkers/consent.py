@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.checkers.keys import rows_with
 from harness.checkers.verdict import Verdict
-from harness.checkers.windows import deliveries
+from harness.checkers.windows import delivery_rows
 from harness.population import Population
 
 
@@ -24,8 +25,11 @@ def check(population: Population, history: pd.DataFrame) -> Verdict:
     }
     # A device shared by two tenants' apps may have consent in one and not the other: the
     # (tenant, token) pair decides.
-    rows = deliveries(history)[["tenant_id", "token"]].itertuples(index=False, name=None)
-    violations = [row for row in rows if row in without and row not in with_consent]
+    refused = without - with_consent
+    rows = delivery_rows(history)
+    suspects = rows[rows_with(history, "token", {token for _, token in refused})[rows]]
+    found = history[["tenant_id", "token"]].iloc[suspects]
+    violations = [row for row in found.itertuples(index=False, name=None) if row in refused]
     counts = {
         "users_without_consent": sum(1 for u in population.users if u.consent is None),
         "deliveries_without_consent": len(violations),

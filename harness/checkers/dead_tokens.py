@@ -4,8 +4,10 @@ allowed for ``grace_s``."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
+from harness.checkers.keys import rows_with
 from harness.checkers.verdict import Verdict
 
 
@@ -16,10 +18,17 @@ def _dead_answers(provider: pd.DataFrame) -> pd.Series:
 
 
 def check(history: pd.DataFrame, grace_s: float = 1.0) -> Verdict:
-    provider = history[history["kind"] == "provider"]
-    dead = provider[_dead_answers(provider).fillna(False)]
+    is_provider = (history["kind"] == "provider").to_numpy(dtype=bool, na_value=False)
+    answers = history[["provider", "status", "reason"]]
+    is_dead = _dead_answers(answers).fillna(False).to_numpy(dtype=bool)
+    columns = ["tenant_id", "token", "time"]
+    dead = history[columns].iloc[np.flatnonzero(is_provider & is_dead)]
     first_dead = dead.groupby(["tenant_id", "token"])["time"].min().rename("dead_at").reset_index()
-    later = provider.merge(first_dead, on=["tenant_id", "token"])
+    # Only requests to a token that answered dead can join it; the join keeps their order.
+    to_dead = is_provider & rows_with(history, "token", set(first_dead["token"]))
+    later = (
+        history[columns].iloc[np.flatnonzero(to_dead)].merge(first_dead, on=["tenant_id", "token"])
+    )
     after = later[later["time"] > later["dead_at"] + grace_s]
     counts = {
         "dead_tokens": int(len(first_dead)),

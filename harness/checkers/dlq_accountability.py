@@ -10,39 +10,46 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 
+from harness.checkers.keys import joint_keys, member, rows_with, sorted_unique
 from harness.checkers.verdict import Verdict
-from harness.checkers.windows import deliveries
+from harness.checkers.windows import delivery_rows
 from harness.oracle import Expectation
 
 KEY = ["tenant_id", "notification_id", "token"]
 
 
 def check(expectation: Expectation, history: pd.DataFrame) -> Verdict:
-    delivered = set(deliveries(history)[KEY].itertuples(index=False, name=None))
+    rows = delivery_rows(history)
     dlq_rows = history[history["kind"] == "dlq"]
     parked = {
         (row.tenant_id, row.notification_id, json.loads(row.detail).get("recipient_user_id"))
         for row in dlq_rows.itertuples(index=False)
     }
-    in_dlq = vanished = 0
-    examples = []
-    for row in expectation.deliveries.itertuples(index=False):
-        if (row.tenant_id, row.notification_id, row.token) in delivered:
-            continue
-        if (row.tenant_id, row.notification_id, row.user_id) in parked:
-            in_dlq += 1
-            continue
-        vanished += 1
-        if len(examples) < 5:
-            examples.append(
-                {
-                    "tenant_id": row.tenant_id,
-                    "notification_id": row.notification_id,
-                    "user_id": row.user_id,
-                }
-            )
+    expected = expectation.deliveries
+    expected_keys, history_keys = joint_keys([expected, history], KEY)
+    delivered = sorted_unique(history_keys[rows])
+    # The expected keys never delivered are few; only their rows are looked at one by one.
+    never = sorted_unique(expected_keys)
+    never = never[~member(never, delivered, ordered=True)]
+    # A missing value in an expected key never matched a delivery: the history's is pd.NA,
+    # the expectation's NaN or None.
+    incomplete = expected[KEY].isna().any(axis=1).to_numpy(dtype=bool)
+    missing = np.flatnonzero(member(expected_keys, never) | incomplete)
+    nids = {nid for _, nid, _ in parked}
+    suspects = missing[rows_with(expected, "notification_id", nids)[missing]]
+    found = expected[["tenant_id", "notification_id", "user_id"]].iloc[suspects]
+    is_parked = np.zeros(len(expected), dtype=bool)
+    is_parked[suspects] = [row in parked for row in found.itertuples(index=False, name=None)]
+    in_dlq = int(is_parked.sum())
+    vanished_rows = missing[~is_parked[missing]]
+    vanished = len(vanished_rows)
+    examples = [
+        {"tenant_id": row.tenant_id, "notification_id": row.notification_id, "user_id": row.user_id}
+        for row in expected.iloc[vanished_rows[:5]].itertuples(index=False)
+    ]
     counts = {
         "expected": int(len(expectation.deliveries)),
         "delivered": int(len(expectation.deliveries)) - in_dlq - vanished,

@@ -13,13 +13,35 @@ and what the verdict gates on by default; a scenario may also gate on the raw co
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
+from harness.checkers.keys import codes, first_rows, joint_keys, member, sorted_unique
 from harness.checkers.verdict import Verdict
-from harness.checkers.windows import deliveries
+from harness.checkers.windows import delivery_rows
 from harness.oracle import Expectation
 
 KEY = ["tenant_id", "notification_id", "token"]
+EXAMPLES = 5
+
+
+def _per_key(keys: np.ndarray, collapse: np.ndarray, width: int) -> tuple[np.ndarray, ...]:
+    """Distinct keys (sorted), deliveries per key, and per key the smallest and largest
+    collapse code of its deliveries."""
+    if len(keys) and int(keys.max()) < 2**62 // width:
+        # One sort of (key, collapse code) packed in one int64.
+        packed = np.sort(keys * width + collapse)
+        keys, collapse = packed // width, packed % width
+    else:
+        order = np.argsort(keys)
+        keys, collapse = keys[order], collapse[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else keys[:0]
+    n = np.diff(np.r_[starts, len(keys)])
+    if not len(keys):
+        return keys, n, n, n
+    low = np.minimum.reduceat(collapse, starts)
+    high = np.maximum.reduceat(collapse, starts)
+    return keys[starts], n, low, high
 
 
 def check(
@@ -31,25 +53,26 @@ def check(
 ) -> Verdict:
     """Tolerances default to none: a scenario may accept a residual (e.g. a volatile dedup
     store losing its keys in a crash) and still see the figure reported."""
-    provider = deliveries(history)
-    grouped = provider.groupby(KEY, dropna=False)
-    delivered_counts = grouped.size().rename("n").reset_index()
-    collapsed_counts = (
-        grouped["collapse_id"]
-        .agg(lambda ids: int(len(ids) - 1) if ids.notna().all() and ids.nunique() == 1 else 0)
-        .rename("collapsed")
-        .reset_index()
-    )
-    delivered_counts = delivered_counts.merge(collapsed_counts, on=KEY, how="left")
-    expected = expectation.deliveries[KEY].drop_duplicates()
-    merged = expected.merge(delivered_counts, on=KEY, how="outer", indicator=True)
-    both = merged[merged["_merge"] == "both"]
-    lost = int((merged["_merge"] == "left_only").sum())
-    unexpected_rows = merged[merged["_merge"] == "right_only"]
-    delivered = int(len(both))
-    duplicated = int((both["n"] - 1).sum()) + int((unexpected_rows["n"] - 1).clip(lower=0).sum())
-    unexpected = int(unexpected_rows["n"].sum())
-    collapsed = int(both["collapsed"].sum()) if len(both) else 0
+    rows = delivery_rows(history)
+    expected_keys, history_keys = joint_keys([expectation.deliveries, history], KEY)
+    delivered_keys = history_keys[rows]
+    # Keys are integers that sort as the key tuples do: the outer merge of expected keys with
+    # per-key delivery counts lists the smallest first, and examples are its first rows.
+    expected = sorted_unique(expected_keys)
+    (collapse_codes,), distinct_ids = codes((history, "collapse_id"))
+    missing_id = history["collapse_id"].isna().to_numpy(dtype=bool)[rows]
+    collapse = np.where(missing_id, distinct_ids, collapse_codes[rows])
+    keys, n, low, high = _per_key(delivered_keys, collapse, distinct_ids + 1)
+    expected_hit = member(keys, expected, ordered=True)
+    lost_mask = ~member(expected, keys, ordered=True)
+    # One collapse id, carried by every delivery of the key: the device shows one notification.
+    collapsed_per_key = np.where((low == high) & (high != distinct_ids), n - 1, 0)
+
+    lost = int(lost_mask.sum())
+    delivered = int(expected_hit.sum())
+    duplicated = int(len(delivered_keys) - len(keys))
+    unexpected = int(n[~expected_hit].sum())
+    collapsed = int(collapsed_per_key[expected_hit].sum())
     visible_duplicates = duplicated - collapsed
     counts = {
         "expected": int(len(expected)),
@@ -62,6 +85,17 @@ def check(
     }
     duplicate_rate = duplicated / delivered * 1_000_000 if delivered else 0.0
     suppressed = {f"suppressed_{k}": int(v) for k, v in sorted(expectation.suppressed.items())}
+
+    def records(frame: pd.DataFrame, frame_keys: np.ndarray, wanted: np.ndarray) -> list:
+        found = frame[KEY].iloc[first_rows(frame_keys, wanted[:EXAMPLES])]
+        return found.astype(object).to_dict("records")
+
+    duplicated_keys = np.flatnonzero(expected_hit & (n > 1))[:EXAMPLES]
+    duplicate_examples = records(history, history_keys, keys[duplicated_keys])
+    # The merge leaves n as float once a lost key gives it a missing value.
+    as_n = float if lost else int
+    for record, index in zip(duplicate_examples, duplicated_keys, strict=True):
+        record["n"] = as_n(n[index])
     examples = {
         "duplicates_per_million": round(duplicate_rate, 1),
         "tolerance": {
@@ -69,9 +103,9 @@ def check(
             "max_lost": max_lost,
             "max_duplicated": max_duplicated,
         },
-        "lost_examples": merged[merged["_merge"] == "left_only"][KEY].head(5).to_dict("records"),
-        "duplicate_examples": both[both["n"] > 1][KEY + ["n"]].head(5).to_dict("records"),
-        "unexpected_examples": unexpected_rows[KEY].head(5).to_dict("records"),
+        "lost_examples": records(expectation.deliveries, expected_keys, expected[lost_mask]),
+        "duplicate_examples": duplicate_examples,
+        "unexpected_examples": records(history, history_keys, keys[~expected_hit]),
     }
     valid = (
         visible_duplicates <= max_visible_duplicates

@@ -8,10 +8,12 @@ hold is that none of them is duplicated across the outage and the recovery.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
+from harness.checkers.keys import joint_keys, member, sorted_unique
 from harness.checkers.verdict import Verdict
-from harness.checkers.windows import deliveries, fault_windows
+from harness.checkers.windows import delivery_rows, fault_windows
 
 OUTAGES = ("dedup-outage", "dedup-blackhole", "dedup-crash")
 KEY = ["tenant_id", "notification_id", "token"]
@@ -19,16 +21,17 @@ KEY = ["tenant_id", "notification_id", "token"]
 
 def check(history: pd.DataFrame, grace_s: float = 0.5, fallback: bool = False) -> Verdict:
     windows = fault_windows(history, OUTAGES)
-    delivered = deliveries(history)
-    inside = pd.Series(False, index=delivered.index)
+    rows = delivery_rows(history)
+    times = history["time"].to_numpy(dtype=float, na_value=np.nan)[rows]
+    inside = np.zeros(len(rows), dtype=bool)
     for window in windows:
-        inside |= (delivered["time"] > window.start + grace_s) & (delivered["time"] < window.stop)
-    during = delivered[inside]
-    keys_during = set(during[KEY].itertuples(index=False, name=None))
-    per_key = delivered.groupby(KEY, dropna=False).size()
-    duplicated_across = int(
-        sum(n - 1 for key, n in per_key.items() if n > 1 and tuple(key) in keys_during)
-    )
+        inside |= (times > window.start + grace_s) & (times < window.stop)
+    during = history[KEY + ["time"]].iloc[rows[inside]]
+    (history_keys,) = joint_keys([history], KEY)
+    delivered_keys = history_keys[rows]
+    keys_during = sorted_unique(delivered_keys[inside])
+    # Every delivery of a key delivered during the outage, less the first of each such key.
+    duplicated_across = int(member(delivered_keys, keys_during).sum()) - len(keys_during)
     counts = {
         "outage_windows": len(windows),
         "outage_seconds": round(sum(w.stop - w.start for w in windows)),

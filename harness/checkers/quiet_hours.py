@@ -7,10 +7,12 @@ system's own quiet-hours code.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
+from harness.checkers.keys import joint_keys, member, rows_with, sorted_unique, values_at
 from harness.checkers.verdict import Verdict
-from harness.checkers.windows import deliveries
+from harness.checkers.windows import delivery_rows
 from harness.oracle import Expectation
 from harness.population import Population
 
@@ -23,35 +25,56 @@ def check(
     history: pd.DataFrame,
     release_bound_seconds: float = 30.0,
 ) -> Verdict:
-    delivered = deliveries(history)
+    rows = delivery_rows(history)
     whole_run_tokens = {
         (d.tenant_id, d.token)
         for u in population.users
         if u.quiet_state == "whole_run"
         for d in population.devices_of(u.tenant_id, u.user_id)
     }
+    suspects = rows[rows_with(history, "token", {k for _, k in whole_run_tokens})[rows]]
     inside_whole_run = sum(
         1
-        for row in delivered[["tenant_id", "token"]].itertuples(index=False, name=None)
+        for row in history[["tenant_id", "token"]].iloc[suspects].itertuples(index=False, name=None)
         if row in whole_run_tokens
     )
-    deferred = expectation.deliveries.dropna(subset=["quiet_until"])
-    first = delivered.groupby(KEY, dropna=False)["time"].min().rename("first_time").reset_index()
-    timed = deferred.merge(first, on=KEY, how="left")
-    arrived = timed.dropna(subset=["first_time"])
-    early = arrived[arrived["first_time"] < arrived["quiet_until"]]
-    lateness = arrived["first_time"] - arrived["quiet_until"]
-    late = arrived[lateness > release_bound_seconds]
+    expected = expectation.deliveries
+    deferred = np.flatnonzero(expected["quiet_until"].notna().to_numpy(dtype=bool))
+    quiet_until = expected["quiet_until"].iloc[deferred].to_numpy(dtype=float, na_value=np.nan)
+    # Each deferred (notification, device)'s first delivery, the figure a left merge with the
+    # per-key minimum gives, found among the deliveries to deferred devices only.
+    expected_keys, history_keys = joint_keys([expected, history], KEY)
+    deferred_keys = expected_keys[deferred]
+    deferred_tokens = values_at(expected, "token", deferred)
+    related = rows[rows_with(history, "token", deferred_tokens)[rows]]
+    related = related[member(history_keys[related], sorted_unique(deferred_keys))]
+    first = (
+        pd.Series(history["time"].to_numpy(dtype=float, na_value=np.nan)[related])
+        .groupby(history_keys[related])
+        .min()
+    )
+    found = first.index.get_indexer(deferred_keys)
+    first_time = np.append(first.to_numpy(dtype=float), np.nan)[found]  # -1: never delivered
+    arrived = ~np.isnan(first_time)
+    lateness = first_time - quiet_until
+    early = arrived & (first_time < quiet_until)
+    late = arrived & (lateness > release_bound_seconds)
     counts = {
-        "deferred_expected": int(len(timed)),
-        "deferred_delivered": int(len(arrived)),
-        "delivered_inside_window": int(len(early)) + inside_whole_run,
-        "released_late": int(len(late)),
+        "deferred_expected": int(len(deferred)),
+        "deferred_delivered": int(arrived.sum()),
+        "delivered_inside_window": int(early.sum()) + inside_whole_run,
+        "released_late": int(late.sum()),
     }
+    early_rows = expected[KEY].iloc[deferred[early][:5]].astype(object)
+    early_examples = early_rows.assign(
+        quiet_until=quiet_until[early][:5], first_time=first_time[early][:5]
+    ).to_dict("records")
     details = {
         "release_bound_seconds": release_bound_seconds,
-        "max_release_delay_seconds": round(float(lateness.max()), 3) if len(arrived) else None,
-        "early_examples": early[KEY + ["quiet_until", "first_time"]].head(5).to_dict("records"),
+        "max_release_delay_seconds": (
+            round(float(lateness[arrived].max()), 3) if arrived.any() else None
+        ),
+        "early_examples": early_examples,
     }
     valid = counts["delivered_inside_window"] == 0 and counts["released_late"] == 0
     return Verdict("quiet_hours", valid, counts, details)

@@ -5,36 +5,69 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from harness.checkers.keys import lookup, member, rows_with, sorted_unique
 from harness.checkers.verdict import Verdict
-from harness.checkers.windows import deliveries
+from harness.checkers.windows import delivery_rows
 from harness.oracle import Expectation
 from harness.population import Population
 
 KEY = ["tenant_id", "notification_id", "token"]
+# Up to this many (tenant, token) combinations a lookup table beats a search.
+_TABLE_LIMIT = 2**26
+
+
+def _known_pairs(
+    history: pd.DataFrame, rows: np.ndarray, devices: set[tuple[str, str]]
+) -> np.ndarray:
+    """Per delivery (row position): is its (tenant, token) one of the population's devices?"""
+    pairs = [(t, k) for t, k in devices if isinstance(t, str) and isinstance(k, str)]
+    tenant_of_device = pa.array([t for t, _ in pairs], pa.large_string())
+    token_of_device = pa.array([k for _, k in pairs], pa.large_string())
+    tenants, tokens = pc.unique(tenant_of_device), pc.unique(token_of_device)
+    allowed = _positions(tenant_of_device, tenants) * len(tokens)
+    allowed += _positions(token_of_device, tokens)
+    tenant_index = lookup(history, "tenant_id", tenants)[rows]
+    token_index = lookup(history, "token", tokens)[rows]
+    known = (tenant_index >= 0) & (token_index >= 0)
+    pair = tenant_index[known] * len(tokens) + token_index[known]
+    if len(tenants) * len(tokens) <= _TABLE_LIMIT:
+        table = np.zeros(len(tenants) * len(tokens), dtype=bool)
+        table[allowed] = True
+        known[known] = table[pair]
+    else:
+        known[known] = member(pair, sorted_unique(allowed))
+    return known
+
+
+def _positions(values: pa.Array, vocabulary: pa.Array) -> np.ndarray:
+    found = pc.index_in(values, value_set=vocabulary).to_numpy(zero_copy_only=False)
+    return found.astype(np.int64)
 
 
 def check(population: Population, expectation: Expectation, history: pd.DataFrame) -> Verdict:
     devices = {(d.tenant_id, d.token) for d in population.devices}
-    delivered = deliveries(history)
-    foreign = [
-        row
-        for row in delivered[["tenant_id", "token"]].itertuples(index=False, name=None)
-        if row not in devices
-    ]
+    rows = delivery_rows(history)
+    foreign = int((~_known_pairs(history, rows, devices)).sum())
     injected = history[history["kind"] == "inject"]
     tenants_per_id = injected.groupby("notification_id")["tenant_id"].nunique()
     shared_ids = set(tenants_per_id[tenants_per_id > 1].index)
-    expected = expectation.deliveries[expectation.deliveries["notification_id"].isin(shared_ids)]
-    seen = set(delivered[KEY].itertuples(index=False, name=None))
+    expected = expectation.deliveries.iloc[
+        np.flatnonzero(rows_with(expectation.deliveries, "notification_id", shared_ids))
+    ]
+    shared = rows[rows_with(history, "notification_id", shared_ids)[rows]]
+    seen = set(history[KEY].iloc[shared].itertuples(index=False, name=None))
     missing = [row for row in expected[KEY].itertuples(index=False, name=None) if row not in seen]
     tenants_per_token = Counter(token for _, token in devices)
     shared_tokens = [token for token, n in tenants_per_token.items() if n > 1]
     counts = {
         "ids_minted_by_several_tenants": len(shared_ids),
         "devices_shared_by_tenants": len(shared_tokens),
-        "deliveries_to_foreign_devices": len(foreign),
+        "deliveries_to_foreign_devices": foreign,
         "shared_id_deliveries_lost": len(missing),
     }
     details = {"missing_examples": [dict(zip(KEY, row, strict=True)) for row in missing[:5]]}
