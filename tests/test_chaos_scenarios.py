@@ -157,3 +157,12 @@ def test_dedup_key_without_tenant_suppresses_the_other_tenant(tmp_path):
     assert code == 1
     assert _failed(summary, "tenant_isolation")["shared_id_deliveries_lost"] > 0
     assert _failed(summary, "effectively_once")["lost"] > 0
+
+
+def test_like_storm_collapses_the_excess_into_digests(tmp_path):
+    code, summary, output = _run("like-storm", tmp_path)
+    assert code == 0, output
+    limit = summary["checkers"]["rate_limit"]
+    assert limit["valid"] and limit["per_window"] == 2
+    assert limit["held"] > 0 and limit["digests_delivered"] >= limit["digests_expected"] > 0
+    assert limit["over_limit_sent"] == 0 and limit["redeliveries_counted"] == 0
