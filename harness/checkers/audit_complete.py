@@ -36,10 +36,20 @@ import json
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
+from harness.checkers.keys import (
+    first_rows,
+    joint_keys,
+    member,
+    rows_with,
+    sorted_unique,
+    values_at,
+)
 from harness.checkers.verdict import Verdict
-from harness.checkers.windows import deliveries
+from harness.checkers.windows import delivery_rows
 from harness.oracle import Expectation
 from harness.population import Population
 
@@ -56,6 +66,7 @@ ACCEPTED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         frozenset(),
     ),
 }
+REASONS = tuple(ACCEPTED)
 
 JobKey = tuple[str, str, str]  # tenant, notification, recipient user
 DeviceKey = tuple[str, str, str]  # tenant, notification, token SHA-256
@@ -65,35 +76,98 @@ def token_sha256(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+class _Expansion:
+    """The suppressions the oracle expects, without one Python object per row: each author's
+    followers are expanded once (``follower_*``, a block per author) and each event repeats its
+    author's block. Row ``i`` is event ``event[i]`` and follower entry ``follower[i]``."""
+
+    def __init__(self, population: Population, injected: pd.DataFrame) -> None:
+        self.tenants: list[Any] = []
+        self.nids: list[Any] = []
+        users: list[str] = []
+        tokens: list[str | None] = []
+        reasons: list[int] = []
+        blocks: dict[tuple[Any, Any], tuple[int, int]] = {}
+        block_of_event: list[tuple[int, int]] = []
+        for event in injected.itertuples(index=False):
+            key = (event.tenant_id, event.author_id)
+            if key not in blocks:
+                start = len(users)
+                author = population.author(event.tenant_id, event.author_id)
+                for follower in author.followers:
+                    user = population.user(event.tenant_id, follower)
+                    devices = population.devices_of(event.tenant_id, follower)
+                    if not devices:
+                        users.append(follower)
+                        tokens.append(None)
+                        reasons.append(REASONS.index("no_device"))
+                        continue
+                    for device in devices:
+                        reason = (
+                            "no_consent"
+                            if user.consent is None
+                            else "quiet_hours_pending"
+                            if user.quiet_state == "whole_run"
+                            else "dead_token"
+                            if device.dead
+                            else None
+                        )
+                        if reason is not None:
+                            users.append(follower)
+                            tokens.append(device.token)
+                            reasons.append(REASONS.index(reason))
+                blocks[key] = (start, len(users) - start)
+            self.tenants.append(event.tenant_id)
+            self.nids.append(event.notification_id)
+            block_of_event.append(blocks[key])
+        self.follower_user = np.array(users, dtype=object)
+        self.follower_token = np.array(tokens, dtype=object)
+        self.follower_reason = np.array(reasons, dtype=np.int64)
+        starts = np.array([b[0] for b in block_of_event], dtype=np.int64)
+        lengths = np.array([b[1] for b in block_of_event], dtype=np.int64)
+        self.event = np.repeat(np.arange(len(lengths)), lengths)
+        offsets = np.cumsum(lengths) - lengths
+        self.follower = np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()))
+        self.reason = self.follower_reason[self.follower]
+
+    def __len__(self) -> int:
+        return len(self.event)
+
+    def row(self, i: int) -> tuple[Any, Any, str, str | None, str]:
+        e, f = int(self.event[i]), int(self.follower[i])
+        return (
+            self.tenants[e],
+            self.nids[e],
+            self.follower_user[f],
+            self.follower_token[f],
+            REASONS[self.follower_reason[f]],
+        )
+
+    def jobs(self) -> pd.DataFrame:
+        """(tenant, notification, user) per row, as Arrow-backed strings."""
+        event = pa.array(self.event)
+        columns = {
+            "tenant_id": _strings(self.tenants).take(event),
+            "notification_id": _strings(self.nids).take(event),
+            "user_id": _strings(self.follower_user.tolist()).take(pa.array(self.follower)),
+        }
+        return pd.DataFrame(
+            {name: pd.arrays.ArrowExtensionArray(values) for name, values in columns.items()}
+        )
+
+
+def _strings(values: list[Any]) -> pa.Array:
+    return pa.array([v if isinstance(v, str) else None for v in values], pa.large_string())
+
+
 def expected_suppressions(population: Population, injected: pd.DataFrame) -> pd.DataFrame:
     """One row per (notification, device) the oracle expects suppressed (one per user for
     ``no_device``), with the oracle's reason; the same rules, in the same order, as
     :func:`harness.oracle.expected_deliveries`."""
-    rows: list[tuple[str, str, str, str | None, str]] = []
-    for event in injected.itertuples(index=False):
-        author = population.author(event.tenant_id, event.author_id)
-        for follower in author.followers:
-            user = population.user(event.tenant_id, follower)
-            devices = population.devices_of(event.tenant_id, follower)
-            if not devices:
-                rows.append((event.tenant_id, event.notification_id, follower, None, "no_device"))
-                continue
-            for device in devices:
-                reason = (
-                    "no_consent"
-                    if user.consent is None
-                    else "quiet_hours_pending"
-                    if user.quiet_state == "whole_run"
-                    else "dead_token"
-                    if device.dead
-                    else None
-                )
-                if reason is not None:
-                    rows.append(
-                        (event.tenant_id, event.notification_id, follower, device.token, reason)
-                    )
+    expansion = _Expansion(population, injected)
     return pd.DataFrame(
-        rows, columns=["tenant_id", "notification_id", "user_id", "token", "reason"]
+        [expansion.row(i) for i in range(len(expansion))],
+        columns=["tenant_id", "notification_id", "user_id", "token", "reason"],
     )
 
 
@@ -169,46 +243,90 @@ def check(
             bucket.append(fields)
 
     # Deliveries: any 200 for the device needs 'sent'; 'accepted then 5xx' alone needs the
-    # record of that answer.
-    delivered = deliveries(history)[["tenant_id", "notification_id", "token", "status"]]
-    got_200: dict[tuple[str, str, str], bool] = {}
-    for tenant, nid, token, status in delivered.itertuples(index=False, name=None):
-        key = (str(tenant), str(nid), str(token))
-        got_200[key] = got_200.get(key, False) or status == 200
-    audited_sends = unaudited_sends = accepted_then_failed = sent_records_lost = 0
-    for (tenant, nid, token), ok in got_200.items():
-        outcomes = trail.device(tenant, nid, digest(token))
-        if not ok:
-            accepted_then_failed += 1
-        if "sent" in outcomes or (not ok and "retry" in outcomes):
-            audited_sends += 1
-            continue
-        unaudited_sends += 1
-        if "deduped" in outcomes:
-            sent_records_lost += 1
+    # record of that answer. One entry per (tenant, notification, token), in first-row order.
+    positions = delivery_rows(history)
+    (row_keys,) = joint_keys([history], ["tenant_id", "notification_id", "token"])
+    keys = row_keys[positions]
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    new_key = np.r_[True, ordered[1:] != ordered[:-1]] if len(keys) else np.zeros(0, bool)
+    starts = np.flatnonzero(new_key)
+    status = history["status"].iloc[positions]
+    is_200 = (status == 200).to_numpy(dtype=bool, na_value=False)
+    status_na = status.isna().to_numpy(dtype=bool)
+    if status_na.any():
+        # A null status before the device's first 200 leaves "did it get a 200?" unknown:
+        # fail as testing pd.NA for truth always has, rather than guess.
+        group = np.cumsum(new_key) - 1
+        seen_200 = np.maximum.accumulate(np.where(is_200[order], np.arange(len(order)), -1))
+        if (status_na[order] & (seen_200 < starts[group])).any():
+            raise TypeError("boolean value of NA is ambiguous")
+    got_200 = np.logical_or.reduceat(is_200[order], starts) if len(keys) else np.zeros(0, bool)
+    first = order[starts] if len(keys) else np.zeros(0, np.int64)
+    by_first = np.argsort(first, kind="stable")
+    first, got_200 = positions[first[by_first]], got_200[by_first]
+    audited = np.zeros(len(first), dtype=bool)
+    lost = np.zeros(len(first), dtype=bool)
+    digests = {digest for _, _, digest in trail.by_device}
+    if digests and len(first):
+        # Only a device whose token hashes to a digest in the trail can have a record.
+        tokens = values_at(history, "token", first).to_pylist()
+        wanted = [t for t in tokens if digest(str(t) if t is not None else "<NA>") in digests]
+        (candidates,) = np.nonzero(rows_with(history, "token", wanted)[first])
+        tenants = history["tenant_id"].iloc[first[candidates]].tolist()
+        nids = history["notification_id"].iloc[first[candidates]].tolist()
+        tokens = history["token"].iloc[first[candidates]].tolist()
+        for i, tenant, nid, token in zip(candidates, tenants, nids, tokens, strict=True):
+            outcomes = trail.device(str(tenant), str(nid), digest(str(token)))
+            audited[i] = "sent" in outcomes or (not got_200[i] and "retry" in outcomes)
+            lost[i] = "deduped" in outcomes
+    accepted_then_failed = int((~got_200).sum())
+    audited_sends = int(audited.sum())
+    unaudited_sends = len(first) - audited_sends
+    sent_records_lost = int((lost & ~audited).sum())
+    for i in np.flatnonzero(~audited)[:5]:
+        row = int(first[i])
         example(
             "unaudited_sends",
-            tenant_id=tenant,
-            notification_id=nid,
-            token=token,
-            later_deduped="deduped" in outcomes,
+            tenant_id=str(history["tenant_id"].iloc[row]),
+            notification_id=str(history["notification_id"].iloc[row]),
+            token=str(history["token"].iloc[row]),
+            later_deduped=bool(lost[i]),
         )
 
     # Suppressions the oracle knows of.
     injected = history[history["kind"] == "inject"]
-    suppressions = expected_suppressions(population, injected)
-    expanded = Counter(suppressions["reason"])
+    suppressions = _Expansion(population, injected)
+    expanded = np.bincount(suppressions.reason, minlength=len(REASONS))
     oracle_mismatch = sum(
-        abs(expanded.get(reason, 0) - expectation.suppressed.get(reason, 0)) for reason in ACCEPTED
+        abs(int(expanded[i]) - expectation.suppressed.get(reason, 0))
+        for i, reason in enumerate(REASONS)
     )
-    unaudited_suppressions: Counter[str] = Counter()
-    for tenant, nid, user, token, reason in suppressions.itertuples(index=False, name=None):
-        for_job, for_device = ACCEPTED[reason]
-        if trail.job(tenant, nid, user) & for_job:
-            continue
-        if isinstance(token, str) and trail.device(tenant, nid, digest(token)) & for_device:
-            continue
-        unaudited_suppressions[reason] += 1
+    unaudited = np.ones(len(suppressions), dtype=bool)
+    job_users = {user for _, _, user in trail.by_job}
+    if (job_users or digests) and len(suppressions):
+        # Only a follower named in the trail, or whose token hashes to a digest in it, can
+        # have a record.
+        may_have = np.array(
+            [
+                user in job_users or (isinstance(token, str) and digest(token) in digests)
+                for user, token in zip(
+                    suppressions.follower_user, suppressions.follower_token, strict=True
+                )
+            ],
+            dtype=bool,
+        )
+        for i in np.flatnonzero(may_have[suppressions.follower]):
+            tenant, nid, user, token, reason = suppressions.row(int(i))
+            for_job, for_device = ACCEPTED[reason]
+            if trail.job(tenant, nid, user) & for_job or (
+                isinstance(token, str) and trail.device(tenant, nid, digest(token)) & for_device
+            ):
+                unaudited[i] = False
+    missing = np.bincount(suppressions.reason[unaudited], minlength=len(REASONS))
+    unaudited_suppressions = {r: int(n) for r, n in zip(REASONS, missing, strict=True) if n}
+    for i in np.flatnonzero(unaudited)[:5]:
+        tenant, nid, user, _, reason = suppressions.row(int(i))
         example(
             "unaudited_suppressions",
             tenant_id=tenant,
@@ -217,16 +335,32 @@ def check(
             reason=reason,
         )
 
-    # Every job the fan-out had to create.
+    # Every job the fan-out had to create, in sorted order (the keys sort as the tuples do).
     job_columns = ["tenant_id", "notification_id", "user_id"]
-    jobs: set[JobKey] = set()
-    for frame in (expectation.deliveries, suppressions):
-        jobs.update(frame[job_columns].itertuples(index=False, name=None))
-    unaudited_enqueues = 0
-    for tenant, nid, user in sorted(jobs):
-        if "enqueued" not in trail.job(tenant, nid, user):
-            unaudited_enqueues += 1
-            example("unaudited_enqueues", tenant_id=tenant, notification_id=nid, user_id=user)
+    expected_jobs = expectation.deliveries[job_columns]
+    suppressed_jobs = suppressions.jobs()
+    enqueued = [key for key, outcomes in trail.by_job.items() if "enqueued" in outcomes]
+    enqueued_jobs = pd.DataFrame(
+        {
+            name: pd.arrays.ArrowExtensionArray(_strings([key[i] for key in enqueued]))
+            for i, name in enumerate(job_columns)
+        }
+    )
+    expected_keys, suppressed_keys, enqueued_keys = joint_keys(
+        [expected_jobs, suppressed_jobs, enqueued_jobs], job_columns
+    )
+    all_keys = np.concatenate([expected_keys, suppressed_keys])
+    jobs = sorted_unique(all_keys)
+    not_enqueued = jobs[~member(jobs, sorted_unique(enqueued_keys))]
+    unaudited_enqueues = len(not_enqueued)
+    for row in first_rows(all_keys, not_enqueued[:5]):
+        frame, row = (
+            (expected_jobs, row)
+            if row < len(expected_keys)
+            else (suppressed_jobs, row - len(expected_keys))
+        )
+        tenant, nid, user = (frame[c].iloc[int(row)] for c in job_columns)
+        example("unaudited_enqueues", tenant_id=tenant, notification_id=nid, user_id=user)
 
     # Jobs parked in a dead-letter queue (the poison queue holds jobs too malformed to name).
     parked = unaudited_dlq = 0
@@ -250,7 +384,7 @@ def check(
     counts = {
         "audit_records": sum(trail.outcomes.values()),
         "unreadable_records": trail.unreadable,
-        "deliveries": len(got_200),
+        "deliveries": len(first),
         "audited_sends": audited_sends,
         "unaudited_sends": unaudited_sends,
         "sent_records_lost": sent_records_lost,
