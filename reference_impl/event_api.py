@@ -515,8 +515,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=None)
     parser.add_argument("--port", type=int, default=None)
     args = parser.parse_args(argv)
-    config = Config.load_for_main(args.config)
-    if config is None:
+    try:
+        config = Config.load(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # audit lines, one per line
     return serve(config, args.host or config.event_api_host, args.port or config.event_api_port)

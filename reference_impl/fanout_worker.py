@@ -18,7 +18,7 @@ from typing import Any
 
 from reference_impl.audit import AuditSink
 from reference_impl.aws import batch_write, client, queue_url
-from reference_impl.config import Config
+from reference_impl.config import Config, ConfigError
 from reference_impl.event_source import CheckpointStore, KinesisShardPoller, run_pollers
 from reference_impl.fanout import (
     FanoutEvent,
@@ -190,8 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="config JSON (default: $FANOUT_CONFIG)")
     parser.add_argument("--ready-file", help="written once the pollers run")
     args = parser.parse_args(argv)
-    config = Config.load_for_main(args.config)
-    if config is None:
+    try:
+        config = Config.load(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     worker = FanoutWorker(config)
     kinesis = client(config, "kinesis")
