@@ -152,8 +152,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_dlq(args: argparse.Namespace) -> int:
     """Redrive (or count) the dead-letter queues of the stack in the stack file."""
-    from harness.dlq import redrive
-    from reference_impl.config import CHANNELS, Config
+    from harness.dlq import queue_urls, redrive
+    from reference_impl.config import WORK_QUEUES, Config
 
     path = Path(args.stack_file) if args.stack_file else stack_file_path()
     try:
@@ -162,10 +162,9 @@ def cmd_dlq(args: argparse.Namespace) -> int:
         return _error(str(exc))
     config = Config.load(info.reference_config)
     sqs = info.aws_client("sqs")
-    channels = [args.channel] if args.channel else list(CHANNELS)
+    channels = [args.channel] if args.channel else list(WORK_QUEUES)
     for channel in channels:
-        source = sqs.get_queue_url(QueueName=config.queue_name(channel))["QueueUrl"]
-        dlq = sqs.get_queue_url(QueueName=config.queue_name(channel, "-dlq"))["QueueUrl"]
+        source, dlq = queue_urls(sqs, config, channel)
         if args.action == "redrive":
             print(f"{channel}: moved {redrive(sqs, dlq, source)} message(s) back to {source}")
         else:
@@ -200,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     dlq = sub.add_parser("dlq", help="count or redrive the dead-letter queues of a stack")
     dlq.add_argument("action", choices=["redrive", "depth"])
-    dlq.add_argument("--channel", choices=["push", "email", "in_app", "sms"])
+    dlq.add_argument("--channel", choices=["push", "email", "in_app", "sms", "pages"])
     dlq.add_argument("--stack-file", help="default: .stack/stack.json or $HARNESS_STACK_FILE")
     dlq.set_defaults(func=cmd_dlq)
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+
+from reference_impl.config import WORK_QUEUES, Config
 
 
 def redrive(sqs: Any, dlq_url: str, source_url: str, limit: int = 1_000_000) -> int:
@@ -39,3 +42,15 @@ def redrive(sqs: Any, dlq_url: str, source_url: str, limit: int = 1_000_000) -> 
             sqs.delete_message_batch(QueueUrl=dlq_url, Entries=done)
         moved += len(done)
     return moved
+
+
+def queue_urls(sqs: Any, config: Config, name: str) -> tuple[str, str]:
+    """(source, dead-letter) URLs of one of the reference's work queues."""
+    source = sqs.get_queue_url(QueueName=config.queue_name(name))["QueueUrl"]
+    return source, sqs.get_queue_url(QueueName=config.queue_name(name, "-dlq"))["QueueUrl"]
+
+
+def redrive_all(sqs: Any, config: Config, names: Iterable[str] = WORK_QUEUES) -> dict[str, int]:
+    """The runbook's redrive over every work queue (each channel's, and the fan-out's page
+    tasks); returns how many moved, by queue."""
+    return {name: redrive(sqs, *reversed(queue_urls(sqs, config, name))) for name in names}

@@ -29,7 +29,7 @@ from harness.audit_trail import collect_audit
 from harness.channel_ledgers import ChannelLedgers, register_online_users
 from harness.checkers import Evidence, run_probe
 from harness.checkers.verdict import Verdict
-from harness.dlq import redrive
+from harness.dlq import redrive_all
 from harness.history import History
 from harness.load import load_population, post_event
 from harness.loadgen import INJECTED_FILE, ROOT
@@ -39,7 +39,7 @@ from harness.provider_control import SimulatorControl
 from harness.scenarios import Scenario
 from harness.stack import WORKER_PARTS, Stack, StackInfo, stop_process
 from harness.target import Target
-from reference_impl.config import CHANNELS, Config
+from reference_impl.config import CHANNELS, PAGES_QUEUE, Config
 
 Clock = Callable[[], datetime]
 
@@ -135,22 +135,35 @@ class Collector:
 
 
 class PushQueueProbe:
-    """Messages visible or in flight in the push queue (delayed ones are deferrals), read with
-    one client and one URL lookup for the whole wait."""
+    """Messages visible or in flight in the push queue (delayed ones are deferrals) and in the
+    fan-out's page-task queue when the system has one (a page task still to run means pushes
+    still to come), read with one client and one URL lookup per queue for the whole wait."""
 
     def __init__(self, info: StackInfo) -> None:
         self.sqs = info.aws_client("sqs")
-        queue = Config.load(info.reference_config).queue_name("push")
-        self.url = self.sqs.get_queue_url(QueueName=queue)["QueueUrl"]
+        config = Config.load(info.reference_config)
+        self.urls = []
+        for name in (config.queue_name("push"), config.queue_name(PAGES_QUEUE)):
+            try:
+                self.urls.append(self.sqs.get_queue_url(QueueName=name)["QueueUrl"])
+            except self.sqs.exceptions.QueueDoesNotExist:
+                if name == config.queue_name("push"):
+                    raise
 
     def busy(self) -> int:
-        attrs = self.sqs.get_queue_attributes(
-            QueueUrl=self.url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        return int(attrs["ApproximateNumberOfMessages"]) + int(
-            attrs["ApproximateNumberOfMessagesNotVisible"]
-        )
+        total = 0
+        for url in self.urls:
+            attrs = self.sqs.get_queue_attributes(
+                QueueUrl=url,
+                AttributeNames=[
+                    "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                ],
+            )["Attributes"]
+            total += int(attrs["ApproximateNumberOfMessages"]) + int(
+                attrs["ApproximateNumberOfMessagesNotVisible"]
+            )
+        return total
 
 
 class QueueSampler:
@@ -286,13 +299,7 @@ def _chaos_targets(stack: Stack, info: StackInfo) -> ChaosTargets:
 
 
 def _redrive_all(info: StackInfo) -> str:
-    config = Config.load(info.reference_config)
-    sqs = info.aws_client("sqs")
-    moved = {}
-    for channel in CHANNELS:
-        source = sqs.get_queue_url(QueueName=config.queue_name(channel))["QueueUrl"]
-        dlq = sqs.get_queue_url(QueueName=config.queue_name(channel, "-dlq"))["QueueUrl"]
-        moved[channel] = redrive(sqs, dlq, source)
+    moved = redrive_all(info.aws_client("sqs"), Config.load(info.reference_config))
     return f"moved {sum(moved.values())} message(s) back ({moved})"
 
 

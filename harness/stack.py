@@ -328,6 +328,10 @@ class Stack:
             "ses_url": url("ses"),
             "inapp_url": url("inapp"),
             "celebrity_threshold": 50,
+            # Small pages and short walks, so that a run at demo scale already goes through
+            # the fan-out of fan-out (walk tasks handing on, page tasks in parallel).
+            "follower_page_size": 20,
+            "pages_per_walk": 2,
             "visibility_timeout_seconds": 5,
             "dedup_lease_seconds": 8,
             "event_api_host": LOOPBACK,

@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 CHANNELS = ("push", "email", "in_app", "sms")
+# The fan-out of fan-out: a celebrity post's follower pages travel as tasks on this queue.
+PAGES_QUEUE = "pages"
+# Every queue with a dead-letter and a poison queue beside it.
+WORK_QUEUES = (*CHANNELS, PAGES_QUEUE)
 # Seed 000: one SQS queue per channel. Which channels an event kind reaches; a kind not named
 # here goes to push only, so every scenario that predates the channel split keeps its traffic.
 DEFAULT_CHANNELS_BY_KIND: dict[str, tuple[str, ...]] = {
@@ -79,7 +83,12 @@ class Config:
     stream_shards: int = 2
     queue_prefix: str = "fanout"
     celebrity_threshold: int = 10_000
-    follower_page_size: int = 500
+    # Followers per stored page (one DynamoDB item; 1,000 ids of up to 64 bytes stay far
+    # below the 400 KB item limit), and page keys a fan-out walk task lists before it hands
+    # the rest of the list on.
+    follower_page_size: int = 1000
+    pages_per_walk: int = 10
+    fanout_page_threads: int = 2
     # Visibility timeout of the channel queues: how long a failed job waits before retry.
     visibility_timeout_seconds: int = 10
     max_receive_count: int = 3
@@ -139,6 +148,7 @@ class Config:
         return f"{self.table_prefix}-{name}"
 
     def queue_name(self, channel: str, suffix: str = "") -> str:
+        """``channel`` is one of CHANNELS, or PAGES_QUEUE (the fan-out's own page tasks)."""
         return f"{self.queue_prefix}-{channel}{suffix}"
 
     def channels_for(self, kind: str) -> tuple[str, ...]:
@@ -180,7 +190,13 @@ class Config:
         seconds = config.rate_limit_window_seconds
         if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 1:
             raise ConfigError("rate_limit_window_seconds must be an integer >= 1")
-        for name in ("audit_flush_records", "audit_retention_days"):
+        for name in (
+            "audit_flush_records",
+            "audit_retention_days",
+            "follower_page_size",
+            "pages_per_walk",
+            "fanout_page_threads",
+        ):
             value = getattr(config, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1")

@@ -100,6 +100,10 @@ def erase_user(config: Config, ddb: Any, redis: Any, tenant: str, user: str) -> 
     keys = user_dedup_keys(tenant, user, notifications, device_ids)
     email = _email_of(ddb, config.table("preferences"), pk)
     keys += channel_dedup_keys(tenant, user, notifications, email)
+    # The authors the user follows: the per-edge rows kept below the threshold, and the
+    # tenant's celebrities whose follower pages hold the user (read before the cache goes).
+    following = list(_query_all(ddb, config.table("following"), pk))
+    authors = {f["sk"]["S"] for f in following} | set(inbox.followed_celebrities(tenant, user))
 
     # Redis first: an error here raises before any row is gone.
     removed_keys = 0
@@ -110,20 +114,16 @@ def erase_user(config: Config, ddb: Any, redis: Any, tenant: str, user: str) -> 
     fallback = config.table("dedup_fallback")
     for start in range(0, len(keys), 100):
         _delete_rows(ddb, fallback, [{"pk": {"S": k}} for k in keys[start : start + 100]])
-    following = list(_query_all(ddb, config.table("following"), pk))
+    unfollowed = sum(inbox.pages.remove(tenant, author, user) for author in sorted(authors))
     _delete_rows(
-        ddb,
-        config.table("followers"),
-        [{"pk": {"S": user_key(tenant, f["sk"]["S"])}, "sk": {"S": user}} for f in following],
+        ddb, config.table("following"), [{"pk": {"S": pk}, "sk": f["sk"]} for f in following]
     )
     counts = {
         "dedup_keys": removed_keys,
         "devices": _delete_rows(
             ddb, config.table("devices"), [{"pk": {"S": pk}, "sk": d["sk"]} for d in devices]
         ),
-        "follows": _delete_rows(
-            ddb, config.table("following"), [{"pk": {"S": pk}, "sk": f["sk"]} for f in following]
-        ),
+        "follows": unfollowed,
     }
     for table in ("inbox", "reads"):
         rows = [{"pk": {"S": pk}, "sk": r["sk"]} for r in _query_all(ddb, config.table(table), pk)]

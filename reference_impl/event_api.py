@@ -29,6 +29,7 @@ from ulid import ULID
 
 from reference_impl.aws import batch_write, client
 from reference_impl.config import CHANNELS, Config, ConfigError
+from reference_impl.follower_pages import FollowerPages, PagesBusy
 from reference_impl.ids import device_id, preferences_cache_key, user_key, valid_id
 from reference_impl.inbox import MAX_LIMIT, BadCursor, Inbox, parse_cursor
 from reference_impl.quiet_hours import parse_window
@@ -331,32 +332,29 @@ class EventApi:
         bad = [f for f in followers if not valid_id(f)]
         if bad:
             raise BadRequest(f"invalid follower id(s): {bad[:5]}")
-        pk = user_key(tenant, user)
-        table = self.config.table("followers")
-        unique = sorted(set(followers))
-        for start in range(0, len(unique), 25):
-            requests = [
-                {"PutRequest": {"Item": {"pk": {"S": pk}, "sk": {"S": f}}}}
-                for f in unique[start : start + 25]
-            ]
-            batch_write(self.ddb, table, requests)
-        # The read side's reverse index: who each follower follows.
-        following = self.config.table("following")
-        for start in range(0, len(unique), 25):
-            requests = [
-                {"PutRequest": {"Item": {"pk": {"S": user_key(tenant, f)}, "sk": {"S": user}}}}
-                for f in unique[start : start + 25]
-            ]
-            batch_write(self.ddb, following, requests)
-        self.inbox.forget_followed(tenant, unique)
-        # The count only chooses the fan-out tier, so re-adding a follower may overcount.
-        self.ddb.update_item(
-            TableName=self.config.table("accounts"),
-            Key={"pk": {"S": pk}},
-            UpdateExpression="ADD follower_count :n",
-            ExpressionAttributeValues={":n": {"N": str(len(unique))}},
-        )
-        return _response(200, {"added": len(unique)})
+        try:
+            added, count = self.pages.add(tenant, user, followers)
+        except PagesBusy as exc:
+            return _response(503, {"error": f"{exc}; retry"})
+        before = count - len(added)
+        threshold = self.config.celebrity_threshold
+        if before < threshold:
+            # Below the threshold the edges are also kept per follower: erasure finds a
+            # user's regular follows there. Above it, the follower pages answer on their own.
+            following = self.config.table("following")
+            for start in range(0, len(added), 25):
+                requests = [
+                    {"PutRequest": {"Item": {"pk": {"S": user_key(tenant, f)}, "sk": {"S": user}}}}
+                    for f in added[start : start + 25]
+                ]
+                batch_write(self.ddb, following, requests)
+        if count >= threshold:
+            self.pages.mark_celebrity(tenant, user)  # idempotent: one set, one write a call
+        if before < threshold <= count:
+            # Every follower's cached list of followed celebrities just went stale, once.
+            added = tuple(f for page in self.pages.all_pages(tenant, user) for f in page.ids)
+        self.inbox.forget_followed(tenant, list(added))
+        return _response(200, {"added": len(added), "followers": count})
 
     def erase_user(self, event: dict[str, Any], tenant: str, user: str) -> dict[str, Any]:
         """GDPR erasure: inbox, read state, preferences, devices, follows, caches, dedup keys."""
@@ -381,6 +379,10 @@ class EventApi:
 
             self._cache = connect_redis(self.config)
         return self._cache
+
+    @property
+    def pages(self) -> FollowerPages:
+        return self.inbox.pages
 
     @property
     def inbox(self) -> Inbox:

@@ -116,3 +116,59 @@ def chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
             batch = []
     if batch:
         yield batch
+
+
+# -- the fan-out of fan-out: page tasks ------------------------------------------------------
+
+TaskKind = Literal["walk", "page"]
+
+
+@dataclass(frozen=True)
+class PageTask:
+    """``walk``: list the next follower pages after ``key`` (None: from the start) and hand
+    each on; ``page``: fan the event out to the page that starts at ``key``."""
+
+    kind: TaskKind
+    event: FanoutEvent
+    tier: Tier
+    key: str | None
+
+
+class MalformedTask(ValueError):
+    """A page task no retry can fix: it goes to the poison queue."""
+
+
+def task_entry(task: PageTask, entry_id: str) -> dict[str, Any]:
+    """A SendMessageBatch entry; like every job, it names its tenant as a message attribute."""
+    body = {"task": task.kind, "event": asdict(task.event), "tier": task.tier, "key": task.key}
+    return {
+        "Id": entry_id,
+        "MessageBody": json.dumps(body, separators=(",", ":")),
+        "MessageAttributes": {
+            "tenant_id": {"DataType": "String", "StringValue": task.event.tenant_id}
+        },
+    }
+
+
+def parse_task(body: str) -> PageTask:
+    try:
+        raw = json.loads(body)
+        event = parse_event(json.dumps(raw["event"]).encode())
+        kind, tier, key = raw["task"], raw["tier"], raw["key"]
+    except (MalformedEvent, KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise MalformedTask(f"not a page task: {exc}") from exc
+    if kind not in ("walk", "page") or tier not in ("write", "celebrity"):
+        raise MalformedTask(f"unknown task {kind!r} or tier {tier!r}")
+    if (key is not None and not valid_id(key)) or (kind == "page" and key is None):
+        raise MalformedTask("key must be a follower id (and is required for a page task)")
+    return PageTask(kind, event, tier, key)
+
+
+def walk_tasks(
+    event: FanoutEvent, tier: Tier, page_keys: Sequence[str], rest: str | None
+) -> list[PageTask]:
+    """A page task per listed page, and a walk task for what the listing did not reach."""
+    tasks = [PageTask("page", event, tier, key) for key in page_keys]
+    if rest is not None:
+        tasks.append(PageTask("walk", event, tier, rest))
+    return tasks

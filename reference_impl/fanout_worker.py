@@ -18,20 +18,31 @@ from typing import Any
 
 from reference_impl.audit import AuditSink
 from reference_impl.aws import batch_write, client, queue_url
-from reference_impl.config import Config, ConfigError
-from reference_impl.event_source import CheckpointStore, KinesisShardPoller, run_pollers
+from reference_impl.config import PAGES_QUEUE, Config, ConfigError
+from reference_impl.event_source import (
+    CheckpointStore,
+    KinesisShardPoller,
+    SqsPoller,
+    run_pollers,
+)
 from reference_impl.fanout import (
     FanoutEvent,
     MalformedEvent,
+    MalformedTask,
+    PageTask,
+    Tier,
     choose_tier,
     chunks,
     follower_jobs,
     inbox_item,
     parse_event,
+    parse_task,
     pointer_item,
     sqs_entries,
+    task_entry,
+    walk_tasks,
 )
-from reference_impl.ids import user_key
+from reference_impl.follower_pages import FollowerPages
 
 log = logging.getLogger("reference_impl.fanout_worker")
 
@@ -42,34 +53,15 @@ class FanoutWorker:
         self.ddb = client(config, "dynamodb")
         self.sqs = client(config, "sqs")
         self.push_queue = queue_url(self.sqs, config.queue_name("push"))
+        self.pages_queue = queue_url(self.sqs, config.queue_name(PAGES_QUEUE))
+        self.pages_poison_queue = queue_url(self.sqs, config.queue_name(PAGES_QUEUE, "-poison"))
+        self.pages = FollowerPages.from_config(config, self.ddb)
         # Every queue a configured kind can reach, resolved once: a missing one fails the start.
         routed = {c for channels in config.channels_by_kind.values() for c in channels}
         self.queues = {"push": self.push_queue} | {
             c: queue_url(self.sqs, config.queue_name(c)) for c in sorted(routed - {"push"})
         }
         self.audit_sink = AuditSink.from_config(config, "fanout-worker")
-
-    def follower_count(self, event: FanoutEvent) -> int:
-        item = self.ddb.get_item(
-            TableName=self.config.table("accounts"),
-            Key={"pk": {"S": user_key(event.tenant_id, event.author_id)}},
-        ).get("Item", {})
-        return int(item.get("follower_count", {}).get("N", "0"))
-
-    def follower_pages(self, event: FanoutEvent) -> Any:
-        kwargs: dict[str, Any] = {
-            "TableName": self.config.table("followers"),
-            "KeyConditionExpression": "pk = :pk",
-            "ExpressionAttributeValues": {":pk": {"S": user_key(event.tenant_id, event.author_id)}},
-            "ProjectionExpression": "sk",
-            "Limit": self.config.follower_page_size,
-        }
-        while True:
-            page = self.ddb.query(**kwargs)
-            yield [item["sk"]["S"] for item in page.get("Items", [])]
-            if "LastEvaluatedKey" not in page:
-                return
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def enqueue(self, jobs: list[dict[str, Any]]) -> None:
         by_channel: dict[str, list[dict[str, Any]]] = {}
@@ -114,25 +106,102 @@ class FanoutWorker:
             )
 
     def fan_out(self, event: FanoutEvent) -> dict[str, Any]:
-        tier = choose_tier(self.follower_count(event), self.config.celebrity_threshold)
+        """Choose the tier, write the pointer of a celebrity post, then walk the follower
+        pages: an author with one page is fanned out here; more pages go out as tasks on the
+        page queue, so no call, this one included, is O(followers)."""
+        count = self.pages.count(event.tenant_id, event.author_id)
+        tier = choose_tier(count, self.config.celebrity_threshold)
         if tier == "celebrity":
             self.ddb.put_item(
                 TableName=self.config.table("celebrity_posts"), Item=pointer_item(event)
             )
-        channels = self.config.channels_for(event.kind)
-        jobs = 0
-        for followers in self.follower_pages(event):
-            if tier == "write":
-                for batch in chunks(followers, 25):
-                    batch_write(
-                        self.ddb,
-                        self.config.table("inbox"),
-                        [{"PutRequest": {"Item": inbox_item(event, f)}} for f in batch],
-                    )
-            page_jobs = follower_jobs(event, followers, channels)
-            self.enqueue(page_jobs)
-            jobs += len(page_jobs)
-        return {"tier": tier, "jobs": jobs}
+        return {"tier": tier, **self.walk(event, tier, None)}
+
+    def walk(self, event: FanoutEvent, tier: Tier, after: str | None) -> dict[str, Any]:
+        keys, rest = self.pages.page_keys(
+            event.tenant_id, event.author_id, after, self.config.pages_per_walk
+        )
+        if after is None and rest is None and len(keys) <= 1:
+            return {"jobs": sum(self.fan_out_page(event, tier, key) for key in keys)}
+        tasks = walk_tasks(event, tier, keys, rest)
+        self.send_tasks(tasks)
+        return {"page_tasks": len(keys), "walk_on": rest is not None}
+
+    def fan_out_page(self, event: FanoutEvent, tier: Tier, key: str) -> int:
+        """One page: inbox rows (write tier) and a job per (follower, channel). A page
+        rewritten since it was listed (an erasure moved its first id) is found at its new
+        first id; at worst a page is fanned out twice, which the dedup store absorbs."""
+        page = self.pages.page_at_or_after(event.tenant_id, event.author_id, key)
+        if page is None:
+            return 0
+        if tier == "write":
+            for batch in chunks(page.ids, 25):
+                batch_write(
+                    self.ddb,
+                    self.config.table("inbox"),
+                    [{"PutRequest": {"Item": inbox_item(event, f)}} for f in batch],
+                )
+        jobs = follower_jobs(event, page.ids, self.config.channels_for(event.kind))
+        self.enqueue(jobs)
+        return len(jobs)
+
+    def send_tasks(self, tasks: list[PageTask]) -> None:
+        for batch in chunks(tasks, 10):
+            entries = [task_entry(t, str(i)) for i, t in enumerate(batch)]
+            for _ in range(10):
+                failed = self.sqs.send_message_batch(
+                    QueueUrl=self.pages_queue, Entries=entries
+                ).get("Failed", [])
+                if not failed:
+                    break
+                retry = {f["Id"] for f in failed}
+                entries = [e for e in entries if e["Id"] in retry]
+            else:
+                raise RuntimeError(f"SendMessageBatch kept failing for {len(entries)} task(s)")
+
+    def handle_tasks(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        """The Lambda behind the page queue: a walk or a page per record; a failed one comes
+        back (``batchItemFailures``), a malformed one goes to the poison queue."""
+        failures = []
+        for record in event.get("Records", []):
+            try:
+                task = parse_task(record.get("body") or "")
+            except MalformedTask as exc:
+                log.error("poison page task %s: %s", record.get("messageId"), exc)
+                self.sqs.send_message(
+                    QueueUrl=self.pages_poison_queue,
+                    MessageBody=record.get("body") or "",
+                    MessageAttributes={
+                        "reason": {"DataType": "String", "StringValue": str(exc)[:256]}
+                    },
+                )
+                continue
+            try:
+                if task.kind == "walk":
+                    result = self.walk(task.event, task.tier, task.key)
+                else:
+                    assert task.key is not None
+                    result = {"jobs": self.fan_out_page(task.event, task.tier, task.key)}
+            except Exception:
+                log.exception("page task %s failed", record.get("messageId"))
+                failures.append({"itemIdentifier": record["messageId"]})
+                continue
+            log.info(
+                "%s",
+                json.dumps(
+                    {
+                        "audit": "enqueued",
+                        "tenant_id": task.event.tenant_id,
+                        "notification_id": task.event.notification_id,
+                        "task": task.kind,
+                        "key": task.key,
+                        **result,
+                    }
+                ),
+            )
+        if self.config.audit_flush_before_ack and self.audit_sink is not None:
+            self.audit_sink.flush()
+        return {"batchItemFailures": failures}
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         """Kinesis batch; report the first failure so the mapping retries from there."""
@@ -204,6 +273,16 @@ def main(argv: list[str] | None = None) -> int:
             kinesis, config.stream_name, s["ShardId"], worker, checkpoints, "fanout-worker"
         ).run
         for s in shards
+    ]
+    # The page queue's consumers: a Lambda's reserved concurrency, one poller per unit.
+    pages_arn = worker.sqs.get_queue_attributes(
+        QueueUrl=worker.pages_queue, AttributeNames=["QueueArn"]
+    )["Attributes"]["QueueArn"]
+    pollers += [
+        SqsPoller(
+            worker.sqs, worker.pages_queue, pages_arn, worker.handle_tasks, "fanout-pages"
+        ).run
+        for _ in range(config.fanout_page_threads)
     ]
     sink = worker.audit_sink
     return run_pollers(

@@ -18,6 +18,7 @@ from typing import Any
 from ulid import ULID
 
 from reference_impl.config import Config
+from reference_impl.follower_pages import FollowerPages
 from reference_impl.ids import user_key
 
 MAX_LIMIT = 100
@@ -83,6 +84,7 @@ class Inbox:
         self.config = config
         self.ddb = ddb
         self.redis = redis
+        self.pages = FollowerPages.from_config(config, ddb)
 
     # -- sources ----------------------------------------------------------------------------
 
@@ -110,8 +112,9 @@ class Inbox:
         ).get("Items", [])
 
     def followed_celebrities(self, tenant: str, user: str) -> list[str]:
-        """Authors this user follows who are above the threshold (cached; the cache is
-        dropped when a follower list that includes this user changes)."""
+        """Authors this user follows who are above the threshold: the tenant's celebrities
+        whose follower pages hold the user, one Query each (cached; the cache is dropped when
+        a follower list that includes this user changes)."""
         key = f"{tenant}:celebs-followed:{user}"
         if self.redis is not None:
             try:
@@ -120,25 +123,9 @@ class Inbox:
                     return json.loads(cached)
             except Exception:  # a cache outage must not fail a read
                 cached = None
-        authors = [
-            item["sk"]["S"]
-            for item in self.ddb.query(
-                TableName=self.config.table("following"),
-                KeyConditionExpression="pk = :pk",
-                ExpressionAttributeValues={":pk": {"S": user_key(tenant, user)}},
-            ).get("Items", [])
+        celebrities = [
+            c for c in self.pages.celebrities(tenant) if self.pages.follows(tenant, c, user)
         ]
-        celebrities = []
-        for start in range(0, len(authors), 100):
-            keys = [{"pk": {"S": user_key(tenant, a)}} for a in authors[start : start + 100]]
-            table = self.config.table("accounts")
-            response = self.ddb.batch_get_item(RequestItems={table: {"Keys": keys}})
-            for item in response.get("Responses", {}).get(table, []):
-                if (
-                    int(item.get("follower_count", {}).get("N", "0"))
-                    >= self.config.celebrity_threshold
-                ):
-                    celebrities.append(item["pk"]["S"].split("#", 1)[1])
         if self.redis is not None:
             try:
                 self.redis.set(key, json.dumps(sorted(celebrities)), ex=CELEBRITY_CACHE_SECONDS)

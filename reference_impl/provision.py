@@ -15,19 +15,19 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from reference_impl.aws import client
-from reference_impl.config import CHANNELS, Config, ConfigError
+from reference_impl.config import WORK_QUEUES, Config, ConfigError
 
 # name -> has a sort key
 TABLES: dict[str, bool] = {
     "inbox": True,
-    "followers": True,
+    "followers": True,  # pk tenant#author, sk the page's first id: follower pages
     "accounts": False,
     "preferences": False,
     "devices": True,
     "celebrity_posts": True,
     "checkpoints": False,
     "dedup_fallback": False,
-    "following": True,  # pk tenant#user, sk author: the read side's "who do I follow"
+    "following": True,  # pk tenant#user, sk author: below-threshold follows, for erasure
     "read_state": False,  # the read watermark (seed 003)
     "reads": True,  # per-item reads above the watermark
 }
@@ -127,7 +127,7 @@ def provision(config: Config) -> dict[str, str]:
 
     sqs = client(config, "sqs")
     urls: dict[str, str] = {}
-    for channel in CHANNELS:
+    for channel in WORK_QUEUES:
         dlq_name = config.queue_name(channel, "-dlq")
         poison_name = config.queue_name(channel, "-poison")
         for name in (dlq_name, poison_name):

@@ -87,6 +87,21 @@ def test_celebrity_post_writes_one_pointer_and_pushes_every_follower(stack):
     )["Items"]
     assert inbox == []  # no per-follower write for a celebrity
 
+    # The fan-out of fan-out: the stream record only listed pages; page tasks (20 followers
+    # each in the stack's config) made the jobs, and a walk task handed the listing on.
+    def fanout_records() -> list[dict]:
+        lines = audit_lines(stack, "fanout-worker")
+        return [r for r in lines if r.get("notification_id") == nid]
+
+    wait_until(lambda: len(fanout_records()) >= 5, 10, "the fan-out's five log lines")
+    records = fanout_records()
+    first = [r for r in records if "task" not in r]
+    assert len(first) == 1 and first[0]["page_tasks"] == 2 and first[0]["walk_on"] is True
+    pages = [r for r in records if r.get("task") == "page"]
+    assert len(pages) == 3 and all(r["jobs"] <= 20 for r in pages)
+    assert sum(r["jobs"] for r in pages) == len(followers)
+    assert [r.get("task") for r in records].count("walk") == 1
+
 
 def test_regular_post_writes_inbox_rows(stack):
     t = TenantClient(stack)
