@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
@@ -69,39 +71,39 @@ def _bulk_calls(population: Population) -> list[tuple[str, str, dict[str, Any]]]
     ]
 
 
-def _follower_calls(population: Population) -> list[tuple[str, str, dict[str, Any]]]:
-    calls = []
+def _follower_calls(population: Population) -> list[list[tuple[str, str, dict[str, Any]]]]:
+    """Each author's follower list, 1,000 a call, as one chain per author: a system may
+    serialise changes to one author's list (the reference does), so the calls of one author go
+    one after another and the authors go in parallel."""
+    chains = []
     for author in population.authors:
         followers = list(author.followers)
-        for start in range(0, len(followers), 1000):
-            calls.append(
-                (
-                    "POST",
-                    f"/v1/tenants/{author.tenant_id}/users/{author.user_id}/followers:batch",
-                    {"followers": followers[start : start + 1000]},
-                )
-            )
-    return calls
+        path = f"/v1/tenants/{author.tenant_id}/users/{author.user_id}/followers:batch"
+        chains.append(
+            [
+                ("POST", path, {"followers": followers[start : start + 1000]})
+                for start in range(0, len(followers), 1000)
+            ]
+        )
+    return chains
 
 
 def load_population(
-    api_url: str, population: Population, workers: int = 8, bulk: bool | None = None
+    api_url: str,
+    population: Population,
+    workers: int = 8,
+    bulk: bool | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> int:
     """Preferences, devices and follower lists into the system; returns the calls made.
 
     ``bulk``: None tries the bulk path and falls back to a call per row when the API answers
-    404 (a system without it); True or False forces one or the other.
+    404 (a system without it); True or False forces one or the other. ``progress(done,
+    total)`` is told every call.
     """
-    with httpx.Client(base_url=api_url, timeout=60) as http:
-
-        def call(item: tuple[str, str, dict[str, Any]]) -> None:
-            method, path, body = item
-            _check(http.request(method, path, json=body), f"{method} {path}")
-
-        def run_all(calls: list[tuple[str, str, dict[str, Any]]]) -> None:
-            with ThreadPoolExecutor(workers) as pool:
-                list(pool.map(call, calls))
-
+    with httpx.Client(
+        base_url=api_url, timeout=60, limits=httpx.Limits(max_connections=workers)
+    ) as http:
         made = 0
         user_calls = _bulk_calls(population) if bulk is not False else []
         if user_calls and bulk is None:
@@ -114,10 +116,25 @@ def load_population(
                 user_calls, made = user_calls[1:], 1
         if bulk is False or (not user_calls and made == 0):
             user_calls = _per_row_calls(population)
-        run_all(user_calls)
-        follower_calls = _follower_calls(population)
-        run_all(follower_calls)
-        return made + len(user_calls) + len(follower_calls)
+        # The longest chains first: they bound the whole load.
+        chains = sorted(_follower_calls(population), key=len, reverse=True)
+        chains += [[call] for call in user_calls]
+        total = made + sum(len(c) for c in chains)
+        done = made
+        lock = threading.Lock()
+
+        def run_chain(chain: list[tuple[str, str, dict[str, Any]]]) -> None:
+            nonlocal done
+            for method, path, body in chain:
+                _check(http.request(method, path, json=body), f"{method} {path}")
+                with lock:
+                    done += 1
+                    if progress is not None:
+                        progress(done, total)
+
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(run_chain, chains))
+        return total
 
 
 def post_event(

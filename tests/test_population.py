@@ -79,3 +79,59 @@ def test_bad_spec_and_naive_start_are_refused():
         generate(1, datetime(2026, 1, 1))
     with pytest.raises(ValueError, match="celebrity_followers"):
         generate(1, START, PopulationSpec(users_per_tenant=10, celebrity_followers=10))
+
+
+def test_followers_who_never_registered_hold_no_record_and_expect_nothing():
+    spec = PopulationSpec(
+        tenants=1, users_per_tenant=2001, celebrity_followers=2000, push_enabled_fraction=0.2
+    )
+    population = generate(9, START, spec)
+    celebrity = next(a for a in population.authors if a.celebrity)
+    assert len(celebrity.followers) == 2000  # everyone still follows
+    assert 300 < len(population.users) < 500  # ~20% hold a record
+    lurker = next(f for f in celebrity.followers if f not in {u.user_id for u in population.users})
+    user = population.user("tenant-0", lurker)
+    assert user.consent is None and user.email is None and not user.online
+    assert population.devices_of("tenant-0", lurker) == []
+    # At 1.0 the records are drawn exactly as before the fraction existed.
+    full = generate(
+        9, START, PopulationSpec(tenants=1, users_per_tenant=50, celebrity_followers=20)
+    )
+    assert len(full.users) == 50
+    with pytest.raises(KeyError):
+        full.user("tenant-0", "nobody")
+    with pytest.raises(ValueError):
+        generate(9, START, PopulationSpec(push_enabled_fraction=1.5))
+
+
+def test_the_oracle_expects_no_push_for_a_follower_without_a_record():
+    import pandas as pd
+
+    from harness.oracle import expected_deliveries
+
+    spec = PopulationSpec(
+        tenants=1, users_per_tenant=401, celebrity_followers=400, push_enabled_fraction=0.25
+    )
+    population = generate(4, START, spec)
+    celebrity = next(a for a in population.authors if a.celebrity)
+    injected = pd.DataFrame(
+        [{"tenant_id": "tenant-0", "author_id": celebrity.user_id, "notification_id": "n1"}]
+    )
+    expected = expected_deliveries(population, injected)
+    registered = {u.user_id for u in population.users}
+    assert set(expected.deliveries["user_id"]) <= registered
+    lurkers = sum(1 for f in celebrity.followers if f not in registered)
+    assert expected.suppressed["no_device"] >= lurkers
+
+
+def test_each_author_follower_list_loads_as_one_ordered_chain():
+    from harness.load import _follower_calls
+
+    spec = PopulationSpec(tenants=2, users_per_tenant=2600, celebrity_followers=2500)
+    population = generate(2, START, spec)
+    chains = _follower_calls(population)
+    assert len(chains) == len(population.authors)
+    for author, chain in zip(population.authors, chains, strict=True):
+        sent = [f for _, _, body in chain for f in body["followers"]]
+        assert sent == list(author.followers)
+        assert all(len(body["followers"]) <= 1000 for _, _, body in chain)
