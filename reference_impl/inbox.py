@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ulid import ULID
 
@@ -24,6 +25,8 @@ from reference_impl.ids import user_key
 MAX_LIMIT = 100
 UNREAD_CAP = 1000
 CELEBRITY_CACHE_SECONDS = 300
+READ_CONCURRENCY = 8
+_T = TypeVar("_T")
 
 
 class BadCursor(ValueError):
@@ -85,6 +88,7 @@ class Inbox:
         self.ddb = ddb
         self.redis = redis
         self.pages = FollowerPages.from_config(config, ddb)
+        self._pool = ThreadPoolExecutor(READ_CONCURRENCY, thread_name_prefix="inbox-read")
 
     # -- sources ----------------------------------------------------------------------------
 
@@ -123,9 +127,9 @@ class Inbox:
                     return json.loads(cached)
             except Exception:  # a cache outage must not fail a read
                 cached = None
-        celebrities = [
-            c for c in self.pages.celebrities(tenant) if self.pages.follows(tenant, c, user)
-        ]
+        candidates = self.pages.celebrities(tenant)
+        found = self._each(lambda c: self.pages.follows(tenant, c, user), candidates)
+        celebrities = [c for c, follows in zip(candidates, found, strict=True) if follows]
         if self.redis is not None:
             try:
                 self.redis.set(key, json.dumps(sorted(celebrities)), ex=CELEBRITY_CACHE_SECONDS)
@@ -159,19 +163,23 @@ class Inbox:
             )
             for i in self._query("inbox", user_key(tenant, user), before, limit, after)
         ]
-        sources = [own]
-        for celebrity in self.followed_celebrities(tenant, user):
-            sources.append(
-                [
-                    InboxItem(
-                        i["sk"]["S"], celebrity, i["kind"]["S"], i["object_id"]["S"], "celebrity"
-                    )
-                    for i in self._query(
-                        "celebrity_posts", user_key(tenant, celebrity), before, limit, after
-                    )
-                ]
-            )
-        return sources
+
+        def posts_of(celebrity: str) -> list[InboxItem]:
+            return [
+                InboxItem(i["sk"]["S"], celebrity, i["kind"]["S"], i["object_id"]["S"], "celebrity")
+                for i in self._query(
+                    "celebrity_posts", user_key(tenant, celebrity), before, limit, after
+                )
+            ]
+
+        return [own, *self._each(posts_of, self.followed_celebrities(tenant, user))]
+
+    def _each(self, read: Callable[[str], _T], keys: list[str]) -> list[_T]:
+        """One read per key, up to READ_CONCURRENCY at a time: a reader following 50
+        celebrities waits for the slowest of them, not for their sum."""
+        if len(keys) <= 1:
+            return [read(k) for k in keys]
+        return list(self._pool.map(read, keys))
 
     # -- the API ----------------------------------------------------------------------------
 
