@@ -134,6 +134,8 @@ def bench_burst(deliveries: int, seed: int) -> dict[str, float]:
             },
         ),  # fmt: skip
         probes=(Probe("effectively_once"),),
+        # The seed's page size: the stack's default of 20 would walk ~2,000 pages per burst.
+        reference={"follower_page_size": 1000, "pages_per_walk": 10},
         timeout_seconds=3600,
     )
     with tempfile.TemporaryDirectory() as out:
