@@ -2,9 +2,10 @@
 
 Seed 000: one SQS queue per channel, each job with its tenant as a message attribute, a DLQ
 after 3 receives, channel-specific consumers, SES for email. Both channels reach one recipient
-per job and run the shared protocol (:mod:`reference_impl.job_consumer`): parse (poison queue
-for a malformed job), preferences through the cache, the channel's gates, then dedup claim ->
-send -> 'sent' mark, retries on 429/5xx/transport errors by leaving the job in the queue.
+per job and run the shared protocol (:mod:`reference_impl.job_consumer`) over each SQS batch:
+parse (poison queue for a malformed job), preferences through the cache, the channel's gates,
+then dedup claim -> send -> 'sent' mark, retries on 429/5xx/transport errors by leaving the job
+in the queue.
 
 * email: consent first (``email_consent {granted_at, version}``, default deny: email is a
   consent-bearing channel like push), then the ``channels.email`` switch (default on), then the
@@ -30,7 +31,7 @@ import hashlib
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -40,7 +41,7 @@ from reference_impl.channel_providers import InAppClient, SesClient, connection_
 from reference_impl.config import Config, ConfigError
 from reference_impl.consent import email_consent_granted
 from reference_impl.dedup_key import email_recipient, inapp_recipient
-from reference_impl.job_consumer import JobConsumer, serve
+from reference_impl.job_consumer import Delivery, JobConsumer, JobState, serve
 from reference_impl.providers import ProviderGate, SendResult
 
 log = logging.getLogger("reference_impl.channel_consumer")
@@ -76,15 +77,23 @@ class ChannelConsumer(JobConsumer):
             return True
         return False
 
-    def deliver(self, job: dict[str, Any]) -> float | None:
-        prefs = self.preferences(job["tenant_id"], job["recipient_user_id"])
-        target = self.target(job, prefs)
+    def plan(self, states: Sequence[JobState]) -> None:
+        self.each(states, self.plan_job)
+
+    def plan_job(self, state: JobState) -> None:
+        job = state.job
+        target = self.target(job, self.preferences(job["tenant_id"], job["recipient_user_id"]))
         if target is None:
-            return None
+            state.finish()
+            return
         paused = self.gate.paused_for(self.scope)
-        if paused > 0:
-            return paused  # Retry-After from an earlier answer: do not even try
-        return self.send_once(job, target.recipient, self.scope, target.send, target.audit_fields)
+        if paused > 0:  # Retry-After from an earlier answer: do not even try
+            state.later(paused)
+            state.finish()
+            return
+        state.deliveries.append(
+            Delivery(target.recipient, self.scope, target.send, target.audit_fields)
+        )
 
 
 class EmailConsumer(ChannelConsumer):

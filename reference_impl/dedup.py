@@ -8,22 +8,63 @@ after a retriable failure the owner deletes it. A crash between the provider's a
 the ``sent`` mark leaves a lease that expires, and the redelivered job then sends again: that is
 the residual duplicate the seed means by *effectively* once.
 
-Every Redis error propagates: the consumer fails closed (no send, no ack).
+A consumer works on a whole SQS batch at once: every claim of the batch in one pipeline, every
+'sent' mark and release in another (one round trip per node each, on a cluster too). The batch
+methods answer per key: a key whose node failed gets the RedisError, so the caller fails closed
+(no send, no ack) for exactly the jobs without a decision. The single-key methods raise it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar
+
+import redis as redis_lib
 
 from reference_impl.dedup_key import DEDUP_TTL_SECONDS
+from reference_impl.redis_store import Command, LuaScript, pipelined, script_command
 
 Claim = Literal["won", "already_sent", "in_flight"]
 _SENT = b"sent"
 # Delete only our own lease: another consumer may hold the key by now.
-_RELEASE = """
+_RELEASE = LuaScript(
+    """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+)
+_T = TypeVar("_T")
+
+
+def claim_from_replies(set_reply: Any, get_reply: Any) -> Claim | Exception | None:
+    """The claim a ``SET key pending NX EX lease`` and the ``GET key`` after it (in one
+    pipeline) decide: None when the lease expired between the two (claim again), the SET's
+    error when there is no decision."""
+    if isinstance(set_reply, Exception):
+        return set_reply
+    if set_reply:
+        return "won"
+    if isinstance(get_reply, Exception):
+        return get_reply
+    if get_reply == _SENT:
+        return "already_sent"
+    if get_reply is not None:
+        return "in_flight"
+    return None
+
+
+def _raise_or_return(result: _T | Exception) -> _T:
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def _attempt(step: Callable[..., _T], *args: Any) -> _T | Exception:
+    """A per-key step of a batch: its error belongs to that key's job, not to the batch."""
+    try:
+        return step(*args)
+    except Exception as exc:
+        return exc
 
 
 class DedupStore:
@@ -31,25 +72,53 @@ class DedupStore:
         self.redis = redis
         self.lease_seconds = lease_seconds
         self.ttl_seconds = ttl_seconds
-        self._release = redis.register_script(_RELEASE)
+
+    def claim_many(self, keys: Sequence[str], owner: str) -> list[Claim | Exception]:
+        """One claim per key, in order: ``SET NX`` and ``GET`` of every key in one pipeline."""
+        results: list[Claim | Exception] = ["in_flight"] * len(keys)
+        todo = list(range(len(keys)))
+        for _ in range(2):  # once more for the keys whose lease expired between SET and GET
+            commands = []
+            for i in todo:
+                lease = (("nx", True), ("ex", self.lease_seconds))
+                commands += [
+                    Command("set", (keys[i], f"pending:{owner}"), lease),
+                    Command("get", (keys[i],)),
+                ]
+            replies = pipelined(self.redis, commands)
+            again = []
+            for n, i in enumerate(todo):
+                claim = claim_from_replies(replies[2 * n], replies[2 * n + 1])
+                if claim is None:
+                    again.append(i)
+                else:
+                    results[i] = claim
+            todo = again
+            if not todo:
+                break
+        return results
+
+    def settle_many(
+        self, sent: Sequence[str], released: Sequence[str], owner: str
+    ) -> dict[str, Exception]:
+        """The 'sent' marks and our leases' releases of a batch in one pipeline; the keys
+        whose command failed, with the error."""
+        commands = [Command("set", (key, "sent"), (("ex", self.ttl_seconds),)) for key in sent]
+        commands += [script_command(_RELEASE, [key], [f"pending:{owner}"]) for key in released]
+        replies = pipelined(self.redis, commands)
+        keys = [*sent, *released]
+        return {k: r for k, r in zip(keys, replies, strict=True) if isinstance(r, Exception)}
 
     def claim(self, key: str, owner: str) -> Claim:
-        for _ in range(2):
-            if self.redis.set(key, f"pending:{owner}", nx=True, ex=self.lease_seconds):
-                return "won"
-            value = self.redis.get(key)
-            if value == _SENT:
-                return "already_sent"
-            if value is not None:
-                return "in_flight"
-            # The lease expired between SET and GET: try once more.
-        return "in_flight"
+        return _raise_or_return(self.claim_many([key], owner)[0])
 
     def mark_sent(self, key: str) -> None:
-        self.redis.set(key, "sent", ex=self.ttl_seconds)
+        for error in self.settle_many([key], [], "").values():
+            raise error
 
     def release(self, key: str, owner: str) -> None:
-        self._release(keys=[key], args=[f"pending:{owner}"])
+        for error in self.settle_many([], [key], owner).values():
+            raise error
 
 
 class FallbackDedup:
@@ -58,6 +127,7 @@ class FallbackDedup:
 
     * ``errors_to_fallback`` Redis errors in a row switch this process to the fallback for
       ``hold_seconds``; fewer errors fail closed (the caller does not send and does not ack).
+      A batch pipeline that fails (for one key or all) is one error, like one failed call.
     * While Redis is healthy, a won Redis claim is checked against the fallback table, so a key
       written there during an outage still dedups after Redis returns.
     * Every 'sent' mark is also written to the fallback table (write-through): a job sent just
@@ -75,8 +145,6 @@ class FallbackDedup:
         hold_seconds: float = 5.0,
         recheck: bool = True,
     ) -> None:
-        import redis as redis_lib
-
         self.primary = primary
         self.ddb = ddb
         self.table = table
@@ -151,46 +219,9 @@ class FallbackDedup:
             },
         )
 
-    # -- the protocol -----------------------------------------------------------------------
-
-    def claim(self, key: str, owner: str) -> Claim:
-        if self.in_fallback:
-            return self._ddb_claim(key, owner)
-        try:
-            claim = self.primary.claim(key, owner)
-        except self._redis_errors:
-            if self._redis_failed():
-                return self._ddb_claim(key, owner)
-            raise
-        self._consecutive_errors = 0
-        if claim != "won" or not self.recheck:
-            return claim
-        state = self._ddb_state(key)
-        if state == "already_sent":
-            self.primary.mark_sent(key)
-            return "already_sent"
-        if state == "in_flight":
-            self.primary.release(key, owner)
-            return "in_flight"
-        return "won"
-
-    def mark_sent(self, key: str) -> None:
-        self._ddb_mark_sent(key)
-        if not self.in_fallback:
-            try:
-                self.primary.mark_sent(key)
-            except self._redis_errors:
-                self._redis_failed()
-
-    def release(self, key: str, owner: str) -> None:
+    def _ddb_release(self, key: str, owner: str) -> None:
         from botocore.exceptions import ClientError
 
-        if not self.in_fallback:
-            try:
-                self.primary.release(key, owner)
-                return
-            except self._redis_errors:
-                self._redis_failed()
         try:
             self.ddb.delete_item(
                 TableName=self.table,
@@ -202,3 +233,79 @@ class FallbackDedup:
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
+
+    # -- the protocol -----------------------------------------------------------------------
+
+    def claim_many(self, keys: Sequence[str], owner: str) -> list[Claim | Exception]:
+        if self.in_fallback:
+            return [_attempt(self._ddb_claim, key, owner) for key in keys]
+        results = self.primary.claim_many(keys, owner)
+        failed = [i for i, r in enumerate(results) if isinstance(r, self._redis_errors)]
+        if failed:
+            if self._redis_failed():
+                for i in failed:
+                    results[i] = _attempt(self._ddb_claim, keys[i], owner)
+        else:
+            self._consecutive_errors = 0
+        if self.recheck:
+            won = [i for i, r in enumerate(results) if r == "won" and i not in failed]
+            self._recheck(keys, owner, results, won)
+        return results
+
+    def _recheck(
+        self, keys: Sequence[str], owner: str, results: list[Claim | Exception], won: list[int]
+    ) -> None:
+        """Won Redis claims against the fallback table: what it decided during an outage
+        stands. Its answers go back to Redis in one pipeline."""
+        marks: list[int] = []
+        releases: list[int] = []
+        for i in won:
+            state = _attempt(self._ddb_state, keys[i])
+            if isinstance(state, Exception):
+                results[i] = state
+            elif state == "already_sent":
+                marks.append(i)
+            elif state == "in_flight":
+                releases.append(i)
+        if not marks and not releases:
+            return
+        errors = self.primary.settle_many(
+            [keys[i] for i in marks], [keys[i] for i in releases], owner
+        )
+        for i in marks:
+            results[i] = errors.get(keys[i], "already_sent")
+        for i in releases:
+            results[i] = errors.get(keys[i], "in_flight")
+
+    def settle_many(
+        self, sent: Sequence[str], released: Sequence[str], owner: str
+    ) -> dict[str, Exception]:
+        errors: dict[str, Exception] = {}
+        for key in sent:
+            error = _attempt(self._ddb_mark_sent, key)
+            if error is not None:
+                errors[key] = error
+        to_ddb = list(released)
+        if not self.in_fallback:
+            marks = [key for key in sent if key not in errors]
+            failed = self.primary.settle_many(marks, released, owner)
+            if any(isinstance(e, self._redis_errors) for e in failed.values()):
+                self._redis_failed()
+            # A failed 'sent' mark is in the fallback table already: not an error.
+            to_ddb = [key for key in released if key in failed]
+        for key in to_ddb:
+            error = _attempt(self._ddb_release, key, owner)
+            if error is not None:
+                errors[key] = error
+        return errors
+
+    def claim(self, key: str, owner: str) -> Claim:
+        return _raise_or_return(self.claim_many([key], owner)[0])
+
+    def mark_sent(self, key: str) -> None:
+        for error in self.settle_many([key], [], "").values():
+            raise error
+
+    def release(self, key: str, owner: str) -> None:
+        for error in self.settle_many([], [key], owner).values():
+            raise error

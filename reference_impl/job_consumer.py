@@ -2,17 +2,33 @@
 
 A channel consumer (push, email, in-app) is a Lambda behind its channel's queue. Per batch
 (:meth:`JobConsumer.__call__`): parse each record (a job no retry can fix goes to the channel's
-poison queue), deliver it, and report the jobs that must come back in ``batchItemFailures``,
-with the retry delay set on the message (Retry-After, or an exponential backoff by receive
-count). A job failing on its last allowed receive is audited ``dlq``: SQS moves it to the
-dead-letter queue out of the consumer's sight.
+poison queue), deliver the batch, and report the jobs that must come back in
+``batchItemFailures``, with the retry delay set on the message (Retry-After, or an exponential
+backoff by receive count). A job failing on its last allowed receive is audited ``dlq``: SQS
+moves it to the dead-letter queue out of the consumer's sight.
 
-Per recipient (:meth:`JobConsumer.send_once`): dedup claim (a lease), send, then either the
-30-day 'sent' mark after a definite answer or the lease released after a retriable one. A Redis
-error propagates: the caller fails closed (no send, no ack).
+The jobs of a batch go through each phase together, so that every phase that touches Redis is
+one pipeline, one round trip per node (a cluster client splits it by slot), however many jobs
+the batch holds (:meth:`JobConsumer.deliver_batch`):
 
-Also shared: the preferences read through the Redis cache, the audit record, and the poller
-wiring of a consumer process (:func:`serve`).
+1. preferences (:meth:`JobConsumer.load_preferences`): the cached ones in one read; the misses
+   from DynamoDB, written back in one write;
+2. the channel's gates (:meth:`JobConsumer.plan`): consent, switches, quiet hours and, for push,
+   the rate limits (the windows in one pipeline, the daily caps in another). Each job ends with
+   an outcome or with its deliveries (a recipient, and how to send to it);
+3. the send-once protocol over every delivery (:meth:`JobConsumer.send_all`): the dedup claims
+   (leases) in one pipeline, the sends, then in one pipeline the 30-day 'sent' marks after a
+   definite answer and the releases after a retriable one.
+
+A Redis error fails closed (no send, no ack) for the jobs it leaves without a decision; the
+rest of the batch goes on. Deliveries sharing a dedup key (copies of one job in one batch) take
+step 3 in successive rounds: a copy then finds the first one's 'sent' mark, as it would in the
+next batch. Within a batch, an answer changes what the next send does as it did job by job: a
+Retry-After pauses the scope for the batch's remaining sends (their leases go back), and a token
+that answered dead is not tried again. A 'sent' mark that fails (the store died after the
+sends) is written with the consumer's next settlement, before the lease it replaces runs out.
+
+Also shared: the audit record, and the poller wiring of a consumer process (:func:`serve`).
 """
 
 from __future__ import annotations
@@ -20,8 +36,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -31,12 +49,12 @@ from ulid import ULID
 from reference_impl.audit import AuditSink
 from reference_impl.aws import client, queue_url
 from reference_impl.config import Config
-from reference_impl.dedup import DedupStore, FallbackDedup
+from reference_impl.dedup import Claim, DedupStore, FallbackDedup
 from reference_impl.dedup_key import dedup_key
 from reference_impl.event_source import SqsPoller, run_pollers
 from reference_impl.ids import PREFERENCES_CACHE_SECONDS, preferences_cache_key, user_key, valid_id
 from reference_impl.providers import ProviderGate, SendResult
-from reference_impl.redis_store import connect_redis
+from reference_impl.redis_store import Command, connect_redis, pipelined
 
 JOB_FIELDS = ("tenant_id", "notification_id", "recipient_user_id", "author_id", "kind")
 
@@ -73,9 +91,68 @@ def receive_count(record: dict[str, Any]) -> int:
     return int((record.get("attributes") or {}).get("ApproximateReceiveCount", "1"))
 
 
+@dataclass
+class Delivery:
+    """One send a job asks for: its dedup recipient, the scope the provider gate paces and
+    pauses, the send, how the trail names it, and what follows a definite answer (after the
+    'sent' mark, before the audit: e.g. a dead token's deactivation)."""
+
+    recipient: str
+    scope: str
+    send: Callable[[], SendResult]
+    audit_fields: dict[str, Any]
+    on_definite: Callable[[SendResult], None] | None = None
+
+
+@dataclass
+class JobState:
+    """One job on its way through the phases of a batch: open, decided (``done``), or failed
+    (``error``: no ack). ``retry_in`` set: not acknowledged, retried after that long."""
+
+    job: dict[str, Any]
+    deliveries: list[Delivery] = field(default_factory=list)
+    retry_in: float | None = None
+    error: Exception | None = None
+    done: bool = False
+
+    @property
+    def open(self) -> bool:
+        return not self.done and self.error is None
+
+    def later(self, seconds: float) -> None:
+        self.retry_in = max(self.retry_in or 0.0, seconds)
+
+    def finish(self) -> None:
+        self.done = True
+
+    def fail(self, error: Exception) -> None:
+        if self.error is None:
+            self.error = error
+
+
+def rounds(keys: Sequence[str]) -> list[list[int]]:
+    """The indexes of ``keys`` in rounds in which no key appears twice, each in the given order:
+    the n-th occurrence of a key goes to round n."""
+    seen: dict[str, int] = {}
+    out: list[list[int]] = []
+    for i, key in enumerate(keys):
+        n = seen.get(key, 0)
+        seen[key] = n + 1
+        if n == len(out):
+            out.append([])
+        out[n].append(i)
+    return out
+
+
+MAX_LATE_MARKS = 10_000
+# What a won claim led to: the provider's answer, or no send (the lease goes back).
+_PAUSED = "paused"
+_DEAD = "dead"
+
+
 class JobConsumer:
     """Base of the channel consumers: subclasses set ``channel`` and ``component`` and
-    implement :meth:`deliver` (None: acknowledge; seconds: retry after that long).
+    implement :meth:`plan` (each job's outcome, or its deliveries).
 
     ``durable_fallback``: whether the channel may fall back to the DynamoDB dedup store when
     ``config.dedup_fallback`` is on. The seed grants that to consent-bearing channels (push,
@@ -85,6 +162,7 @@ class JobConsumer:
     channel: ClassVar[str] = ""
     component: ClassVar[str] = ""
     durable_fallback: ClassVar[bool] = True
+    state_type: ClassVar[type[JobState]] = JobState
     log: ClassVar[logging.Logger] = logging.getLogger("reference_impl.job_consumer")
 
     def __init__(
@@ -121,26 +199,57 @@ class JobConsumer:
         )
         self.owner = uuid.uuid4().hex[:12]
         self.defects = frozenset(config.defects)
-        # Cached preferences of the batch in hand, read in one pipelined round trip per node.
+        # Preferences of the batch in hand (cache key -> JSON), loaded for all its jobs at once.
         self._batch_prefs: dict[str, bytes] = {}
+        # 'sent' marks a failed settlement left behind (key -> monotonic deadline). Marks wait
+        # for the end of a batch, so a store that dies mid-batch leaves every send of it
+        # unmarked, not one; the next settlement writes them, before the leases run out and a
+        # redelivered job wins the key again and sends a second time.
+        self._late_marks: dict[str, float] = {}
         self.audit_sink = (
             audit_sink if audit_sink is not None else AuditSink.from_config(config, self.component)
         )
 
     # -- to implement -----------------------------------------------------------------------
 
-    def deliver(self, job: dict[str, Any]) -> float | None:
+    def plan(self, states: Sequence[JobState]) -> None:
+        """Take every open job of the batch through the channel's gates: each ends decided
+        (audited, ``finish``), failed, or open with its ``deliveries``."""
         raise NotImplementedError
 
     def parse(self, record: dict[str, Any]) -> dict[str, Any]:
         return parse_job(record)
 
+    # -- helpers for plan -------------------------------------------------------------------
+
+    def new_state(self, job: dict[str, Any]) -> JobState:
+        return self.state_type(job)
+
+    @staticmethod
+    def each(states: Sequence[JobState], step: Callable[[Any], None]) -> None:
+        """``step`` for every open job; an error fails that job only (no ack)."""
+        for state in states:
+            if state.open:
+                try:
+                    step(state)
+                except Exception as exc:
+                    state.fail(exc)
+
     # -- reads ------------------------------------------------------------------------------
+
+    def stored_preferences(self, tenant_id: str, user_id: str) -> dict[str, Any] | None:
+        item = self.ddb.get_item(
+            TableName=self.config.table("preferences"),
+            Key={"pk": {"S": user_key(tenant_id, user_id)}},
+            ConsistentRead=True,
+        ).get("Item")
+        return json.loads(item["prefs"]["S"]) if item else None
 
     def preferences(self, tenant_id: str, user_id: str) -> dict[str, Any] | None:
         """Through the Redis cache (5-minute TTL as a backstop; every change through the API
         drops the entry). A missing record is cached too: consent stays denied until it is
-        written. A cache error falls through to DynamoDB: the cache is never the authority."""
+        written. A cache error falls through to DynamoDB: the cache is never the authority.
+        Inside a batch, what :meth:`load_preferences` read for it."""
         key = preferences_cache_key(tenant_id, user_id)
         if key in self._batch_prefs:
             return json.loads(self._batch_prefs[key])
@@ -150,41 +259,53 @@ class JobConsumer:
                 return json.loads(cached)
         except redis_lib.RedisError:
             cached = None
-        item = self.ddb.get_item(
-            TableName=self.config.table("preferences"),
-            Key={"pk": {"S": user_key(tenant_id, user_id)}},
-            ConsistentRead=True,
-        ).get("Item")
-        prefs = json.loads(item["prefs"]["S"]) if item else None
+        prefs = self.stored_preferences(tenant_id, user_id)
         try:
             self.redis.set(key, json.dumps(prefs), ex=PREFERENCES_CACHE_SECONDS)
         except redis_lib.RedisError:
             pass
         return prefs
 
+    def load_preferences(self, jobs: Sequence[dict[str, Any]]) -> None:
+        """The preferences of every job of the batch: the cached ones in one pipelined read per
+        node, the misses from DynamoDB, written back in one pipelined write per node. A cache
+        error falls through to DynamoDB; an entry whose read failed is not written back (its
+        node just failed: a write would wait out the same timeout). A DynamoDB error leaves the
+        job to read for itself, and fail on its own."""
+        users = list(dict.fromkeys((j["tenant_id"], j["recipient_user_id"]) for j in jobs))
+        keys = [preferences_cache_key(tenant, user) for tenant, user in users]
+        try:
+            replies = pipelined(self.redis, [Command("get", (key,)) for key in keys])
+        except Exception as exc:  # e.g. a cluster without a node for a slot
+            replies = [exc] * len(keys)
+        loaded: dict[str, bytes] = {}
+        fills = []
+        for (tenant, user), key, reply in zip(users, keys, replies, strict=True):
+            if reply is not None and not isinstance(reply, Exception):
+                loaded[key] = reply
+                continue
+            try:
+                value = json.dumps(self.stored_preferences(tenant, user)).encode()
+            except Exception:
+                continue
+            loaded[key] = value
+            if reply is None:
+                fills.append(Command("set", (key, value), (("ex", PREFERENCES_CACHE_SECONDS),)))
+        try:
+            pipelined(self.redis, fills)
+        except Exception:
+            pass  # the cache is never the authority: the next read goes to DynamoDB again
+        self._batch_prefs = loaded
+
     def prefetch_preferences(self, records: list[dict[str, Any]]) -> None:
-        """The batch's cached preferences in one pipelined round trip per Redis node (a
-        cluster client splits the pipeline by node). A miss or an error leaves each job to read
-        for itself, as without the prefetch."""
-        self._batch_prefs = {}
-        keys = set()
+        """:meth:`load_preferences` for the parseable records of a batch."""
+        jobs = []
         for record in records:
             try:
-                job = self.parse(record)
+                jobs.append(self.parse(record))
             except PoisonJob:
                 continue
-            keys.add(preferences_cache_key(job["tenant_id"], job["recipient_user_id"]))
-        if not keys:
-            return
-        ordered = sorted(keys)
-        try:
-            pipe = self.redis.pipeline(transaction=False)
-            for key in ordered:
-                pipe.get(key)
-            values = pipe.execute()
-        except redis_lib.RedisError:
-            return
-        self._batch_prefs = {k: v for k, v in zip(ordered, values, strict=True) if v is not None}
+        self.load_preferences(jobs)
 
     # -- audit ------------------------------------------------------------------------------
 
@@ -205,58 +326,170 @@ class JobConsumer:
 
     # -- the send-once protocol -------------------------------------------------------------
 
-    def claim(self, tenant_id: str, notification_id: str, recipient: str) -> tuple[str, str]:
-        """(dedup key, claim). Raises the Redis error: the caller fails closed."""
-        key_tenant = "-" if "dedup_key_without_tenant" in self.defects else tenant_id
-        key = dedup_key(key_tenant, notification_id, recipient)
-        try:
-            claim = "won" if "skip_dedup" in self.defects else self.dedup.claim(key, self.owner)
-        except redis_lib.RedisError:
-            if "dedup_fail_open" not in self.defects:
-                raise
-            claim = "won"  # the defect: send without a dedup decision
-        return key, claim
+    def dedup_key_for(self, job: dict[str, Any], recipient: str) -> str:
+        key_tenant = "-" if "dedup_key_without_tenant" in self.defects else job["tenant_id"]
+        return dedup_key(key_tenant, job["notification_id"], recipient)
 
-    def send_once(
-        self,
-        job: dict[str, Any],
-        recipient: str,
-        scope: str,
-        send: Callable[[], SendResult],
-        audit_fields: dict[str, Any],
-        on_definite: Callable[[SendResult], None] | None = None,
-    ) -> float | None:
-        """Claim, send, settle, audit. None when settled (sent, or another definite answer,
-        or already sent by someone), else the seconds to wait before the job is retried.
-        ``on_definite`` runs after the 'sent' mark, before the audit (e.g. a device's
-        deactivation after a 410)."""
-        key, claim = self.claim(job["tenant_id"], job["notification_id"], recipient)
-        if claim == "already_sent":
-            self.audit("deduped", job, **audit_fields)
-            return None
-        if claim == "in_flight":
-            return self.config.dedup_lease_seconds / 2
-        with self.gate.slot(scope):
-            result = send()
+    def claim_many(self, keys: Sequence[str]) -> list[Claim | Exception]:
+        """One claim per key from one pipeline; a key without a decision gets its error, and
+        the caller fails closed for it."""
+        if "skip_dedup" in self.defects:
+            return ["won"] * len(keys)
+        try:
+            claims = self.dedup.claim_many(keys, self.owner)
+        except Exception as exc:
+            claims = [exc] * len(keys)
+        if "dedup_fail_open" in self.defects:
+            # The defect: send without a dedup decision.
+            claims = ["won" if isinstance(c, redis_lib.RedisError) else c for c in claims]
+        return claims
+
+    def settle_many(self, sent: Sequence[str], released: Sequence[str]) -> dict[str, Exception]:
+        """The 'sent' marks and lease releases of a round in one pipeline: the keys whose
+        command failed, with the error."""
+        try:
+            errors = self.dedup.settle_many(sent, released, self.owner)
+        except Exception as exc:
+            errors = {key: exc for key in [*sent, *released]}
+        if "dedup_fail_open" in self.defects:
+            marks = set(sent)
+            errors = {
+                k: e
+                for k, e in errors.items()
+                if not (k in marks and isinstance(e, redis_lib.RedisError))
+            }
+        return errors
+
+    def late_marks(self) -> list[str]:
+        """The late marks still worth writing: past the lease, whoever claims the key again
+        sends and marks it, and a mark from us comes too late to matter."""
+        now = time.monotonic()
+        self._late_marks = {k: t for k, t in self._late_marks.items() if t > now}
+        return list(self._late_marks)
+
+    def remember_marks(self, marks: Sequence[str], errors: dict[str, Exception]) -> None:
+        deadline = time.monotonic() + self.config.dedup_lease_seconds
+        for key in marks:
+            if isinstance(errors.get(key), redis_lib.RedisError):
+                self._late_marks.setdefault(key, deadline)
+            else:
+                self._late_marks.pop(key, None)
+        while len(self._late_marks) > MAX_LATE_MARKS:
+            del self._late_marks[next(iter(self._late_marks))]
+
+    def send_all(self, states: Sequence[JobState]) -> None:
+        """Claim, send, settle and audit every delivery of the open jobs."""
+        pending: list[tuple[JobState, Delivery, str]] = []
+        for state in states:
+            for delivery in state.deliveries if state.open else ():
+                try:
+                    pending.append(
+                        (state, delivery, self.dedup_key_for(state.job, delivery.recipient))
+                    )
+                except Exception as exc:
+                    state.fail(exc)
+        dead: set[tuple[str, str]] = set()
+        for indexes in rounds([key for _, _, key in pending]):
+            self.send_round([pending[i] for i in indexes], dead)
+
+    def send_round(
+        self, pending: Sequence[tuple[JobState, Delivery, str]], dead: set[tuple[str, str]]
+    ) -> None:
+        """Deliveries with distinct dedup keys: claims, sends, settlement. ``dead``: the
+        (tenant, recipient) pairs whose token answered dead earlier in the batch."""
+        claims = self.claim_many([key for _, _, key in pending])
+        sent: list[str] = []
+        released: list[str] = []
+        answered: list[tuple[JobState, Delivery, str, SendResult | str]] = []
+        for (state, delivery, key), claim in zip(pending, claims, strict=True):
+            if isinstance(claim, Exception):
+                state.fail(claim)  # no dedup decision: no send
+                continue
+            if claim == "already_sent":
+                self.audit("deduped", state.job, **delivery.audit_fields)
+                continue
+            if claim == "in_flight":
+                state.later(self.config.dedup_lease_seconds / 2)
+                continue
+            try:
+                answer = self.send_won(state, delivery, dead)
+            except Exception as exc:
+                state.fail(exc)  # the provider's answer is unknown: the lease runs out
+                continue
+            if isinstance(answer, SendResult) and answer.outcome != "retry":
+                sent.append(key)
+            else:
+                released.append(key)  # a retriable answer, or no send: the lease goes back
+            answered.append((state, delivery, key, answer))
+        # Late marks ride along when the store answered the claims (when it did not, they
+        # would only wait out the same timeout again).
+        reachable = any(not isinstance(c, Exception) for c in claims)
+        late = self.late_marks() if reachable else []
+        errors = self.settle_many([*late, *sent], released)
+        self.remember_marks([*late, *sent], errors)
+        for state, delivery, key, answer in answered:
+            if key in errors:
+                state.fail(errors[key])
+                continue
+            try:
+                self.settled(state, delivery, answer)
+            except Exception as exc:
+                state.fail(exc)
+
+    def send_won(
+        self, state: JobState, delivery: Delivery, dead: set[tuple[str, str]]
+    ) -> SendResult | str:
+        """The send a won claim allows, unless this batch already learnt not to try it."""
+        paused = self.gate.paused_for(delivery.scope)
+        if paused > 0:  # Retry-After from an answer earlier in this batch: do not even try
+            state.later(paused)
+            return _PAUSED
+        if (state.job["tenant_id"], delivery.recipient) in dead:
+            return _DEAD
+        with self.gate.slot(delivery.scope):
+            result = delivery.send()
+        if result.outcome == "dead_token":
+            dead.add((state.job["tenant_id"], delivery.recipient))
         if result.outcome == "retry":
-            self.dedup.release(key, self.owner)
             retry_in = 0.0
             if result.retry_after and "ignore_retry_after" not in self.defects:
-                self.gate.pause(scope, result.retry_after)
+                self.gate.pause(delivery.scope, result.retry_after)
                 retry_in = result.retry_after
-            self.audit("retry", job, **audit_fields, status=result.status)
-            return retry_in
-        try:
-            self.dedup.mark_sent(key)
-        except redis_lib.RedisError:
-            if "dedup_fail_open" not in self.defects:
-                raise
-        if on_definite is not None:
-            on_definite(result)
-        self.audit(result.outcome, job, **audit_fields, status=result.status, reason=result.reason)
-        return None
+            state.later(retry_in)
+        return result
+
+    def settled(self, state: JobState, delivery: Delivery, answer: SendResult | str) -> None:
+        """The audit (and the definite answer's follow-up) once the key is settled."""
+        job, fields = state.job, delivery.audit_fields
+        if answer == _DEAD:
+            self.audit("dead_token", job, **fields, reason="deactivated")
+        elif isinstance(answer, SendResult):
+            if answer.outcome == "retry":
+                self.audit("retry", job, **fields, status=answer.status)
+                return
+            if delivery.on_definite is not None:
+                delivery.on_definite(answer)
+            self.audit(answer.outcome, job, **fields, status=answer.status, reason=answer.reason)
 
     # -- the batch --------------------------------------------------------------------------
+
+    def deliver_batch(self, states: Sequence[JobState]) -> None:
+        """Every job of the batch through the phases (module docstring)."""
+        try:
+            self.load_preferences([state.job for state in states])
+            self.plan(states)
+            self.send_all(states)
+        finally:
+            self._batch_prefs = {}
+
+    def deliver(self, job: dict[str, Any]) -> float | None:
+        """One job as a batch of its own: None when it may be acknowledged, else the seconds
+        to wait before it is retried. Raises what failed it."""
+        state = self.new_state(job)
+        self.deliver_batch([state])
+        if state.error is not None:
+            raise state.error
+        return state.retry_in
 
     def to_poison(self, record: dict[str, Any], reason: str) -> None:
         self.sqs.send_message(
@@ -271,29 +504,34 @@ class JobConsumer:
         exponential = 2 ** min(receive_count(record), 10)
         return int(min(self.config.retry_backoff_max_seconds, max(math.ceil(hint), exponential)))
 
+    def retry_delay(self, record: dict[str, Any], state: JobState) -> float | None:
+        """None: acknowledge. A failed job is audited (a Redis error: ``dedup_unavailable``,
+        it failed closed) and retried."""
+        if state.error is None:
+            return state.retry_in
+        if isinstance(state.error, redis_lib.RedisError):
+            self.audit("dedup_unavailable", state.job, error=type(state.error).__name__)
+        else:
+            self.log.error("job %s failed", record.get("messageId"), exc_info=state.error)
+        return 0.0
+
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         failures = []
+        records = event.get("Records", [])
         if "delete_before_send" in self.defects:
             # The defect: acknowledge on receipt, so a crash or a failed send loses the jobs.
-            for record in event.get("Records", []):
+            for record in records:
                 self.sqs.delete_message(QueueUrl=self.queue, ReceiptHandle=record["receiptHandle"])
-        self.prefetch_preferences(event.get("Records", []))
-        for record in event.get("Records", []):
+        batch: list[tuple[dict[str, Any], JobState]] = []
+        for record in records:
             try:
-                job = self.parse(record)
+                batch.append((record, self.new_state(self.parse(record))))
             except PoisonJob as exc:
                 self.to_poison(record, str(exc))
                 self.log.error("poison job %s: %s", record.get("messageId"), exc)
-                continue
-            try:
-                retry_in = self.deliver(job)
-            except redis_lib.RedisError as exc:
-                # Fail closed: no dedup decision, no send, no ack.
-                self.audit("dedup_unavailable", job, error=type(exc).__name__)
-                retry_in = 0.0
-            except Exception:
-                self.log.exception("job %s failed", record.get("messageId"))
-                retry_in = 0.0
+        self.deliver_batch([state for _, state in batch])
+        for record, state in batch:
+            retry_in = self.retry_delay(record, state)
             if retry_in is None:
                 continue
             failures.append({"itemIdentifier": record["messageId"]})
@@ -303,7 +541,7 @@ class JobConsumer:
                 # of the consumer's sight: this failed receive is the last moment it can say so.
                 self.audit(
                     "dlq",
-                    job,
+                    state.job,
                     receive_count=receives,
                     reason="failed on its last allowed receive: the queue dead-letters it next",
                 )
@@ -317,7 +555,6 @@ class JobConsumer:
                 self.log.warning(
                     "could not set the retry delay of %s: %s", record["messageId"], exc
                 )
-        self._batch_prefs = {}
         if self.config.audit_flush_before_ack and self.audit_sink is not None:
             # Raises on an S3 error: the whole batch is retried (and audited again) rather than
             # acknowledged with its trail still in memory.

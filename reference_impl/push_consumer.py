@@ -6,7 +6,9 @@ one digest) -> devices -> per device: daily cap per (device, kind, local day) ->
 APNs or FCM -> outcome. A message is acknowledged only after a definite outcome for every
 device; anything uncertain (a Redis error, a 429 or 5xx, a transport error) leaves it in the
 queue. The SQS batch loop, the dedup claim/send/settle protocol, the cached preferences read and
-the audit record are shared with the other channels (:mod:`reference_impl.job_consumer`).
+the audit record are shared with the other channels (:mod:`reference_impl.job_consumer`). Each
+step that touches Redis (the preferences, the windows, the daily caps, the claims, the 'sent'
+marks) runs for the whole SQS batch at once: one pipeline, one round trip per node.
 
 A digest job (``kind: digest``, queued by the job that opened a digest window, delayed until the
 window closes) goes through the same consent and quiet-hours gates, closes its window, and sends
@@ -20,7 +22,8 @@ import json
 import logging
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -31,7 +34,14 @@ from reference_impl.audit import AuditSink, token_sha256
 from reference_impl.config import Config, ConfigError
 from reference_impl.consent import push_consent_granted
 from reference_impl.ids import user_key
-from reference_impl.job_consumer import JOB_FIELDS, JobConsumer, PoisonJob, serve
+from reference_impl.job_consumer import (
+    JOB_FIELDS,
+    Delivery,
+    JobConsumer,
+    JobState,
+    PoisonJob,
+    serve,
+)
 from reference_impl.job_consumer import parse_job as parse_base_job
 from reference_impl.providers import (
     ApnsClient,
@@ -44,9 +54,11 @@ from reference_impl.quiet_hours import decide, parse_window
 from reference_impl.rate_limit import (
     DIGEST_AUTHOR,
     DIGEST_KIND,
+    DailyRequest,
+    DigestClose,
     RateLimiter,
     RateLimits,
-    WindowDecision,
+    WindowRequest,
     digest_closes_at_ms,
     digest_collapse_id,
     digest_notification_id,
@@ -76,9 +88,21 @@ def parse_job(record: dict[str, Any]) -> dict[str, Any]:
     return job
 
 
+@dataclass
+class PushJob(JobState):
+    """A push job in a batch: the user's own zone (the daily cap's day), the devices to try,
+    and for a digest job the held notifications and the push's (text, collapse id)."""
+
+    zone: str | None = None
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    held: list[tuple[str, str]] = field(default_factory=list)
+    digest: tuple[str, str] | None = None
+
+
 class PushConsumer(JobConsumer):
     channel = "push"
     component = "push-consumer"
+    state_type = PushJob
     log: ClassVar[logging.Logger] = log
 
     def __init__(
@@ -216,24 +240,42 @@ class PushConsumer(JobConsumer):
         project = fcm_project_for(job["recipient_user_id"], self.config.fcm_projects)
         return self.fcm.send(project, message)
 
-    def deliver(self, job: dict[str, Any]) -> float | None:
-        """Process one job: None when it may be acknowledged, else the seconds to wait before
-        it is retried (Retry-After, a paused provider, a lease held by another consumer)."""
-        tenant, user = job["tenant_id"], job["recipient_user_id"]
-        prefs = self.preferences(tenant, user)
+    def plan(self, states: Sequence[JobState]) -> None:
+        """Gates, then the window limit of every job (and the close of every digest window) in
+        one pipeline, then devices, then the daily caps of every (job, device) in one pipeline.
+
+        The limits sit after consent and quiet hours and before the dedup claim. After: a job
+        that is denied or deferred must not spend the user's budget, and a deferred one is
+        counted when it is released, in the window in which it is actually shown. Before: the
+        limit decides whether to send at all, the dedup claim only guards the send it allows (a
+        held job takes no lease and leaves no 'sent' mark). Both count notification ids, so a
+        redelivered job passes both again without being counted twice. One user's keys share a
+        slot, and a node runs a pipeline in order: a batch's jobs for one user are decided as
+        one after the other."""
+        self.each(states, self.gate_job)
+        self.limit_windows([s for s in states if s.open])
+        self.each(states, self.find_devices)
+        self.plan_devices([s for s in states if s.open])
+
+    def gate_job(self, state: PushJob) -> None:
+        """Consent, the push switch and quiet hours; a digest job that came early waits."""
+        job = state.job
+        prefs = self.preferences(job["tenant_id"], job["recipient_user_id"])
         if not push_consent_granted(prefs):
             self.audit("denied_consent", job)
-            return None
+            state.finish()
+            return
         if prefs and prefs.get("channels", {}).get("push") is False:
             self.audit("opted_out", job)
-            return None
+            state.finish()
+            return
         zone = prefs.get("zone") if prefs else None
         try:
             window = parse_window(prefs.get("quiet_hours") if prefs else None)
         except ValueError:
             window = None
             zone = None  # an unreadable preference fails closed, like an unknown zone
-        user_zone = zone
+        state.zone = zone
         if "quiet_hours_in_utc" in self.defects and zone is not None:
             zone = "UTC"
         decision = decide(self.clock(), zone, window)
@@ -243,54 +285,162 @@ class PushConsumer(JobConsumer):
             self.audit(
                 "deferred", job, reason=decision.reason, until=decision.release_at.isoformat()
             )
-            return None
+            state.finish()
+            return
         if "digest" in job:
-            return self.deliver_digest(job)
-        # The limits sit after consent and quiet hours and before the dedup claim. After: a job
-        # that is denied or deferred must not spend the user's budget, and a deferred one is
-        # counted when it is released, in the window in which it is actually shown. Before: the
-        # limit decides whether to send at all, the dedup claim only guards the send it allows
-        # (a held job takes no lease and leaves no 'sent' mark). Both count notification ids,
-        # so a redelivered job passes both again without being counted twice.
-        if self.limits.window_on:
-            held = self.rate_limit(job)
-            if held is not None:
-                if held.schedules_digest:
-                    assert held.digest_start_ms is not None
-                    self.schedule_digest(job, held.digest_start_ms)
-                self.audit(
-                    "rate_limited",
-                    job,
-                    digest_window=held.digest_start_ms,
-                    opened=held.opened,
-                    repeat=held.repeat,
-                )
-                return None
-        devices = self.active_devices(job)
-        if devices is None:
-            return None
-        return self.send_to_devices(job, devices, user_zone)
+            closes = job["digest"]["closes_at_ms"]
+            if to_ms(self.clock()) < closes:  # early (a skewed clock): only a closed window counts
+                self.defer(job, datetime.fromtimestamp(closes / 1000, UTC))
+                state.finish()
 
-    def rate_limit(self, job: dict[str, Any]) -> WindowDecision | None:
-        """The window's decision when the job is held, None when it may be sent."""
+    def limit_windows(self, states: Sequence[PushJob]) -> None:
+        asks: list[tuple[PushJob, WindowRequest | DigestClose]] = []
+        for state in states:
+            job = state.job
+            tenant, user = job["tenant_id"], job["recipient_user_id"]
+            if "digest" in job:
+                spec = job["digest"]
+                asks.append(
+                    (state, DigestClose(tenant, user, spec["channel"], spec["window_start_ms"]))
+                )
+            elif self.limits.window_on:
+                request = WindowRequest(
+                    tenant,
+                    user,
+                    job.get("channel", "push"),
+                    job["notification_id"],
+                    job["kind"],
+                    job["author_id"],
+                    self.clock(),
+                )
+                asks.append((state, request))
         try:
-            decision = self.limiter.window(
-                job["tenant_id"],
-                job["recipient_user_id"],
-                job.get("channel", "push"),
-                job["notification_id"],
-                job["kind"],
-                job["author_id"],
-                self.clock(),
-            )
-        except redis_lib.RedisError:
-            if not self.config.dedup_fallback:
-                raise  # fail closed, as for the dedup store the limiter shares
+            answers = self.limiter.decide_many([request for _, request in asks])
+        except Exception as exc:
+            answers = [exc] * len(asks)
+        for (state, request), answer in zip(asks, answers, strict=True):
+            step = self.close_digest if isinstance(request, DigestClose) else self.rate_limit
+            try:
+                step(state, answer)
+            except Exception as exc:
+                state.fail(exc)
+
+    def rate_limit(self, state: PushJob, answer: Any) -> None:
+        """The window's answer: admitted jobs go on, a held one is audited (its digest queued
+        by the window's opener)."""
+        job = state.job
+        if isinstance(answer, Exception):
+            if not isinstance(answer, redis_lib.RedisError) or not self.config.dedup_fallback:
+                state.fail(answer)  # fail closed, as for the dedup store the limiter shares
+                return
             # With the fallback on, sends go on through a store outage: the limit is suspended
             # rather than the delivery (the limit guards attention, the dedup guards duplicates).
             self.audit("rate_limit_unavailable", job)
-            return None
-        return None if decision.admitted else decision
+            return
+        if answer.admitted:
+            return
+        if answer.schedules_digest:
+            assert answer.digest_start_ms is not None
+            self.schedule_digest(job, answer.digest_start_ms)
+        self.audit(
+            "rate_limited",
+            job,
+            digest_window=answer.digest_start_ms,
+            opened=answer.opened,
+            repeat=answer.repeat,
+        )
+        state.finish()
+
+    def close_digest(self, state: PushJob, answer: Any) -> None:
+        """The closed window's held notifications; none: nothing to send. The window is closed
+        before it is read, so the count is final and every retry sends the same text and
+        collapse id."""
+        if isinstance(answer, Exception):
+            state.fail(answer)
+            return
+        if not answer:
+            self.audit("digest_empty", state.job)
+            state.finish()
+            return
+        state.held = answer
+
+    def find_devices(self, state: PushJob) -> None:
+        devices = self.active_devices(state.job)
+        if devices is None:
+            state.finish()
+            return
+        state.devices = devices
+        if state.held:
+            start = state.job["digest"]["window_start_ms"]
+            self.audit("digest", state.job, window_start=start, count=len(state.held))
+            state.digest = (digest_text(state.held), digest_collapse_id(start, len(state.held)))
+
+    def plan_devices(self, states: Sequence[PushJob]) -> None:
+        """Per device: a scope paused by an earlier answer is not tried, the daily cap (all of
+        the batch's in one pipeline) may block it, the rest are the job's deliveries."""
+        candidates: list[tuple[PushJob, dict[str, Any], str]] = []
+        for state in states:
+            for device in state.devices:
+                scope = self.scope(state.job, device)
+                paused = self.gate.paused_for(scope)
+                if paused > 0:
+                    state.later(paused)  # Retry-After from an earlier answer: do not even try
+                    continue
+                candidates.append((state, device, scope))
+        # Digests are exempt from the daily cap: a digest already is the collapsed excess, at
+        # most one per window, and capping it would drop notifications it stands for.
+        capped = [
+            i
+            for i, (state, _, _) in enumerate(candidates)
+            if state.digest is None and self.limits.daily_on
+        ]
+        requests = []
+        for i in capped:
+            state, device, _ = candidates[i]
+            job = state.job
+            requests.append(
+                DailyRequest(
+                    job["tenant_id"],
+                    job["recipient_user_id"],
+                    device["device_id"],
+                    job["kind"],
+                    job["notification_id"],
+                    self.clock(),
+                    state.zone,
+                )
+            )
+        try:
+            answers = self.limiter.decide_many(requests)
+        except Exception as exc:
+            answers = [exc] * len(requests)
+        allowed: dict[int, Any] = dict(zip(capped, answers, strict=True))
+        for i, (state, device, scope) in enumerate(candidates):
+            answer = allowed.get(i, True)
+            if isinstance(answer, Exception):
+                if not isinstance(answer, redis_lib.RedisError) or not self.config.dedup_fallback:
+                    state.fail(answer)
+                    continue
+                self.audit("rate_limit_unavailable", state.job, device=device)
+            elif not answer:
+                self.audit("daily_limited", state.job, device=device)
+                continue
+            state.deliveries.append(self.delivery(state, device, scope))
+
+    def delivery(self, state: PushJob, device: dict[str, Any], scope: str) -> Delivery:
+        job, digest = state.job, state.digest
+        tenant, user = job["tenant_id"], job["recipient_user_id"]
+
+        def deactivate_dead(result: SendResult) -> None:
+            if result.outcome == "dead_token":
+                self.deactivate(tenant, user, device["device_id"])
+
+        return Delivery(
+            f"{user}#{device['device_id']}",
+            scope,
+            lambda: self.send(job, device, digest),
+            {"device": device},
+            on_definite=deactivate_dead,
+        )
 
     def schedule_digest(self, job: dict[str, Any], start_ms: int) -> None:
         """Queue the digest job, delayed until its window closes (defer hops past SQS's
@@ -310,89 +460,6 @@ class PushConsumer(JobConsumer):
         }
         self.defer(digest, datetime.fromtimestamp(closes / 1000, UTC))
         self.audit("digest_scheduled", digest, window_start=start_ms)
-
-    def deliver_digest(self, job: dict[str, Any]) -> float | None:
-        """Close the window, then one push per device with the held count. The window is
-        closed before it is read, so the count is final and every retry sends the same text
-        and collapse id."""
-        tenant, user = job["tenant_id"], job["recipient_user_id"]
-        spec = job["digest"]
-        closes = spec["closes_at_ms"]
-        if to_ms(self.clock()) < closes:  # early (a skewed clock): only a closed window counts
-            self.defer(job, datetime.fromtimestamp(closes / 1000, UTC))
-            return None
-        start = spec["window_start_ms"]
-        items = self.limiter.close_digest(tenant, user, spec["channel"], start)
-        if not items:
-            self.audit("digest_empty", job)
-            return None
-        devices = self.active_devices(job)
-        if devices is None:
-            return None
-        text = digest_text(items)
-        self.audit("digest", job, window_start=start, count=len(items))
-        return self.send_to_devices(
-            job, devices, None, digest=(text, digest_collapse_id(start, len(items)))
-        )
-
-    def send_to_devices(
-        self,
-        job: dict[str, Any],
-        devices: list[dict[str, Any]],
-        zone: str | None,
-        digest: tuple[str, str] | None = None,
-    ) -> float | None:
-        tenant, user = job["tenant_id"], job["recipient_user_id"]
-        retry_in: float | None = None
-
-        def later(seconds: float) -> None:
-            nonlocal retry_in
-            retry_in = max(retry_in or 0.0, seconds)
-
-        for device in devices:
-            scope = self.scope(job, device)
-            paused = self.gate.paused_for(scope)
-            if paused > 0:
-                later(paused)  # Retry-After from an earlier answer: do not even try
-                continue
-            # Digests are exempt from the daily cap: a digest already is the collapsed excess,
-            # at most one per window, and capping it would drop notifications it stands for.
-            if digest is None and self.limits.daily_on and not self.daily_allows(job, device, zone):
-                self.audit("daily_limited", job, device=device)
-                continue
-
-            def deactivate_dead(result: SendResult, device: dict[str, Any] = device) -> None:
-                if result.outcome == "dead_token":
-                    self.deactivate(tenant, user, device["device_id"])
-
-            wait = self.send_once(
-                job,
-                f"{user}#{device['device_id']}",
-                scope,
-                lambda device=device: self.send(job, device, digest),
-                {"device": device},
-                on_definite=deactivate_dead,
-            )
-            if wait is not None:
-                later(wait)
-        return retry_in
-
-    def daily_allows(self, job: dict[str, Any], device: dict[str, Any], zone: str | None) -> bool:
-        try:
-            return self.limiter.daily(
-                job["tenant_id"],
-                job["recipient_user_id"],
-                device["device_id"],
-                job["kind"],
-                job["notification_id"],
-                self.clock(),
-                zone,
-            )
-        except redis_lib.RedisError:
-            if not self.config.dedup_fallback:
-                raise
-            self.audit("rate_limit_unavailable", job, device=device)
-            return True
 
 
 _consumer: PushConsumer | None = None

@@ -24,10 +24,12 @@ Daily cap per (tenant, user device, kind, local day)
   notification when its id is already in the set (a redelivery) or the set holds fewer than the
   cap; otherwise it is blocked for that device (seed 002 blocks; it does not digest).
 
-Each decision is one Lua script: one round trip, and atomic, which a pipeline of
-ZREMRANGEBYSCORE / ZADD NX / ZCARD cannot be (the count must be read and the id added in one
-step, or two consumers both take the last slot). The ``{<user>}`` hash tag keeps one user's keys
-in one cluster slot, as a multi-key script on MemoryDB requires.
+Each decision is one Lua script, atomic, which a pipeline of ZREMRANGEBYSCORE / ZADD NX / ZCARD
+cannot be (the count must be read and the id added in one step, or two consumers both take the
+last slot). A consumer sends the decisions of a whole SQS batch in one pipeline
+(:meth:`RateLimiter.decide_many`): one round trip per node; a node runs its scripts in the
+batch's order, so one user's jobs are decided as if one after the other. The ``{<user>}`` hash
+tag keeps one user's keys in one cluster slot, as a multi-key script on MemoryDB requires.
 
 Everything above the ``RateLimiter`` class is pure: no I/O, the instant is always passed in.
 """
@@ -46,15 +48,21 @@ from zoneinfo import ZoneInfo
 from ulid import ULID
 
 from reference_impl.quiet_hours import resolve_zone
+from reference_impl.redis_store import Command, LuaScript, pipelined, script_command
 
 __all__ = [
     "DECISION_RETENTION_SECONDS",
     "DIGEST_AUTHOR",
     "DIGEST_KIND",
+    "DailyRequest",
+    "DigestClose",
+    "LimitAnswer",
+    "LimitRequest",
     "RateLimiter",
     "RateLimits",
     "WindowDecision",
     "WindowLog",
+    "WindowRequest",
     "daily_key",
     "day_key_expires_at",
     "digest_closes_at_ms",
@@ -66,6 +74,7 @@ __all__ = [
     "parse_digest_collapse_id",
     "parse_held_member",
     "to_ms",
+    "window_decision",
     "window_floor_ms",
     "window_keys",
 ]
@@ -305,7 +314,8 @@ def digest_text(items: Sequence[tuple[str, str]]) -> str:
 # KEYS: sent, held, open. ARGV: now, window floor, limit, sent member, held member, retention
 # floor, retention ms, window ms. Returns {admitted 0|1, digest start or "", opened 0|1,
 # repeat 0|1}. Scores and the open window's start are epoch ms (exact in Lua's doubles).
-_WINDOW = """
+_WINDOW = LuaScript(
+    """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[6])
 if redis.call('ZSCORE', KEYS[1], ARGV[4]) then return {1, '', 0, 1} end
 local held = redis.call('ZSCORE', KEYS[2], ARGV[5])
@@ -327,16 +337,20 @@ redis.call('ZADD', KEYS[2], start, ARGV[5])
 redis.call('PEXPIRE', KEYS[2], ARGV[7])
 return {0, start, opened, 0}
 """
+)
 
 # KEYS: held, open. ARGV: start. Closing deletes ``open`` only when it still names this window
 # (a newer window may have replaced it, which closed this one already).
-_CLOSE = """
+_CLOSE = LuaScript(
+    """
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 return redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[1])
 """
+)
 
 # KEYS: today's set, yesterday's set. ARGV: member, cap, expire-at (epoch s). 1 = send.
-_DAILY = """
+_DAILY = LuaScript(
+    """
 if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 1 end
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return 1 end
 if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
@@ -344,11 +358,65 @@ redis.call('SADD', KEYS[1], ARGV[1])
 redis.call('EXPIREAT', KEYS[1], ARGV[3])
 return 1
 """
+)
+
+
+@dataclass(frozen=True)
+class WindowRequest:
+    """The sliding window's decision for one job."""
+
+    tenant_id: str
+    user_id: str
+    channel: str
+    notification_id: str
+    kind: str
+    author_id: str
+    now: dt.datetime
+
+
+@dataclass(frozen=True)
+class DigestClose:
+    """Close a digest window and read what it held."""
+
+    tenant_id: str
+    user_id: str
+    channel: str
+    start_ms: int
+
+
+@dataclass(frozen=True)
+class DailyRequest:
+    """The daily cap's decision for one (job, device)."""
+
+    tenant_id: str
+    user_id: str
+    device_id: str
+    kind: str
+    notification_id: str
+    now: dt.datetime
+    zone: str | None
+
+
+LimitRequest = WindowRequest | DigestClose | DailyRequest
+# WindowDecision for a WindowRequest, the held (kind, author) pairs for a DigestClose, whether
+# the device may be sent to for a DailyRequest.
+LimitAnswer = WindowDecision | list[tuple[str, str]] | bool
+
+
+def window_decision(reply: Sequence[Any]) -> WindowDecision:
+    """The window script's ``{admitted, start or "", opened, repeat}``."""
+    admitted, start, opened, repeat = reply
+    return WindowDecision(
+        admitted=bool(admitted),
+        digest_start_ms=int(start) if start not in (b"", "", None) else None,
+        opened=bool(opened),
+        repeat=bool(repeat),
+    )
 
 
 class RateLimiter:
-    """Both limits on Redis (the dedup store's cluster). Every Redis error propagates: the
-    caller decides whether an unreachable limiter stops delivery.
+    """Both limits on Redis (the dedup store's cluster). Every Redis error is the caller's to
+    judge: it decides whether an unreachable limiter stops delivery.
 
     ``count_receives`` is the deliberate defect ``rate_limit_counts_redeliveries``: each receive
     gets a member of its own, as a counter would (INCR per receive), so redeliveries spend the
@@ -366,12 +434,69 @@ class RateLimiter:
         self.limits = limits
         self.count_receives = count_receives
         self.retention_ms = retention_seconds * 1000
-        self._window = redis.register_script(_WINDOW)
-        self._close = redis.register_script(_CLOSE)
-        self._daily = redis.register_script(_DAILY)
 
     def _event(self, notification_id: str) -> str:
         return f"{notification_id}~{uuid.uuid4().hex}" if self.count_receives else notification_id
+
+    def _command(self, request: LimitRequest) -> Command:
+        if isinstance(request, WindowRequest):
+            keys = window_keys(request.tenant_id, request.user_id, request.channel)
+            event = self._event(request.notification_id)
+            now_ms = to_ms(request.now)
+            return script_command(
+                _WINDOW,
+                [keys.sent, keys.held, keys.open],
+                [
+                    now_ms,
+                    window_floor_ms(now_ms, self.limits.window_ms),
+                    self.limits.per_window,
+                    event,
+                    held_member(event, request.kind, request.author_id),
+                    now_ms - self.retention_ms,
+                    self.retention_ms,
+                    self.limits.window_ms,
+                ],
+            )
+        if isinstance(request, DigestClose):
+            keys = window_keys(request.tenant_id, request.user_id, request.channel)
+            return script_command(_CLOSE, [keys.held, keys.open], [str(request.start_ms)])
+        today = local_day(request.now, request.zone)
+        keys = [  # today's set, then yesterday's
+            daily_key(request.tenant_id, request.user_id, request.device_id, request.kind, day)
+            for day in (today, today - dt.timedelta(days=1))
+        ]
+        return script_command(
+            _DAILY,
+            keys,
+            [
+                self._event(request.notification_id),
+                self.limits.daily_per_device_type,
+                day_key_expires_at(request.now, request.zone),
+            ],
+        )
+
+    @staticmethod
+    def _answer(request: LimitRequest, reply: Any) -> LimitAnswer:
+        if isinstance(request, WindowRequest):
+            return window_decision(reply)
+        if isinstance(request, DigestClose):
+            return [parse_held_member(m)[1:] for m in reply]
+        return bool(reply)
+
+    def decide_many(self, requests: Sequence[LimitRequest]) -> list[LimitAnswer | Exception]:
+        """Every request's answer, in order, from one pipeline (one round trip per node). A
+        request whose node failed gets the RedisError instead."""
+        replies = pipelined(self.redis, [self._command(r) for r in requests])
+        return [
+            reply if isinstance(reply, Exception) else self._answer(request, reply)
+            for request, reply in zip(requests, replies, strict=True)
+        ]
+
+    def _one(self, request: LimitRequest) -> Any:
+        [answer] = self.decide_many([request])
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
     def window(
         self,
@@ -383,27 +508,8 @@ class RateLimiter:
         author_id: str,
         now: dt.datetime,
     ) -> WindowDecision:
-        keys = window_keys(tenant_id, user_id, channel)
-        event = self._event(notification_id)
-        now_ms = to_ms(now)
-        admitted, start, opened, repeat = self._window(
-            keys=[keys.sent, keys.held, keys.open],
-            args=[
-                now_ms,
-                window_floor_ms(now_ms, self.limits.window_ms),
-                self.limits.per_window,
-                event,
-                held_member(event, kind, author_id),
-                now_ms - self.retention_ms,
-                self.retention_ms,
-                self.limits.window_ms,
-            ],
-        )
-        return WindowDecision(
-            admitted=bool(admitted),
-            digest_start_ms=int(start) if start not in (b"", "", None) else None,
-            opened=bool(opened),
-            repeat=bool(repeat),
+        return self._one(
+            WindowRequest(tenant_id, user_id, channel, notification_id, kind, author_id, now)
         )
 
     def close_digest(
@@ -411,9 +517,7 @@ class RateLimiter:
     ) -> list[tuple[str, str]]:
         """Close the digest window (no job joins it afterwards) and return the held
         ``(kind, author)`` pairs. Idempotent: a second call returns the same list."""
-        keys = window_keys(tenant_id, user_id, channel)
-        members = self._close(keys=[keys.held, keys.open], args=[str(start_ms)])
-        return [parse_held_member(m)[1:] for m in members]
+        return self._one(DigestClose(tenant_id, user_id, channel, start_ms))
 
     def daily(
         self,
@@ -426,17 +530,6 @@ class RateLimiter:
         zone: str | None,
     ) -> bool:
         """True when the device may be sent this notification today (and it now counts)."""
-        today = local_day(now, zone)
-        yesterday = today - dt.timedelta(days=1)
-        result = self._daily(
-            keys=[
-                daily_key(tenant_id, user_id, device_id, kind, today),
-                daily_key(tenant_id, user_id, device_id, kind, yesterday),
-            ],
-            args=[
-                self._event(notification_id),
-                self.limits.daily_per_device_type,
-                day_key_expires_at(now, zone),
-            ],
+        return self._one(
+            DailyRequest(tenant_id, user_id, device_id, kind, notification_id, now, zone)
         )
-        return bool(result)

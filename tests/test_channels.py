@@ -35,7 +35,7 @@ from harness.provider_control import SimulatorControl
 from harness.stack import Stack, wait_until
 from reference_impl.channel_consumer import EmailConsumer
 from reference_impl.channel_providers import InAppClient, SesClient
-from reference_impl.config import DEFAULT_CHANNELS_BY_KIND, Config, ConfigError
+from reference_impl.config import DEFAULT_CHANNELS_BY_KIND, PAGES_QUEUE, Config, ConfigError
 from reference_impl.fanout import FanoutEvent, follower_jobs
 from reference_impl.fanout_worker import FanoutWorker
 
@@ -371,6 +371,11 @@ def test_a_mention_is_queued_per_channel_with_the_tenant_attribute(stack: Stack)
         c: sqs.create_queue(QueueName=config.queue_name(c))["QueueUrl"]
         for c in ("push", "email", "in_app")
     }
+    # The page-task queues the worker resolves at start (unused: two followers are one page).
+    spare = [
+        sqs.create_queue(QueueName=config.queue_name(PAGES_QUEUE, suffix))["QueueUrl"]
+        for suffix in ("", "-poison")
+    ]
     event = FanoutEvent(t.tenant, "writer", "mention", "o1", NID, datetime.now(UTC).isoformat())
     assert FanoutWorker(config).fan_out(event) == {"tier": "write", "jobs": 6}
     post = FanoutEvent(t.tenant, "writer", "post", "o2", NID, datetime.now(UTC).isoformat())
@@ -397,6 +402,8 @@ def test_a_mention_is_queued_per_channel_with_the_tenant_attribute(stack: Stack)
             "m1",
             "m2",
         ]
+        sqs.delete_queue(QueueUrl=url)
+    for url in spare:
         sqs.delete_queue(QueueUrl=url)
 
 

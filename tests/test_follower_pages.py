@@ -53,9 +53,7 @@ def check_invariants(pages: dict[str, Page], capacity: int) -> None:
         assert a.hi < b.lo, f"pages overlap: {a.lo}..{a.hi} and {b.lo}..{b.hi}"
 
 
-ids_strategy = st.lists(
-    st.integers(0, 400).map(lambda n: f"u{n:04d}"), min_size=1, max_size=60
-)
+ids_strategy = st.lists(st.integers(0, 400).map(lambda n: f"u{n:04d}"), min_size=1, max_size=60)
 
 
 @settings(max_examples=300, deadline=None)

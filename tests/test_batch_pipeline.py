@@ -1,0 +1,501 @@
+"""One pipelined round trip per Redis node per phase of an SQS batch, on a single node and on a
+local three-master cluster: the consumers' Redis traffic, counted by the servers themselves
+(``INFO stats`` ``total_reads_processed``: one read event per pipeline a node receives)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from helpers import TenantClient, apns_token, fcm_token
+from ulid import ULID
+
+from harness.ports import LOOPBACK, free_port
+from harness.redis_cluster import RedisCluster
+from harness.stack import Stack, wait_until
+from reference_impl.channel_consumer import EmailConsumer
+from reference_impl.config import Config
+from reference_impl.dedup import DedupStore, FallbackDedup, claim_from_replies
+from reference_impl.dedup_key import dedup_key
+from reference_impl.ids import device_id
+from reference_impl.job_consumer import JobState, rounds
+from reference_impl.push_consumer import PushConsumer
+from reference_impl.rate_limit import WindowDecision, window_decision
+from reference_impl.redis_store import Command, LuaScript, pipelined, script_command
+
+CONSENT = {"granted_at": "2026-01-01T00:00:00+00:00", "version": "1"}
+BATCH = 10
+# Push: cached preferences read, cache fill of the misses, sliding windows, daily caps, dedup
+# claims, 'sent' marks. Email: the preferences, the claims and the marks.
+PUSH_PHASES = 6
+EMAIL_PHASES = 4
+
+
+# -- pure ------------------------------------------------------------------------------------------
+
+
+def test_rounds_put_each_repeat_of_a_key_in_a_later_round():
+    assert rounds([]) == []
+    assert rounds(["a", "b", "c"]) == [[0, 1, 2]]
+    assert rounds(["a", "b", "a", "c", "a", "b"]) == [[0, 1, 3], [2, 5], [4]]
+
+
+def test_a_claim_is_read_from_the_set_and_the_get_of_one_pipeline():
+    error = redis.ConnectionError("down")
+    assert claim_from_replies(True, b"pending:me") == "won"
+    assert claim_from_replies(True, error) == "won"  # the SET alone decided
+    assert claim_from_replies(None, b"sent") == "already_sent"
+    assert claim_from_replies(None, b"pending:other") == "in_flight"
+    assert claim_from_replies(None, None) is None  # the lease expired in between: claim again
+    assert claim_from_replies(error, None) is error
+    assert claim_from_replies(None, error) is error
+
+
+def test_the_window_script_reply_becomes_a_decision():
+    assert window_decision([1, b"", 0, 0]) == WindowDecision(True)
+    assert window_decision([1, b"", 0, 1]) == WindowDecision(True, repeat=True)
+    assert window_decision([0, b"1777636800000", 1, 0]) == WindowDecision(
+        False, 1_777_636_800_000, opened=True
+    )
+
+
+def test_a_script_command_names_its_sha_and_the_key_that_routes_it():
+    script = LuaScript("return 1")
+    assert script.sha == hashlib.sha1(b"return 1").hexdigest()
+    command = script_command(script, ["{u}:a", "{u}:b"], [5, "x"])
+    assert command.args == ("EVALSHA", script.sha, 2, "{u}:a", "{u}:b", 5, "x")
+    assert command.route_key == "{u}:a"
+    assert script_command(script, [], []).route_key is None
+
+
+def test_a_job_state_keeps_the_longest_wait_and_the_first_error():
+    state = JobState({})
+    assert state.open and state.retry_in is None
+    state.later(3)
+    state.later(1)
+    assert state.retry_in == 3
+    first, second = ValueError("first"), ValueError("second")
+    state.fail(first)
+    state.fail(second)
+    assert state.error is first and not state.open
+
+
+# -- servers of their own: nothing else adds to their read counters -----------------------------
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with Stack(tmp_path_factory.mktemp("rt-redis"), parts=["redis"], with_workers=False) as s:
+        yield s.info.redis_url
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    with RedisCluster(tmp_path_factory.mktemp("rt-cluster")) as running:
+        yield running
+
+
+class ReadCounter:
+    """``total_reads_processed`` of every master, over connections opened before the first
+    sample (a connection's handshake is reads too)."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.nodes = {port: redis.Redis(host=LOOPBACK, port=port) for port in ports}
+        self.before = self.sample()
+
+    def sample(self) -> dict[int, int]:
+        return {
+            port: int(client.info("stats")["total_reads_processed"])
+            for port, client in self.nodes.items()
+        }
+
+    def delta(self) -> dict[int, int]:
+        after = self.sample()
+        # Each sample's INFO is a read of its own: the second one is not the consumer's.
+        return {port: after[port] - self.before[port] - 1 for port in self.nodes}
+
+    def close(self) -> None:
+        for client in self.nodes.values():
+            client.close()
+
+
+@pytest.fixture(params=["single-node", "cluster"])
+def topology(request, node, cluster) -> Iterator[tuple[Any, list[int]]]:
+    if request.param == "cluster":
+        client: Any = redis.RedisCluster.from_url(cluster.url)
+        ports = [n.port for n in client.get_primaries()]
+        assert len(ports) == 3
+    else:
+        client = redis.Redis.from_url(node)
+        ports = [client.connection_pool.connection_kwargs["port"]]
+    yield client, ports
+    client.close()
+
+
+def _warm(consumer: Any, jobs: list[dict[str, Any]]) -> None:
+    """What a consumer pays once per node, not per batch: the connection's handshake, and a
+    fresh node's NOSCRIPT for each script (it is loaded on every node)."""
+    assert consumer({"Records": [_record(j) for j in jobs]}, None) == {"batchItemFailures": []}
+    client = consumer.redis
+    if isinstance(client, redis.RedisCluster):
+        client.ping(target_nodes=redis.RedisCluster.PRIMARIES)
+    else:
+        client.ping()
+
+
+def _config(stack: Stack, **overrides: Any) -> Config:
+    values = json.loads(stack.reference_config().to_json())
+    return Config.from_mapping({**values, "audit_bucket": None, **overrides})
+
+
+def _record(job: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "messageId": uuid.uuid4().hex,
+        "receiptHandle": "not-a-real-handle",
+        "body": json.dumps(job),
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {"tenant_id": {"stringValue": job["tenant_id"], "dataType": "String"}},
+    }
+
+
+def _job(tenant: str, user: str, channel: str) -> dict[str, Any]:
+    return {
+        "tenant_id": tenant, "notification_id": str(ULID()), "recipient_user_id": user,
+        "author_id": "author", "kind": "mention", "object_id": "o1", "channel": channel,
+    }  # fmt: skip
+
+
+def _push_users(t: TenantClient, prefix: str, n: int) -> list[str]:
+    users = [f"{prefix}{i}" for i in range(n)]
+    for i, user in enumerate(users):
+        devices = [("apns", apns_token(i, t.tenant + prefix)), ("fcm", fcm_token(i, t.tenant))]
+        t.user(user, devices=devices)
+    return users
+
+
+@pytest.mark.integration
+def test_a_push_batch_takes_one_round_trip_per_node_per_phase(stack, topology):
+    client, ports = topology
+    # Every phase runs: both limits on, far above what one batch spends.
+    config = _config(stack, rate_limit_per_window=100, daily_limit_per_device_type=100)
+    consumer = PushConsumer(config, redis_client=client)
+    t = TenantClient(stack)
+    try:
+        _warm(consumer, [_job(t.tenant, u, "push") for u in _push_users(t, "w", 2)])
+        # Users never seen: their preferences miss the cache and are filled.
+        jobs = [_job(t.tenant, u, "push") for u in _push_users(t, "u", BATCH)]
+        counter = ReadCounter(ports)
+        try:
+            result = consumer({"Records": [_record(j) for j in jobs]}, None)
+            reads = counter.delta()
+        finally:
+            counter.close()
+    finally:
+        consumer.apns.close()
+        consumer.fcm.close()
+    assert result == {"batchItemFailures": []}
+    sent = [r for r in t.ledger() if r["notification_id"] in {j["notification_id"] for j in jobs}]
+    assert len(sent) == 2 * BATCH and {r["status"] for r in sent} == {200}
+    # Per job, the same batch took 2 reads for the preferences, 1 window, 2 daily caps, 2 claims
+    # and 2 marks: 91 reads on one node.
+    assert all(n <= PUSH_PHASES for n in reads.values()), reads
+    assert sum(reads.values()) <= PUSH_PHASES * len(ports), reads
+
+
+@pytest.mark.integration
+def test_an_email_batch_takes_one_round_trip_per_node_per_phase(stack, topology):
+    client, ports = topology
+    consumer = EmailConsumer(_config(stack), redis_client=client)
+    t = TenantClient(stack)
+
+    def users(prefix: str, n: int) -> list[str]:
+        names = [f"{prefix}{i}" for i in range(n)]
+        for user in names:
+            body = {
+                "zone": "UTC", "quiet_hours": None, "push_consent": CONSENT,
+                "email": f"{user}-{t.tenant}@x.example", "email_consent": CONSENT,
+            }  # fmt: skip
+            t.api.put(
+                f"/v1/tenants/{t.tenant}/users/{user}/preferences", json=body
+            ).raise_for_status()
+        return names
+
+    _warm(consumer, [_job(t.tenant, u, "email") for u in users("w", 2)])
+    jobs = [_job(t.tenant, u, "email") for u in users("u", BATCH)]
+    counter = ReadCounter(ports)
+    try:
+        result = consumer({"Records": [_record(j) for j in jobs]}, None)
+        reads = counter.delta()
+    finally:
+        counter.close()
+    assert result == {"batchItemFailures": []}
+    assert all(n <= EMAIL_PHASES for n in reads.values()), reads
+    assert sum(reads.values()) <= EMAIL_PHASES * len(ports), reads
+
+
+# -- the batch primitives on both topologies ----------------------------------------------------
+
+
+def _keys(n: int) -> list[str]:
+    return [dedup_key("tb", str(ULID()), f"u{i}#d") for i in range(n)]
+
+
+@pytest.mark.integration
+def test_pipelined_answers_per_command_and_loads_a_missing_script(topology):
+    client, _ = topology
+    client.script_flush()  # every primary: as after a failover to a fresh node
+    script = LuaScript("return redis.call('INCR', KEYS[1])")
+    key = f"pl:{uuid.uuid4().hex}"
+    commands = [
+        Command("set", (key, 5)),
+        script_command(script, [key], []),
+        script_command(script, [key], []),
+        Command("execute_command", ("LPUSH", key, "x")),  # the wrong type: this command alone
+    ]
+    replies = pipelined(client, commands)
+    assert replies[:3] == [True, 6, 7] and isinstance(replies[3], redis.ResponseError)
+    assert pipelined(client, [script_command(script, [key], []), Command("get", (key,))]) == [
+        8,
+        b"8",
+    ]
+    dead = redis.Redis(host=LOOPBACK, port=free_port(), socket_connect_timeout=0.5)
+    assert all(isinstance(r, redis.ConnectionError) for r in pipelined(dead, commands))
+
+
+@pytest.mark.integration
+def test_dedup_claims_and_settles_a_batch_of_keys(topology):
+    client, _ = topology
+    store = DedupStore(client, lease_seconds=30)
+    keys = _keys(30)
+    assert store.claim_many(keys, "a") == ["won"] * 30
+    assert store.claim_many(keys, "b") == ["in_flight"] * 30
+    sent, released, foreign = keys[:10], keys[10:20], keys[20:]
+    assert store.settle_many(sent, released, "a") == {}
+    assert store.settle_many([], foreign, "b") == {}  # not b's leases: they stay
+    assert store.claim_many(keys, "c") == ["already_sent"] * 10 + ["won"] * 10 + ["in_flight"] * 10
+    assert all(5 <= client.ttl(k) <= 30 for k in foreign)
+    assert store.claim_many([], "c") == [] and store.settle_many([], [], "c") == {}
+    client.delete(*keys)
+
+
+def _ddb_put(stack: Stack, key: str, state: str, lease_until: float | None = None) -> None:
+    item = {"pk": {"S": key}, "state": {"S": state}, "owner": {"S": "x"}}
+    if lease_until is not None:
+        item["lease_until"] = {"N": f"{lease_until:.3f}"}
+    stack.info.aws_client("dynamodb").put_item(TableName="fanout-dedup_fallback", Item=item)
+
+
+def _fallback(primary: DedupStore, stack: Stack) -> FallbackDedup:
+    return FallbackDedup(
+        primary, stack.info.aws_client("dynamodb"), "fanout-dedup_fallback", clock=time.time
+    )
+
+
+@pytest.mark.integration
+def test_won_claims_are_checked_against_the_fallback_table_in_one_pipeline(stack, topology):
+    client, _ = topology
+    store = _fallback(DedupStore(client, lease_seconds=30), stack)
+    sent_there, leased_there, free = _keys(3)
+    _ddb_put(stack, sent_there, "sent")
+    _ddb_put(stack, leased_there, "pending", lease_until=time.time() + 60)
+    assert store.claim_many([sent_there, leased_there, free], "a") == [
+        "already_sent",
+        "in_flight",
+        "won",
+    ]
+    # What the fallback decided during the outage stands in Redis too.
+    assert client.get(sent_there) == b"sent" and client.get(leased_there) is None
+    assert client.get(free) == b"pending:a"
+
+
+@pytest.mark.integration
+def test_a_failed_batch_is_one_error_and_the_third_falls_back_to_dynamodb(stack):
+    dead = redis.Redis(host=LOOPBACK, port=free_port(), socket_connect_timeout=0.5)
+    store = _fallback(DedupStore(dead, lease_seconds=30), stack)
+    keys = _keys(5)
+    for _ in range(2):  # five keys, one error each time: fail closed, no fallback yet
+        claims = store.claim_many(keys, "a")
+        assert all(isinstance(c, redis.ConnectionError) for c in claims) and not store.in_fallback
+    assert store.claim_many(keys, "a") == ["won"] * 5
+    assert store.in_fallback
+    assert store.claim_many(keys, "b") == ["in_flight"] * 5  # the fallback's leases
+    assert store.settle_many(keys[:2], keys[2:3], "a") == {}
+    assert store.claim_many(keys, "b") == ["already_sent"] * 2 + ["won"] + ["in_flight"] * 2
+
+
+# -- the consumer: a batch's deliveries depend on each other as if one job came after another -----
+
+
+def _audits(caplog: pytest.LogCaptureFixture, nids: set[str]) -> list[tuple[str, str]]:
+    out = []
+    for record in caplog.records:
+        message = record.getMessage()
+        if message.startswith('{"audit"'):
+            line = json.loads(message)
+            if line["notification_id"] in nids:
+                out.append((line["audit"], line["notification_id"]))
+    return out
+
+
+@pytest.fixture
+def push(stack) -> Iterator[PushConsumer]:
+    consumer = PushConsumer(_config(stack), redis_client=redis.Redis.from_url(stack.info.redis_url))
+    yield consumer
+    consumer.apns.close()
+    consumer.fcm.close()
+
+
+@pytest.mark.integration
+def test_copies_of_one_job_in_a_batch_are_sent_once(stack, push, caplog):
+    caplog.set_level(logging.INFO, logger="reference_impl.push_consumer")
+    t = TenantClient(stack)
+    [user] = _push_users(t, "c", 1)
+    job = _job(t.tenant, user, "push")
+    records = [_record(job) for _ in range(3)]
+    assert push({"Records": records}, None) == {"batchItemFailures": []}
+    rows = t.rows_for(job["notification_id"])
+    assert sorted(r["status"] for r in rows) == [200, 200]  # its two devices, once each
+    outcomes = [a for a, _ in _audits(caplog, {job["notification_id"]})]
+    assert sorted(outcomes) == ["deduped"] * 4 + ["sent"] * 2
+
+
+@pytest.mark.integration
+def test_a_token_that_answered_dead_is_not_tried_again_in_the_batch(stack, push, caplog):
+    caplog.set_level(logging.INFO, logger="reference_impl.push_consumer")
+    t = TenantClient(stack)
+    token = apns_token(1, t.tenant)
+    t.user("dead", devices=[("apns", token)])
+    t.apns.unregister([token])
+    jobs = [_job(t.tenant, "dead", "push") for _ in range(2)]
+    assert push({"Records": [_record(j) for j in jobs]}, None) == {"batchItemFailures": []}
+    assert [r["status"] for r in t.ledger()] == [410]
+    assert _audits(caplog, {j["notification_id"] for j in jobs}) == [
+        ("dead_token", jobs[0]["notification_id"]),
+        ("dead_token", jobs[1]["notification_id"]),
+    ]
+    reasons = [r.getMessage() for r in caplog.records if '"dead_token"' in r.getMessage()]
+    assert ['"Unregistered"' in m for m in reasons] == [True, False]
+    assert all('"deactivated"' in m for m in reasons[1:])
+
+
+@pytest.mark.integration
+def test_a_retry_after_pauses_the_rest_of_the_batch(stack, push):
+    t = TenantClient(stack)
+    tokens = [apns_token(i, t.tenant) for i in range(3)]
+    for i, token in enumerate(tokens):
+        t.user(f"p{i}", devices=[("apns", token)])
+    fault = t.apns.http.post(
+        "/_sim/faults",
+        json={"fault": "status", "params": {"status": 429, "retry_after": 5, "tokens": tokens[:1]}},
+    )
+    fault.raise_for_status()
+    jobs = [_job(t.tenant, f"p{i}", "push") for i in range(3)]
+    try:
+        result = push({"Records": [_record(j) for j in jobs]}, None)
+    finally:
+        t.apns.http.delete(f"/_sim/faults/{fault.json()['id']}").raise_for_status()
+    assert len(result["batchItemFailures"]) == 3
+    # Claimed with the first, the others were not tried once it answered 429: their leases are
+    # back, and they wait out the pause.
+    assert [(r["token"], r["status"]) for r in t.ledger()] == [(tokens[0], 429)]
+    keys = [
+        dedup_key(t.tenant, j["notification_id"], f"p{i}#{device_id(tokens[i])}")
+        for i, j in enumerate(jobs)
+    ]
+    assert push.redis.exists(*keys) == 0
+    assert 4 < push.gate.paused_for("apns") <= 5
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("window", [0, 100])
+def test_a_redis_outage_fails_the_batch_closed(stack, window, caplog):
+    caplog.set_level(logging.INFO, logger="reference_impl.push_consumer")
+    dead = redis.Redis(host=LOOPBACK, port=free_port(), socket_connect_timeout=0.5)
+    consumer = PushConsumer(_config(stack, rate_limit_per_window=window), redis_client=dead)
+    t = TenantClient(stack)
+    jobs = [_job(t.tenant, u, "push") for u in _push_users(t, "o", 3)]
+    try:
+        result = consumer({"Records": [_record(j) for j in jobs]}, None)
+    finally:
+        consumer.apns.close()
+        consumer.fcm.close()
+    assert len(result["batchItemFailures"]) == 3
+    assert t.ledger() == []  # no send without a dedup decision
+    nids = {j["notification_id"] for j in jobs}
+    assert sorted(_audits(caplog, nids)) == sorted(("dedup_unavailable", n) for n in nids)
+
+
+@pytest.mark.integration
+def test_with_the_fallback_the_third_failed_batch_is_decided_in_dynamodb(stack, caplog):
+    caplog.set_level(logging.INFO, logger="reference_impl.push_consumer")
+    dead = redis.Redis(host=LOOPBACK, port=free_port(), socket_connect_timeout=0.5)
+    consumer = PushConsumer(_config(stack, dedup_fallback=True), redis_client=dead)
+    t = TenantClient(stack)
+    jobs = [_job(t.tenant, u, "push") for u in _push_users(t, "f", 3)]
+    records = [_record(j) for j in jobs]
+    try:
+        for _ in range(2):
+            assert len(consumer({"Records": records}, None)["batchItemFailures"]) == 3
+            assert t.ledger() == []
+        assert consumer({"Records": records}, None) == {"batchItemFailures": []}
+        assert len(t.ledger()) == 6
+        # The fallback table holds the 'sent' marks: the same batch again sends nothing.
+        assert consumer({"Records": records}, None) == {"batchItemFailures": []}
+        assert len(t.ledger()) == 6
+    finally:
+        consumer.apns.close()
+        consumer.fcm.close()
+    outcomes = [a for a, _ in _audits(caplog, {j["notification_id"] for j in jobs})]
+    assert outcomes.count("dedup_unavailable") == 6
+    assert outcomes.count("sent") == 6 and outcomes.count("deduped") == 6
+
+
+@pytest.mark.integration
+def test_sends_of_a_batch_whose_store_died_are_marked_when_it_returns(stack, tmp_path):
+    """Marks wait for the end of a batch: a store that dies mid-batch leaves all of its sends
+    unmarked. The consumer's next settlement writes them, before the leases (durable, like the
+    store) run out and the redelivered jobs win their keys and send a second time."""
+    with Stack(tmp_path, parts=["redis"], with_workers=False, durable_redis=True) as store:
+        client = redis.Redis.from_url(store.info.redis_url, socket_connect_timeout=0.5)
+        consumer = PushConsumer(_config(stack), redis_client=client)
+        t = TenantClient(stack)
+        tokens = [apns_token(i, t.tenant) for i in range(3)]
+        for i, token in enumerate(tokens):
+            t.user(f"m{i}", devices=[("apns", token)])
+        jobs = [_job(t.tenant, f"m{i}", "push") for i in range(3)]
+        records = [_record(j) for j in jobs]
+        keys = [
+            dedup_key(t.tenant, j["notification_id"], f"m{i}#{device_id(tokens[i])}")
+            for i, j in enumerate(jobs)
+        ]
+        slow = t.apns.http.post(
+            "/_sim/faults", json={"fault": "latency", "params": {"ms": 1000, "tokens": tokens}}
+        )
+        slow.raise_for_status()
+        first: dict[str, Any] = {}
+        batch = threading.Thread(target=lambda: first.update(consumer({"Records": records}, None)))
+        try:
+            batch.start()
+            wait_until(lambda: len(t.ledger()) >= 1, 10, "the batch's first send")
+            store.stop_part("redis")  # the claims are in, the marks are not
+            batch.join(30)
+            t.apns.http.delete(f"/_sim/faults/{slow.json()['id']}").raise_for_status()
+            assert len(first["batchItemFailures"]) == 3 and len(t.ledger()) == 3
+            store.start_part("redis")
+            # The redelivered jobs find their leases in flight; the late marks go in meanwhile.
+            assert len(consumer({"Records": records}, None)["batchItemFailures"]) == 3
+            assert [client.get(k) for k in keys] == [b"sent"] * 3
+            assert consumer({"Records": records}, None) == {"batchItemFailures": []}
+        finally:
+            consumer.apns.close()
+            consumer.fcm.close()
+            client.close()
+        assert len(t.ledger()) == 3
