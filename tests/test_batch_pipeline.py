@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import redis
 from helpers import TenantClient, apns_token, fcm_token
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from ulid import ULID
 
 from harness.ports import LOOPBACK, free_port
@@ -40,6 +42,14 @@ EMAIL_PHASES = 4
 
 
 # -- pure ------------------------------------------------------------------------------------------
+
+
+def _dead_redis() -> redis.Redis:
+    """A store that refuses connections, failing each call at once: redis-py's default retries
+    would spend ~4.6 s on every refused call, which the fail-closed logic under test ignores."""
+    return redis.Redis(
+        host=LOOPBACK, port=free_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+    )
 
 
 def test_rounds_put_each_repeat_of_a_key_in_a_later_round():
@@ -266,7 +276,7 @@ def test_pipelined_answers_per_command_and_loads_a_missing_script(topology):
         8,
         b"8",
     ]
-    dead = redis.Redis(host=LOOPBACK, port=free_port(), socket_connect_timeout=0.5)
+    dead = _dead_redis()
     assert all(isinstance(r, redis.ConnectionError) for r in pipelined(dead, commands))
 
 
@@ -318,7 +328,7 @@ def test_won_claims_are_checked_against_the_fallback_table_in_one_pipeline(stack
 
 @pytest.mark.integration
 def test_a_failed_batch_is_one_error_and_the_third_falls_back_to_dynamodb(stack):
-    dead = redis.Redis(host=LOOPBACK, port=free_port(), socket_connect_timeout=0.5)
+    dead = _dead_redis()
     store = _fallback(DedupStore(dead, lease_seconds=30), stack)
     keys = _keys(5)
     for _ in range(2):  # five keys, one error each time: fail closed, no fallback yet
@@ -418,7 +428,7 @@ def test_a_retry_after_pauses_the_rest_of_the_batch(stack, push):
 @pytest.mark.parametrize("window", [0, 100])
 def test_a_redis_outage_fails_the_batch_closed(stack, window, caplog):
     caplog.set_level(logging.INFO, logger="reference_impl.push_consumer")
-    dead = redis.Redis(host=LOOPBACK, port=free_port(), socket_connect_timeout=0.5)
+    dead = _dead_redis()
     consumer = PushConsumer(_config(stack, rate_limit_per_window=window), redis_client=dead)
     t = TenantClient(stack)
     jobs = [_job(t.tenant, u, "push") for u in _push_users(t, "o", 3)]
@@ -436,7 +446,7 @@ def test_a_redis_outage_fails_the_batch_closed(stack, window, caplog):
 @pytest.mark.integration
 def test_with_the_fallback_the_third_failed_batch_is_decided_in_dynamodb(stack, caplog):
     caplog.set_level(logging.INFO, logger="reference_impl.push_consumer")
-    dead = redis.Redis(host=LOOPBACK, port=free_port(), socket_connect_timeout=0.5)
+    dead = _dead_redis()
     consumer = PushConsumer(_config(stack, dedup_fallback=True), redis_client=dead)
     t = TenantClient(stack)
     jobs = [_job(t.tenant, u, "push") for u in _push_users(t, "f", 3)]
