@@ -67,7 +67,30 @@ def _attempt(step: Callable[..., _T], *args: Any) -> _T | Exception:
         return exc
 
 
-class DedupStore:
+class _OneKey:
+    """The one-key protocol as one-key batches: a store implements the batch methods only."""
+
+    def claim_many(self, keys: Sequence[str], owner: str) -> list[Claim | Exception]:
+        raise NotImplementedError
+
+    def settle_many(
+        self, sent: Sequence[str], released: Sequence[str], owner: str
+    ) -> dict[str, Exception]:
+        raise NotImplementedError
+
+    def claim(self, key: str, owner: str) -> Claim:
+        return _raise_or_return(self.claim_many([key], owner)[0])
+
+    def mark_sent(self, key: str) -> None:
+        for error in self.settle_many([key], [], "").values():
+            raise error
+
+    def release(self, key: str, owner: str) -> None:
+        for error in self.settle_many([], [key], owner).values():
+            raise error
+
+
+class DedupStore(_OneKey):
     def __init__(self, redis: Any, lease_seconds: int, ttl_seconds: int = DEDUP_TTL_SECONDS):
         self.redis = redis
         self.lease_seconds = lease_seconds
@@ -109,19 +132,8 @@ class DedupStore:
         keys = [*sent, *released]
         return {k: r for k, r in zip(keys, replies, strict=True) if isinstance(r, Exception)}
 
-    def claim(self, key: str, owner: str) -> Claim:
-        return _raise_or_return(self.claim_many([key], owner)[0])
 
-    def mark_sent(self, key: str) -> None:
-        for error in self.settle_many([key], [], "").values():
-            raise error
-
-    def release(self, key: str, owner: str) -> None:
-        for error in self.settle_many([], [key], owner).values():
-            raise error
-
-
-class FallbackDedup:
+class FallbackDedup(_OneKey):
     """Redis first; on a sustained Redis outage, a DynamoDB conditional put (seed: consent-
     bearing channels fall back to a durable second store).
 
@@ -298,14 +310,3 @@ class FallbackDedup:
             if error is not None:
                 errors[key] = error
         return errors
-
-    def claim(self, key: str, owner: str) -> Claim:
-        return _raise_or_return(self.claim_many([key], owner)[0])
-
-    def mark_sent(self, key: str) -> None:
-        for error in self.settle_many([key], [], "").values():
-            raise error
-
-    def release(self, key: str, owner: str) -> None:
-        for error in self.settle_many([], [key], owner).values():
-            raise error

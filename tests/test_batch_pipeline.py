@@ -44,6 +44,16 @@ EMAIL_PHASES = 4
 # -- pure ------------------------------------------------------------------------------------------
 
 
+def _batch_reads(consumer, jobs, ports) -> tuple[dict, dict[int, int]]:
+    """One batch of ``jobs``, and the reads each server counted while it ran."""
+    counter = ReadCounter(ports)
+    try:
+        result = consumer({"Records": [_record(j) for j in jobs]}, None)
+        return result, counter.delta()
+    finally:
+        counter.close()
+
+
 def _dead_redis() -> redis.Redis:
     """A store that refuses connections, failing each call at once: redis-py's default retries
     would spend ~4.6 s on every refused call, which the fail-closed logic under test ignores."""
@@ -202,12 +212,7 @@ def test_a_push_batch_takes_one_round_trip_per_node_per_phase(stack, topology):
         _warm(consumer, [_job(t.tenant, u, "push") for u in _push_users(t, "w", 2)])
         # Users never seen: their preferences miss the cache and are filled.
         jobs = [_job(t.tenant, u, "push") for u in _push_users(t, "u", BATCH)]
-        counter = ReadCounter(ports)
-        try:
-            result = consumer({"Records": [_record(j) for j in jobs]}, None)
-            reads = counter.delta()
-        finally:
-            counter.close()
+        result, reads = _batch_reads(consumer, jobs, ports)
     finally:
         consumer.apns.close()
         consumer.fcm.close()
@@ -240,12 +245,7 @@ def test_an_email_batch_takes_one_round_trip_per_node_per_phase(stack, topology)
 
     _warm(consumer, [_job(t.tenant, u, "email") for u in users("w", 2)])
     jobs = [_job(t.tenant, u, "email") for u in users("u", BATCH)]
-    counter = ReadCounter(ports)
-    try:
-        result = consumer({"Records": [_record(j) for j in jobs]}, None)
-        reads = counter.delta()
-    finally:
-        counter.close()
+    result, reads = _batch_reads(consumer, jobs, ports)
     assert result == {"batchItemFailures": []}
     assert all(n <= EMAIL_PHASES for n in reads.values()), reads
     assert sum(reads.values()) <= EMAIL_PHASES * len(ports), reads
