@@ -89,6 +89,9 @@ class Config:
     follower_page_size: int = 1000
     pages_per_walk: int = 10
     fanout_page_threads: int = 2
+    # A page task is a thousand jobs, not one: it gets a visibility timeout long enough to
+    # finish before another worker sees it again (a second copy re-enqueues the whole page).
+    page_task_visibility_seconds: int = 120
     # Visibility timeout of the channel queues: how long a failed job waits before retry.
     visibility_timeout_seconds: int = 10
     max_receive_count: int = 3
@@ -196,6 +199,7 @@ class Config:
             "follower_page_size",
             "pages_per_walk",
             "fanout_page_threads",
+            "page_task_visibility_seconds",
         ):
             value = getattr(config, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

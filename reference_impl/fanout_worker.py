@@ -279,8 +279,15 @@ def main(argv: list[str] | None = None) -> int:
         QueueUrl=worker.pages_queue, AttributeNames=["QueueArn"]
     )["Attributes"]["QueueArn"]
     pollers += [
+        # One task per invocation: a page is already a thousand jobs, and a batch of ten
+        # handled in turn would outlast the visibility timeout of the last ones.
         SqsPoller(
-            worker.sqs, worker.pages_queue, pages_arn, worker.handle_tasks, "fanout-pages"
+            worker.sqs,
+            worker.pages_queue,
+            pages_arn,
+            worker.handle_tasks,
+            "fanout-pages",
+            batch_size=1,
         ).run
         for _ in range(config.fanout_page_threads)
     ]

@@ -15,7 +15,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from reference_impl.aws import client
-from reference_impl.config import WORK_QUEUES, Config, ConfigError
+from reference_impl.config import PAGES_QUEUE, WORK_QUEUES, Config, ConfigError
 
 # name -> has a sort key
 TABLES: dict[str, bool] = {
@@ -139,7 +139,11 @@ def provision(config: Config) -> dict[str, str]:
         urls[main] = sqs.create_queue(
             QueueName=main,
             Attributes={
-                "VisibilityTimeout": str(config.visibility_timeout_seconds),
+                "VisibilityTimeout": str(
+                    config.page_task_visibility_seconds
+                    if channel == PAGES_QUEUE
+                    else config.visibility_timeout_seconds
+                ),
                 "RedrivePolicy": json.dumps(
                     {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": config.max_receive_count}
                 ),

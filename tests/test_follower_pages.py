@@ -163,3 +163,21 @@ def test_page_keys_walk_the_index_in_order_in_slices(pages):
             break
     assert keys == sorted(keys) and len(keys) == 8 and walked == 3
     assert pages.page_at_or_after(tenant, author, keys[2]).lo == keys[2]
+
+
+@pytest.mark.integration
+def test_page_tasks_get_a_visibility_timeout_of_their_own(stack):
+    """A page task is a thousand jobs: under the channel queues' short timeout a slow one would
+    be handed to a second worker and its page enqueued twice (bench_inbox saw 53,696 jobs for
+    50,000 followers)."""
+    config = stack.reference_config()
+    sqs = stack.info.aws_client("sqs")
+
+    def visibility(name: str) -> int:
+        url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+        attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])
+        return int(attrs["Attributes"]["VisibilityTimeout"])
+
+    assert visibility(config.queue_name("pages")) == config.page_task_visibility_seconds
+    assert visibility(config.queue_name("push")) == config.visibility_timeout_seconds
+    assert config.page_task_visibility_seconds > config.visibility_timeout_seconds
