@@ -332,6 +332,9 @@ class Stack:
             # the fan-out of fan-out (walk tasks handing on, page tasks in parallel).
             "follower_page_size": 20,
             "pages_per_walk": 2,
+            # Pages of 20 take well under a second; a lost delete of one (the SQS faults reach
+            # every queue) then comes back in seconds, not the production default's 120.
+            "page_task_visibility_seconds": 15,
             "visibility_timeout_seconds": 5,
             "dedup_lease_seconds": 8,
             "event_api_host": LOOPBACK,
