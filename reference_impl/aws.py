@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -49,3 +50,33 @@ def batch_write(ddb: Any, table: str, requests: list[dict[str, Any]]) -> None:
         if not pending:
             return
     raise RuntimeError(f"BatchWriteItem on {table} left items unprocessed after 20 tries")
+
+
+def send_batch(
+    sqs: Any,
+    queue: str,
+    entries: list[dict[str, Any]],
+    on_accepted: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> None:
+    """SendMessageBatch (at most 10 entries) with the failed entries sent again until none are
+    left; ``on_accepted`` is told each attempt's accepted entries, once per accepted copy."""
+    for _ in range(10):
+        failed = {
+            f["Id"]
+            for f in sqs.send_message_batch(QueueUrl=queue, Entries=entries).get("Failed", [])
+        }
+        if on_accepted is not None:
+            on_accepted([e for e in entries if e["Id"] not in failed])
+        if not failed:
+            return
+        entries = [e for e in entries if e["Id"] in failed]
+    raise RuntimeError(f"SendMessageBatch kept failing for {len(entries)} message(s)")
+
+
+def to_poison(sqs: Any, queue: str, record: dict[str, Any], reason: str) -> None:
+    """A message no retry can fix, parked with the reason as a message attribute."""
+    sqs.send_message(
+        QueueUrl=queue,
+        MessageBody=record.get("body") or "",
+        MessageAttributes={"reason": {"DataType": "String", "StringValue": reason[:256]}},
+    )

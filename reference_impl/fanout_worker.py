@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from reference_impl.audit import AuditSink
-from reference_impl.aws import batch_write, client, queue_url
+from reference_impl.aws import batch_write, client, queue_url, send_batch, to_poison
 from reference_impl.config import PAGES_QUEUE, Config, ConfigError
 from reference_impl.event_source import (
     CheckpointStore,
@@ -74,18 +74,15 @@ class FanoutWorker:
         for batch in chunks(jobs, 10):
             entries = sqs_entries(batch)
             job_of = {e["Id"]: job for e, job in zip(entries, batch, strict=True)}
-            for _ in range(10):
-                failed = self.sqs.send_message_batch(QueueUrl=queue, Entries=entries).get(
-                    "Failed", []
-                )
-                retry = {f["Id"] for f in failed}
-                # Only what the queue accepted is audited as enqueued, once per accepted copy.
-                self.audit_enqueued([job_of[e["Id"]] for e in entries if e["Id"] not in retry])
-                if not failed:
-                    break
-                entries = [e for e in entries if e["Id"] in retry]
-            else:
-                raise RuntimeError(f"SendMessageBatch kept failing for {len(entries)} job(s)")
+            # Only what the queue accepted is audited as enqueued, once per accepted copy.
+            send_batch(
+                self.sqs,
+                queue,
+                entries,
+                lambda accepted, job_of=job_of: self.audit_enqueued(
+                    [job_of[e["Id"]] for e in accepted]
+                ),
+            )
 
     def audit_enqueued(self, jobs: list[dict[str, Any]]) -> None:
         if self.audit_sink is None or not jobs:
@@ -147,17 +144,9 @@ class FanoutWorker:
 
     def send_tasks(self, tasks: list[PageTask]) -> None:
         for batch in chunks(tasks, 10):
-            entries = [task_entry(t, str(i)) for i, t in enumerate(batch)]
-            for _ in range(10):
-                failed = self.sqs.send_message_batch(
-                    QueueUrl=self.pages_queue, Entries=entries
-                ).get("Failed", [])
-                if not failed:
-                    break
-                retry = {f["Id"] for f in failed}
-                entries = [e for e in entries if e["Id"] in retry]
-            else:
-                raise RuntimeError(f"SendMessageBatch kept failing for {len(entries)} task(s)")
+            send_batch(
+                self.sqs, self.pages_queue, [task_entry(t, str(i)) for i, t in enumerate(batch)]
+            )
 
     def handle_tasks(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         """The Lambda behind the page queue: a walk or a page per record; a failed one comes
@@ -168,13 +157,7 @@ class FanoutWorker:
                 task = parse_task(record.get("body") or "")
             except MalformedTask as exc:
                 log.error("poison page task %s: %s", record.get("messageId"), exc)
-                self.sqs.send_message(
-                    QueueUrl=self.pages_poison_queue,
-                    MessageBody=record.get("body") or "",
-                    MessageAttributes={
-                        "reason": {"DataType": "String", "StringValue": str(exc)[:256]}
-                    },
-                )
+                to_poison(self.sqs, self.pages_poison_queue, record, str(exc))
                 continue
             try:
                 if task.kind == "walk":

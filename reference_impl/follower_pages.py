@@ -218,24 +218,19 @@ class FollowerPages:
         more = "LastEvaluatedKey" in response and bool(keys)
         return keys, (keys[-1] if more else None)
 
-    def read(self, tenant: str, author: str, lo: str) -> Page | None:
-        item = self.ddb.get_item(
-            TableName=self.table,
-            Key={"pk": {"S": user_key(tenant, author)}, "sk": {"S": lo}},
-            ConsistentRead=True,
-        ).get("Item")
-        return page_of(item) if item else None
-
     def all_pages(self, tenant: str, author: str) -> Iterator[Page]:
-        after = None
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": user_key(tenant, author)}},
+            "ConsistentRead": True,
+        }
         while True:
-            keys, after = self.page_keys(tenant, author, after, 100)
-            for lo in keys:
-                page = self.read(tenant, author, lo)
-                if page is not None:
-                    yield page
-            if after is None:
+            response = self.ddb.query(**kwargs)
+            yield from (page_of(item) for item in response.get("Items", []))
+            if "LastEvaluatedKey" not in response:
                 return
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
     def _pages_for(self, pk: str, ids: Sequence[str]) -> list[Page]:
         """The pages ``plan_add`` needs: the one at or below the smallest id, and every page

@@ -47,7 +47,7 @@ import redis as redis_lib
 from ulid import ULID
 
 from reference_impl.audit import AuditSink
-from reference_impl.aws import client, queue_url
+from reference_impl.aws import client, queue_url, to_poison
 from reference_impl.config import Config
 from reference_impl.dedup import Claim, DedupStore, FallbackDedup
 from reference_impl.dedup_key import dedup_key
@@ -492,11 +492,7 @@ class JobConsumer:
         return state.retry_in
 
     def to_poison(self, record: dict[str, Any], reason: str) -> None:
-        self.sqs.send_message(
-            QueueUrl=self.poison_queue,
-            MessageBody=record.get("body") or "",
-            MessageAttributes={"reason": {"DataType": "String", "StringValue": reason[:256]}},
-        )
+        to_poison(self.sqs, self.poison_queue, record, reason)
 
     def backoff(self, record: dict[str, Any], hint: float) -> int:
         """Seconds until a failed job is retried: the hint (e.g. Retry-After) or an exponential
