@@ -428,13 +428,15 @@ class JobConsumer:
         errors = self.settle_many([*late, *sent], released)
         self.remember_marks([*late, *sent], errors)
         for state, delivery, key, answer in answered:
-            if key in errors:
-                state.fail(errors[key])
-                continue
+            # The answer is audited whether or not its key settled: a send that happened is in
+            # the trail even when its mark is late (the job comes back and is audited
+            # 'deduped' then).
             try:
                 self.settled(state, delivery, answer)
             except Exception as exc:
                 state.fail(exc)
+            if key in errors:
+                state.fail(errors[key])
 
     def send_won(
         self, state: JobState, delivery: Delivery, dead: set[tuple[str, str]]
@@ -459,7 +461,7 @@ class JobConsumer:
         return result
 
     def settled(self, state: JobState, delivery: Delivery, answer: SendResult | str) -> None:
-        """The audit (and the definite answer's follow-up) once the key is settled."""
+        """The audit (and the definite answer's follow-up) of a won claim's answer."""
         job, fields = state.job, delivery.audit_fields
         if answer == _DEAD:
             self.audit("dead_token", job, **fields, reason="deactivated")

@@ -469,10 +469,12 @@ def test_with_the_fallback_the_third_failed_batch_is_decided_in_dynamodb(stack, 
 
 
 @pytest.mark.integration
-def test_sends_of_a_batch_whose_store_died_are_marked_when_it_returns(stack, tmp_path):
+def test_sends_of_a_batch_whose_store_died_are_marked_when_it_returns(stack, tmp_path, caplog):
     """Marks wait for the end of a batch: a store that dies mid-batch leaves all of its sends
     unmarked. The consumer's next settlement writes them, before the leases (durable, like the
-    store) run out and the redelivered jobs win their keys and send a second time."""
+    store) run out and the redelivered jobs win their keys and send a second time. The sends
+    are audited 'sent' all the same: they happened."""
+    caplog.set_level(logging.INFO, logger="reference_impl.push_consumer")
     with Stack(tmp_path, parts=["redis"], with_workers=False, durable_redis=True) as store:
         client = redis.Redis.from_url(store.info.redis_url, socket_connect_timeout=0.5)
         consumer = PushConsumer(_config(stack), redis_client=client)
@@ -509,3 +511,5 @@ def test_sends_of_a_batch_whose_store_died_are_marked_when_it_returns(stack, tmp
             consumer.fcm.close()
             client.close()
         assert len(t.ledger()) == 3
+    outcomes = [a for a, _ in _audits(caplog, {j["notification_id"] for j in jobs})]
+    assert outcomes.count("sent") == 3 and outcomes.count("deduped") == 3
