@@ -597,8 +597,7 @@ def execute(
             progress("collect", f"{parked} message(s) left in dead-letter queues")
         if target is None:
             # The workers store their buffered audit records on SIGTERM: stop them first.
-            for part in ("fanout-worker", *WORKER_PARTS[2:]):
-                stack.stop_part(part)
+            stack.stop_parts(["fanout-worker", *WORKER_PARTS[2:]])
         channels.poll()
         channels.close()
         audited = collect_audit(info, history)

@@ -494,10 +494,14 @@ class Stack:
 
     def stop_part(self, part: str) -> None:
         """Stop one part (SIGTERM, then SIGKILL); its port stays reserved for a restart."""
-        proc = self.procs.pop(part, None)
-        if proc is not None:
-            stop_process(proc)
-        (self.workdir / f"{part}.ready").unlink(missing_ok=True)
+        self.stop_parts([part])
+
+    def stop_parts(self, parts: Sequence[str]) -> None:
+        """Stop several parts at once: each gets its SIGTERM before any is waited for, so their
+        shutdowns (a poller's long poll, an audit flush) overlap."""
+        stop_processes([self.procs.pop(part) for part in parts if part in self.procs])
+        for part in parts:
+            (self.workdir / f"{part}.ready").unlink(missing_ok=True)
 
     def kill_part(self, part: str) -> None:
         """kill -9 one part, as a crash would."""
