@@ -28,8 +28,14 @@ from harness.population import PopulationSpec, generate
 from harness.stack import Stack
 
 ROOT = Path(__file__).resolve().parent.parent
-# The seed's production shape: pages of 1,000, the 10,000-follower threshold.
-REFERENCE = {"follower_page_size": 1000, "pages_per_walk": 10, "celebrity_threshold": 10_000}
+# The seed's production shape: pages of 1,000, the 10,000-follower threshold; the API served
+# by two processes (two concurrent Lambda instances: one Python process is one core at most).
+REFERENCE = {
+    "follower_page_size": 1000,
+    "pages_per_walk": 10,
+    "celebrity_threshold": 10_000,
+    "event_api_processes": 2,
+}
 
 
 def bench_population(followers: int, push_enabled: float, seed: int) -> dict[str, object]:

@@ -26,6 +26,7 @@ def _check(response: httpx.Response, what: str) -> dict[str, Any]:
 
 
 USERS_PER_BULK_CALL = 500
+FOLLOWERS_PER_CALL = 10_000
 
 
 def _preferences(user: Any) -> dict[str, Any]:
@@ -72,7 +73,7 @@ def _bulk_calls(population: Population) -> list[tuple[str, str, dict[str, Any]]]
 
 
 def _follower_calls(population: Population) -> list[list[tuple[str, str, dict[str, Any]]]]:
-    """Each author's follower list, 1,000 a call, as one chain per author: a system may
+    """Each author's follower list, 10,000 a call, as one chain per author: a system may
     serialise changes to one author's list (the reference does), so the calls of one author go
     one after another and the authors go in parallel."""
     chains = []
@@ -81,8 +82,8 @@ def _follower_calls(population: Population) -> list[list[tuple[str, str, dict[st
         path = f"/v1/tenants/{author.tenant_id}/users/{author.user_id}/followers:batch"
         chains.append(
             [
-                ("POST", path, {"followers": followers[start : start + 1000]})
-                for start in range(0, len(followers), 1000)
+                ("POST", path, {"followers": followers[start : start + FOLLOWERS_PER_CALL]})
+                for start in range(0, len(followers), FOLLOWERS_PER_CALL)
             ]
         )
     return chains

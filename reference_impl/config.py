@@ -145,6 +145,9 @@ class Config:
     defects: tuple[str, ...] = ()
     event_api_host: str = "127.0.0.1"
     event_api_port: int = 8080
+    # Processes serving the local API Gateway's port (Lambda's concurrent instances): one
+    # Python process is one core at most, whatever its threads.
+    event_api_processes: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
     def table(self, name: str) -> str:
@@ -200,6 +203,7 @@ class Config:
             "pages_per_walk",
             "fanout_page_threads",
             "page_task_visibility_seconds",
+            "event_api_processes",
         ):
             value = getattr(config, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -4,8 +4,9 @@ Purges the user's inbox rows, read state, preferences, devices, follow edges, ca
 the dedup keys of every push, email and in-app message the user could have been sent. Dedup keys
 are hashes of (tenant, notification, recipient), so no index is needed to find them: the user's
 own inbox (with the followed celebrities' posts merged in, 90 days, longer than the keys' 30)
-names every notification, the device rows name every device, the preferences the email address
-(an address changed within the last 30 days leaves the old one's keys to expire on their TTL).
+names every notification, the user's record (preferences and devices in one item) every device
+and the email address (an address changed within the last 30 days leaves the old one's keys to
+expire on their TTL).
 
 Order matters for a retry: the keys are computed first (they need the inbox and devices), the
 Redis keys go next (a Redis error stops the erasure before anything else is gone, so a retry
@@ -14,7 +15,6 @@ computes the same keys again), and the DynamoDB rows last (deleting them twice i
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +23,7 @@ from reference_impl.config import Config
 from reference_impl.dedup_key import dedup_key, email_recipient, inapp_recipient
 from reference_impl.ids import preferences_cache_key, user_key
 from reference_impl.inbox import Inbox
+from reference_impl.user_record import devices_of, preferences_of
 
 MAX_INBOX_PAGES = 10_000  # bounded: 100 per page, a million notifications
 
@@ -73,14 +74,8 @@ def channel_dedup_keys(
     return [dedup_key(tenant, n, r) for n in notifications for r in recipients]
 
 
-def _email_of(ddb: Any, table: str, pk: str) -> str | None:
-    item = ddb.get_item(TableName=table, Key={"pk": {"S": pk}}, ConsistentRead=True).get("Item")
-    if not item:
-        return None
-    try:
-        email = json.loads(item["prefs"]["S"]).get("email")
-    except (KeyError, ValueError, AttributeError):
-        return None
+def _email_of(prefs: dict[str, Any] | None) -> str | None:
+    email = prefs.get("email") if isinstance(prefs, dict) else None
     return email if isinstance(email, str) and email else None
 
 
@@ -94,11 +89,16 @@ def erase_user(config: Config, ddb: Any, redis: Any, tenant: str, user: str) -> 
     """Erase one user of one tenant; returns what was removed, by kind."""
     pk = user_key(tenant, user)
     inbox = Inbox(config, ddb, redis)
-    devices = list(_query_all(ddb, config.table("devices"), pk))
-    device_ids = [d["sk"]["S"] for d in devices]
+    record = ddb.get_item(
+        TableName=config.table("preferences"), Key={"pk": {"S": pk}}, ConsistentRead=True
+    ).get("Item")
+    try:
+        email = _email_of(preferences_of(record))
+    except ValueError:  # an unreadable record: its devices still name their keys
+        email = None
+    device_ids = [d["device_id"] for d in devices_of(record)]
     notifications = notification_ids(inbox, tenant, user)
     keys = user_dedup_keys(tenant, user, notifications, device_ids)
-    email = _email_of(ddb, config.table("preferences"), pk)
     keys += channel_dedup_keys(tenant, user, notifications, email)
     # The authors the user follows: the per-edge rows kept below the threshold, and the
     # tenant's celebrities whose follower pages hold the user (read before the cache goes).
@@ -120,9 +120,7 @@ def erase_user(config: Config, ddb: Any, redis: Any, tenant: str, user: str) -> 
     )
     counts = {
         "dedup_keys": removed_keys,
-        "devices": _delete_rows(
-            ddb, config.table("devices"), [{"pk": {"S": pk}, "sk": d["sk"]} for d in devices]
-        ),
+        "devices": len(device_ids),  # they go with the record, below
         "follows": unfollowed,
     }
     for table in ("inbox", "reads"):

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import logging
+import os
 import re
 import signal
 import sys
@@ -21,7 +23,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from botocore.exceptions import BotoCoreError, ClientError
@@ -32,13 +33,15 @@ from reference_impl.config import CHANNELS, Config, ConfigError
 from reference_impl.follower_pages import FollowerPages, PagesBusy
 from reference_impl.ids import device_id, preferences_cache_key, user_key, valid_id
 from reference_impl.inbox import MAX_LIMIT, BadCursor, Inbox, parse_cursor
-from reference_impl.quiet_hours import parse_window
+from reference_impl.quiet_hours import parse_window, resolve_zone
+from reference_impl.user_record import device_attribute, device_value, record_item
 
 log = logging.getLogger("reference.event_api")
 
 EVENT_KINDS = ("post", "like", "comment", "mention")
 PLATFORMS = ("apns", "fcm")
-MAX_FOLLOWERS_PER_CALL = 1000
+# Ten follower pages a call: one lease of the author's list and one count update for them.
+MAX_FOLLOWERS_PER_CALL = 10_000
 MAX_USERS_PER_CALL = 500
 MAX_BODY_BYTES = 1_000_000
 # One plain address: no display name, no list (the email consumer sends to exactly this).
@@ -196,10 +199,8 @@ class EventApi:
         zone = body.get("zone")
         if not isinstance(zone, str):
             raise BadRequest("zone must be an IANA time zone name such as Europe/Berlin")
-        try:
-            ZoneInfo(zone)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise BadRequest(f"unknown time zone {zone!r}") from exc
+        if resolve_zone(zone) is None:
+            raise BadRequest(f"unknown time zone {zone!r}")
         try:
             parse_window(body.get("quiet_hours"))
         except (ValueError, TypeError) as exc:
@@ -231,27 +232,12 @@ class EventApi:
         return prefs
 
     @staticmethod
-    def _preferences_item(tenant: str, user: str, prefs: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "pk": {"S": user_key(tenant, user)},
-            "prefs": {"S": json.dumps(prefs)},
-            "updated_at": {"S": datetime.now(UTC).isoformat()},
-        }
-
-    @staticmethod
-    def _device_item(tenant: str, user: str, token: Any, platform: Any) -> dict[str, Any]:
+    def _device(token: Any, platform: Any) -> tuple[str, str]:
         if platform not in PLATFORMS:
             raise BadRequest("platform must be apns or fcm")
         if not isinstance(token, str) or not token or len(token) > 4096:
             raise BadRequest("token must be 1-4096 characters")
-        return {
-            "pk": {"S": user_key(tenant, user)},
-            "sk": {"S": device_id(token)},
-            "token": {"S": token},
-            "platform": {"S": platform},
-            "active": {"BOOL": True},
-            "registered_at": {"S": datetime.now(UTC).isoformat()},
-        }
+        return token, platform
 
     def _invalidate(self, keys: list[str]) -> bool:
         """Write-through invalidation: a withdrawn consent takes effect on the next job."""
@@ -264,9 +250,15 @@ class EventApi:
     def put_preferences(self, event: dict[str, Any], tenant: str, user: str) -> dict[str, Any]:
         self._require_ids(tenant_id=tenant, user_id=user)
         prefs = self._preferences(self._json_body(event))
-        self.ddb.put_item(
+        # An update, not a put: the record's devices stay as they are.
+        self.ddb.update_item(
             TableName=self.config.table("preferences"),
-            Item=self._preferences_item(tenant, user, prefs),
+            Key={"pk": {"S": user_key(tenant, user)}},
+            UpdateExpression="SET prefs = :p, updated_at = :t",
+            ExpressionAttributeValues={
+                ":p": {"S": json.dumps(prefs)},
+                ":t": {"S": datetime.now(UTC).isoformat()},
+            },
         )
         invalidated = self._invalidate([preferences_cache_key(tenant, user)])
         return _response(200, {"stored": True, "cache_invalidated": invalidated})
@@ -276,49 +268,59 @@ class EventApi:
     ) -> dict[str, Any]:
         self._require_ids(tenant_id=tenant, user_id=user)
         body = self._json_body(event)
-        item = self._device_item(tenant, user, token, body.get("platform"))
-        self.ddb.put_item(TableName=self.config.table("devices"), Item=item)
+        token, platform = self._device(token, body.get("platform"))
+        self.ddb.update_item(
+            TableName=self.config.table("preferences"),
+            Key={"pk": {"S": user_key(tenant, user)}},
+            UpdateExpression="SET #d = :d",
+            ExpressionAttributeNames={"#d": device_attribute(device_id(token))},
+            ExpressionAttributeValues={
+                ":d": device_value(token, platform, datetime.now(UTC).isoformat())
+            },
+        )
         return _response(200, {"device_id": device_id(token)})
 
     def put_users(self, event: dict[str, Any], tenant: str) -> dict[str, Any]:
-        """Bulk load: preferences and devices of up to MAX_USERS_PER_CALL users in one call,
-        written with BatchWriteItem. All entries are validated before anything is stored."""
+        """Bulk load: the records (preferences and devices) of up to MAX_USERS_PER_CALL users
+        in one call, one item per user, written with BatchWriteItem. Each entry replaces the
+        user's whole record. All entries are validated before anything is stored."""
         self._require_ids(tenant_id=tenant)
         users = self._json_body(event).get("users")
         if not isinstance(users, list) or not users:
             raise BadRequest("users must be a non-empty list")
         if len(users) > MAX_USERS_PER_CALL:
             raise BadRequest(f"at most {MAX_USERS_PER_CALL} users per call")
-        prefs_items, device_items, keys = [], [], []
+        now = datetime.now(UTC).isoformat()
+        items, keys, with_prefs, devices = [], [], 0, 0
         for i, entry in enumerate(users):
             try:
                 if not isinstance(entry, dict) or not valid_id(entry.get("user_id")):
                     raise BadRequest("user_id is missing or invalid")
                 user = entry["user_id"]
+                prefs = None
                 if entry.get("preferences") is not None:
                     prefs = self._preferences(entry["preferences"])
-                    prefs_items.append(self._preferences_item(tenant, user, prefs))
-                    keys.append(preferences_cache_key(tenant, user))
+                    with_prefs += 1
+                registered = []
                 for device in entry.get("devices") or []:
                     if not isinstance(device, dict):
                         raise BadRequest("devices must be a list of {token, platform}")
-                    device_items.append(
-                        self._device_item(tenant, user, device.get("token"), device.get("platform"))
-                    )
+                    registered.append(self._device(device.get("token"), device.get("platform")))
             except BadRequest as exc:
                 raise BadRequest(f"users[{i}]: {exc}") from exc
-        for table, items in (("preferences", prefs_items), ("devices", device_items)):
-            for start in range(0, len(items), 25):
-                requests = [{"PutRequest": {"Item": it}} for it in items[start : start + 25]]
-                batch_write(self.ddb, self.config.table(table), requests)
-        invalidated = self._invalidate(keys) if keys else True
+            items.append(record_item(user_key(tenant, user), prefs, registered, now))
+            keys.append(preferences_cache_key(tenant, user))
+            devices += len(registered)
+        for start in range(0, len(items), 25):
+            requests = [{"PutRequest": {"Item": it}} for it in items[start : start + 25]]
+            batch_write(self.ddb, self.config.table("preferences"), requests)
         return _response(
             200,
             {
                 "users": len(users),
-                "preferences": len(prefs_items),
-                "devices": len(device_items),
-                "cache_invalidated": invalidated,
+                "preferences": with_prefs,
+                "devices": devices,
+                "cache_invalidated": self._invalidate(keys),
             },
         )
 
@@ -489,25 +491,60 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 512
 
 
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
 def serve(config: Config, host: str, port: int) -> int:
-    api = EventApi(config)
+    """Serve until SIGTERM/SIGINT with ``config.event_api_processes`` processes on one
+    listening socket (each accepts its own connections, as concurrent Lambda instances take
+    their own requests). The first process is the parent of the others: it passes its signal
+    on and waits for them, so stopping it (or its process group) stops them all."""
     try:
-        server = _Server((host, port), _request_handler(api))
+        server = _Server((host, port), BaseHTTPRequestHandler)
     except OSError as exc:
         print(f"error: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
         return 2
+    # Every process waits on the same socket and all wake for one connection: one accepts it,
+    # and a blocking accept() would hold the others until the next one.
+    server.socket.setblocking(False)
+    # Held until each process has its handlers: a stop that comes mid-fork is not lost.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    children = []
+    # Fork before any thread or client exists: each process makes its own (boto3 clients and
+    # Redis connections do not survive a fork).
+    for _ in range(config.event_api_processes - 1):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(_serve_forever(server, config, children=[]))
+        children.append(pid)
+    print(
+        f"event api listening on http://{host}:{port} ({config.event_api_processes} process(es))",
+        flush=True,
+    )
+    return _serve_forever(server, config, children)
+
+
+def _serve_forever(server: _Server, config: Config, children: list[int]) -> int:
     stop = threading.Event()
 
     def _stop(*_: Any) -> None:
         if not stop.is_set():
             stop.set()
+            for pid in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
             threading.Thread(target=server.shutdown, daemon=True).start()
 
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    print(f"event api listening on http://{host}:{port}", flush=True)
+    # The handlers go first: a signal while the clients are made still stops this process
+    # and its children (a shutdown asked for before serve_forever makes it return at once).
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, _stop)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    server.RequestHandlerClass = _request_handler(EventApi(config))
     server.serve_forever(poll_interval=0.2)
     server.server_close()
+    for pid in children:
+        os.waitpid(pid, 0)
     return 0
 
 

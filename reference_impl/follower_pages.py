@@ -23,6 +23,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from reference_impl.aws import batch_write
 from reference_impl.config import Config
 from reference_impl.ids import user_key
 
@@ -308,8 +309,9 @@ class FollowerPages:
     def _apply(self, pk: str, plan: PagePlan) -> None:
         # Writes before deletes: a reader between the two sees a follower twice, never zero
         # times (a removed page's ids already live in the rewritten one).
-        for page in plan.writes:
-            self.ddb.put_item(TableName=self.table, Item=page_item(pk, page))
+        writes = [{"PutRequest": {"Item": page_item(pk, page)}} for page in plan.writes]
+        for start in range(0, len(writes), 25):
+            batch_write(self.ddb, self.table, writes[start : start + 25])
         for lo in plan.deletes:
             self.ddb.delete_item(TableName=self.table, Key={"pk": {"S": pk}, "sk": {"S": lo}})
 

@@ -55,6 +55,7 @@ from reference_impl.event_source import SqsPoller, run_pollers
 from reference_impl.ids import PREFERENCES_CACHE_SECONDS, preferences_cache_key, user_key, valid_id
 from reference_impl.providers import ProviderGate, SendResult
 from reference_impl.redis_store import Command, connect_redis, pipelined
+from reference_impl.user_record import preferences_of
 
 JOB_FIELDS = ("tenant_id", "notification_id", "recipient_user_id", "author_id", "kind")
 
@@ -241,9 +242,10 @@ class JobConsumer:
         item = self.ddb.get_item(
             TableName=self.config.table("preferences"),
             Key={"pk": {"S": user_key(tenant_id, user_id)}},
+            ProjectionExpression="prefs",
             ConsistentRead=True,
         ).get("Item")
-        return json.loads(item["prefs"]["S"]) if item else None
+        return preferences_of(item)
 
     def preferences(self, tenant_id: str, user_id: str) -> dict[str, Any] | None:
         """Through the Redis cache (5-minute TTL as a backstop; every change through the API

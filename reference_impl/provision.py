@@ -22,8 +22,7 @@ TABLES: dict[str, bool] = {
     "inbox": True,
     "followers": True,  # pk tenant#author, sk the page's first id: follower pages
     "accounts": False,
-    "preferences": False,
-    "devices": True,
+    "preferences": False,  # one record per user: preferences and devices (user_record)
     "celebrity_posts": True,
     "checkpoints": False,
     "dedup_fallback": False,

@@ -28,9 +28,11 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import redis as redis_lib
+from botocore.exceptions import ClientError
 from ulid import ULID
 
 from reference_impl.audit import AuditSink, token_sha256
+from reference_impl.aws import batch_get
 from reference_impl.config import Config, ConfigError
 from reference_impl.consent import push_consent_granted
 from reference_impl.ids import user_key
@@ -65,6 +67,7 @@ from reference_impl.rate_limit import (
     digest_text,
     to_ms,
 )
+from reference_impl.user_record import device_attribute, devices_of
 
 log = logging.getLogger("reference_impl.push_consumer")
 MAX_SQS_DELAY_SECONDS = 900
@@ -90,10 +93,12 @@ def parse_job(record: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class PushJob(JobState):
-    """A push job in a batch: the user's own zone (the daily cap's day), the devices to try,
+    """A push job in a batch: the user's own zone (the daily cap's day), the registered devices
+    and those to try,
     and for a digest job the held notifications and the push's (text, collapse id)."""
 
     zone: str | None = None
+    registered: list[dict[str, Any]] = field(default_factory=list)
     devices: list[dict[str, Any]] = field(default_factory=list)
     held: list[tuple[str, str]] = field(default_factory=list)
     digest: tuple[str, str] | None = None
@@ -134,29 +139,33 @@ class PushConsumer(JobConsumer):
 
     # -- reads ------------------------------------------------------------------------------
 
-    def registered_devices(self, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
-        """Every device row of the user, deactivated ones included (``active`` False)."""
-        items = self.ddb.query(
-            TableName=self.config.table("devices"),
-            KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": user_key(tenant_id, user_id)}},
-            ConsistentRead=True,
-        ).get("Items", [])
-        return [
-            {
-                "device_id": i["sk"]["S"],
-                "token": i["token"]["S"],
-                "platform": i["platform"]["S"],
-                "active": i.get("active", {}).get("BOOL", True),
-            }
-            for i in items
-        ]
+    def load_devices(self, states: Sequence[PushJob]) -> None:
+        """The devices of every job's recipient, deactivated ones included (``active``
+        False): the recipients' records in one consistent BatchGetItem per 100. Never cached:
+        a token that answered dead is not tried again by the next job. A read error fails the
+        jobs it leaves without devices."""
+        users = list(
+            dict.fromkeys((s.job["tenant_id"], s.job["recipient_user_id"]) for s in states)
+        )
+        items: dict[str, dict[str, Any]] = {}
+        try:
+            for start in range(0, len(users), 100):
+                keys = [{"pk": {"S": user_key(t, u)}} for t, u in users[start : start + 100]]
+                for item in batch_get(self.ddb, self.config.table("preferences"), keys):
+                    items[item["pk"]["S"]] = item
+        except Exception as exc:
+            for state in states:
+                state.fail(exc)
+            return
+        for state in states:
+            item = items.get(user_key(state.job["tenant_id"], state.job["recipient_user_id"]))
+            state.registered = devices_of(item)
 
-    def active_devices(self, job: dict[str, Any]) -> list[dict[str, Any]] | None:
+    def active_devices(self, state: PushJob) -> list[dict[str, Any]] | None:
         """The devices to send to; None (after auditing why) when there are none. A device
         deactivated by an earlier 410 is not tried again, but the trail still says, for this
         notification, that it was skipped as a dead token."""
-        registered = self.registered_devices(job["tenant_id"], job["recipient_user_id"])
+        job, registered = state.job, state.registered
         for device in registered:
             if not device["active"]:
                 self.audit("dead_token", job, device=device, reason="deactivated")
@@ -168,15 +177,22 @@ class PushConsumer(JobConsumer):
     # -- writes -----------------------------------------------------------------------------
 
     def deactivate(self, tenant_id: str, user_id: str, device_id: str) -> None:
-        self.ddb.update_item(
-            TableName=self.config.table("devices"),
-            Key={"pk": {"S": user_key(tenant_id, user_id)}, "sk": {"S": device_id}},
-            UpdateExpression="SET active = :f, deactivated_at = :t",
-            ExpressionAttributeValues={
-                ":f": {"BOOL": False},
-                ":t": {"S": self.clock().isoformat()},
-            },
-        )
+        """Mark the device dead in its user's record; a device erased meanwhile stays gone."""
+        try:
+            self.ddb.update_item(
+                TableName=self.config.table("preferences"),
+                Key={"pk": {"S": user_key(tenant_id, user_id)}},
+                UpdateExpression="SET #d.active = :f, #d.deactivated_at = :t",
+                ConditionExpression="attribute_exists(#d)",
+                ExpressionAttributeNames={"#d": device_attribute(device_id)},
+                ExpressionAttributeValues={
+                    ":f": {"BOOL": False},
+                    ":t": {"S": self.clock().isoformat()},
+                },
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
 
     def defer(self, job: dict[str, Any], release_at: datetime) -> None:
         """Re-enqueue with a delay (SQS caps it at 15 minutes; a longer wait hops again)."""
@@ -254,6 +270,7 @@ class PushConsumer(JobConsumer):
         one after the other."""
         self.each(states, self.gate_job)
         self.limit_windows([s for s in states if s.open])
+        self.load_devices([s for s in states if s.open])
         self.each(states, self.find_devices)
         self.plan_devices([s for s in states if s.open])
 
@@ -365,7 +382,7 @@ class PushConsumer(JobConsumer):
         state.held = answer
 
     def find_devices(self, state: PushJob) -> None:
-        devices = self.active_devices(state.job)
+        devices = self.active_devices(state)
         if devices is None:
             state.finish()
             return

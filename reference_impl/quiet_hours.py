@@ -28,6 +28,7 @@ ambiguous ``start`` has passed, the clock jumping back does not leave it.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -150,6 +151,14 @@ def resolve_zone(zone: str | None) -> ZoneInfo | None:
     """Load an IANA zone, or None when it is missing, malformed, or unknown."""
     if not isinstance(zone, str) or not zone or zone in _NON_IANA_KEYS:
         return None
+    return _load_zone(zone)
+
+
+# zoneinfo keeps only the last 8 zones it loaded: a population of many zones read the tz file
+# again for most users (a tenth of the bulk load's CPU). The tz database does not change while
+# a process runs, so the answer, found or not, is kept.
+@functools.lru_cache(maxsize=2048)
+def _load_zone(zone: str) -> ZoneInfo | None:
     try:
         return ZoneInfo(zone)
     except (ZoneInfoNotFoundError, ValueError, OSError):

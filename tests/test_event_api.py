@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import httpx
 import pytest
 import redis
 from ulid import ULID
 
+from harness.ports import LOOPBACK, free_port
 from harness.stack import wait_until
 from reference_impl.dedup_key import dedup_key
 from reference_impl.ids import device_id, preferences_cache_key
+from reference_impl.user_record import devices_of
 
 pytestmark = pytest.mark.integration
 
@@ -138,6 +148,25 @@ def test_bulk_users_store_preferences_and_devices_in_one_call(api, stack):
     assert "Asia/Kolkata" in prefs["Item"]["prefs"]["S"]
 
 
+def test_preferences_and_devices_share_one_record_and_each_change_keeps_the_other(api, stack):
+    base = "/v1/tenants/tr/users/both"
+    api.put(f"{base}/devices/tok-one", json={"platform": "apns"}).raise_for_status()
+    api.put(f"{base}/preferences", json={"zone": "Europe/Paris"}).raise_for_status()
+    api.put(f"{base}/devices/tok-two", json={"platform": "fcm"}).raise_for_status()
+    api.put(f"{base}/preferences", json={"zone": "Asia/Tokyo"}).raise_for_status()
+    ddb = stack.info.aws_client("dynamodb")
+    config = stack.reference_config()
+    assert sorted(_devices_of(ddb, config, "tr", "both")) == ["tok-one", "tok-two"]
+    item = ddb.get_item(TableName=config.table("preferences"), Key={"pk": {"S": "tr#both"}})
+    assert json.loads(item["Item"]["prefs"]["S"])["zone"] == "Asia/Tokyo"
+    # A bulk entry replaces the user's whole record.
+    users = [{"user_id": "both", "devices": [{"token": "tok-three", "platform": "apns"}]}]
+    api.post("/v1/tenants/tr/users:batch", json={"users": users}).raise_for_status()
+    assert _devices_of(ddb, config, "tr", "both") == ["tok-three"]
+    item = ddb.get_item(TableName=config.table("preferences"), Key={"pk": {"S": "tr#both"}})
+    assert "prefs" not in item["Item"]
+
+
 def test_bulk_users_refuse_the_whole_call_for_one_bad_entry(api, stack):
     users = [
         {"user_id": "fine1", "preferences": {"zone": "UTC"}},
@@ -155,12 +184,10 @@ def test_bulk_users_refuse_the_whole_call_for_one_bad_entry(api, stack):
 
 
 def _devices_of(ddb, config, tenant: str, user: str) -> list[str]:
-    rows = ddb.query(
-        TableName=config.table("devices"),
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": f"{tenant}#{user}"}},
-    )["Items"]
-    return [r["token"]["S"] for r in rows]
+    item = ddb.get_item(
+        TableName=config.table("preferences"), Key={"pk": {"S": f"{tenant}#{user}"}}
+    ).get("Item")
+    return [d["token"] for d in devices_of(item)]
 
 
 def test_erasure_purges_everything_the_user_left_behind(api, stack):
@@ -212,3 +239,77 @@ def test_erasure_purges_everything_the_user_left_behind(api, stack):
     # Erasing again is harmless: nothing left, nothing reported.
     again = api.delete(f"/v1/tenants/{tenant}/users/{user}").json()["removed"]
     assert again["dedup_keys"] == 0 and again["devices"] == 0
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def test_several_processes_serve_one_port_and_stop_with_the_first(tmp_path):
+    """``event_api_processes``: the first process forks the others onto its socket; a SIGTERM
+    to it alone (not its group) stops every one of them."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"event_api_processes": 3}))
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reference_impl.event_api", "--config", str(config)]
+        + ["--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        url = f"http://{LOOPBACK}:{port}"
+
+        def healthy() -> bool:
+            try:
+                return httpx.get(f"{url}/health", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(healthy, 20, "the event api to answer")
+        wait_until(lambda: len(_children(proc.pid)) == 2, 10, "two forked processes")
+        children = _children(proc.pid)
+        with httpx.Client(base_url=url, timeout=5) as http:
+            assert all(http.get("/health").status_code == 200 for _ in range(20))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        wait_until(
+            lambda: not any(Path(f"/proc/{c}").exists() for c in children),
+            10,
+            "the forked processes to stop",
+        )
+        assert b"(3 process(es))" in proc.stdout.read()
+    finally:
+        # The whole session: a child outliving a failed first process goes too.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def test_a_process_count_below_one_is_a_config_error(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"event_api_processes": 0}))
+    done = subprocess.run(
+        [sys.executable, "-m", "reference_impl.event_api", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2 and "event_api_processes must be an integer >= 1" in done.stderr
+
+
+def test_follower_calls_take_ten_pages_at_most(api):
+    too_many = [f"f{i}" for i in range(10_001)]
+    response = api.post("/v1/tenants/tf/users/a/followers:batch", json={"followers": too_many})
+    assert response.status_code == 400
+    assert "at most 10000 followers per call" in response.json()["error"]
