@@ -193,10 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="config JSON (default: $FANOUT_CONFIG)")
     parser.add_argument("--ready-file", help="written once the pollers run")
     args = parser.parse_args(argv)
-    try:
-        config = Config.load(args.config)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    config = Config.load_for_main(args.config)
+    if config is None:
         return 2
     cls = CONSUMERS[args.channel]
     gate = ProviderGate(config.provider_max_in_flight, config.provider_max_rate_per_s)

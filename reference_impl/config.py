@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,16 @@ class Config:
         if isinstance(flush, bool) or not isinstance(flush, int | float) or flush <= 0:
             raise ConfigError("audit_flush_seconds must be a number > 0")
         return config
+
+    @classmethod
+    def load_for_main(cls, path: str | Path | None = None) -> Config | None:
+        """A process's config, or None after saying on stderr what is wrong with it (every
+        reference process then exits 2: bad input)."""
+        try:
+            return cls.load(path)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return None
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Config:

@@ -29,7 +29,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ulid import ULID
 
 from reference_impl.aws import batch_write, client
-from reference_impl.config import CHANNELS, Config, ConfigError
+from reference_impl.config import CHANNELS, Config
 from reference_impl.follower_pages import FollowerPages, PagesBusy
 from reference_impl.ids import device_id, preferences_cache_key, user_key, valid_id
 from reference_impl.inbox import MAX_LIMIT, BadCursor, Inbox, parse_cursor
@@ -554,10 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=None)
     parser.add_argument("--port", type=int, default=None)
     args = parser.parse_args(argv)
-    try:
-        config = Config.load(args.config)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    config = Config.load_for_main(args.config)
+    if config is None:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # audit lines, one per line
     return serve(config, args.host or config.event_api_host, args.port or config.event_api_port)

@@ -18,7 +18,7 @@ from typing import Any
 
 from reference_impl.audit import AuditSink
 from reference_impl.aws import batch_write, client, queue_url, send_batch, to_poison
-from reference_impl.config import PAGES_QUEUE, Config, ConfigError
+from reference_impl.config import PAGES_QUEUE, Config
 from reference_impl.event_source import (
     CheckpointStore,
     KinesisShardPoller,
@@ -242,10 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="config JSON (default: $FANOUT_CONFIG)")
     parser.add_argument("--ready-file", help="written once the pollers run")
     args = parser.parse_args(argv)
-    try:
-        config = Config.load(args.config)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    config = Config.load_for_main(args.config)
+    if config is None:
         return 2
     worker = FanoutWorker(config)
     kinesis = client(config, "kinesis")

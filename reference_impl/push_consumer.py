@@ -33,7 +33,7 @@ from ulid import ULID
 
 from reference_impl.audit import AuditSink, token_sha256
 from reference_impl.aws import batch_get
-from reference_impl.config import Config, ConfigError
+from reference_impl.config import Config
 from reference_impl.consent import push_consent_granted
 from reference_impl.ids import user_key
 from reference_impl.job_consumer import (
@@ -495,10 +495,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="config JSON (default: $FANOUT_CONFIG)")
     parser.add_argument("--ready-file", help="written once the pollers run")
     args = parser.parse_args(argv)
-    try:
-        config = Config.load(args.config)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    config = Config.load_for_main(args.config)
+    if config is None:
         return 2
     # One consumer per poller thread: its HTTP/2 connections are not shared across threads.
     gate = ProviderGate(config.provider_max_in_flight, config.provider_max_rate_per_s)

@@ -116,10 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="config JSON (default: $FANOUT_CONFIG)")
     args = parser.parse_args(argv)
-    try:
-        config = Config.load(args.config)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    config = Config.load_for_main(args.config)
+    if config is None:
         return 2
     redis = connect_redis(config)
     poller = StreamPoller(

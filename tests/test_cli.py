@@ -106,3 +106,23 @@ def test_smoke_run_passes_and_writes_its_run_directory(tmp_path):
     pids = json.loads(phases[0])["stack_up"]
     assert set(pids) >= {"redis", "dynamodb", "kinesis", "aws", "apns", "fcm", "push-consumer"}
     assert not any(_pid_alive(pid) for pid in pids.values())
+
+
+@pytest.mark.parametrize(
+    ("module", "extra"),
+    [
+        ("reference_impl.event_api", []),
+        ("reference_impl.fanout_worker", []),
+        ("reference_impl.push_consumer", []),
+        ("reference_impl.channel_consumer", ["--channel", "email"]),
+        ("reference_impl.stream_invalidator", []),
+    ],
+)
+def test_every_reference_process_refuses_a_missing_config_with_exit_2(
+    module, extra, tmp_path, capsys
+):
+    import importlib
+
+    main = importlib.import_module(module).main
+    assert main([*extra, "--config", str(tmp_path / "absent.json")]) == 2
+    assert "error: config file" in capsys.readouterr().err
