@@ -19,11 +19,11 @@ import time
 from datetime import datetime
 from typing import Any
 
-import boto3
 from botocore.config import Config as BotoConfig
 
 from harness.history import History
 from harness.stack import StackInfo
+from reference_impl.aws import new_client
 from reference_impl.config import Config
 
 AUDIT_PREFIX = "audit/"
@@ -35,7 +35,7 @@ def audit_s3_client(info: StackInfo, config: Config) -> Any:
     if config.s3_endpoint:
         kwargs["endpoint_url"] = config.s3_endpoint
         kwargs["config"] = BotoConfig(s3={"addressing_style": "path"})
-    return boto3.session.Session().client("s3", **kwargs)
+    return new_client("s3", **kwargs)
 
 
 def _epoch(at: object) -> float:

@@ -22,12 +22,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import boto3
 import redis
 
 from chaos.faults import DEDUP_PROXY
 from harness.ports import LOOPBACK, free_port
 from harness.target import Target, port_of
+from reference_impl.aws import new_client
 from reference_impl.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,7 +144,7 @@ class StackInfo:
     def aws_client(self, service: str) -> Any:
         endpoint = {"dynamodb": "dynamodb", "kinesis": "kinesis", "sqs": "sqs"}.get(service, "aws")
         url = self.url(endpoint) if endpoint in self.parts or endpoint in self.endpoints else None
-        return boto3.session.Session().client(
+        return new_client(
             service, region_name=self.region, endpoint_url=url, **(self.aws_keys or {})
         )
 
@@ -443,9 +443,7 @@ class Stack:
         if part in ("dynamodb", "kinesis", "aws"):
             service = {"dynamodb": "dynamodb", "kinesis": "kinesis", "aws": "sqs"}[part]
             try:
-                client = boto3.session.Session().client(
-                    service, region_name=REGION, endpoint_url=info.url, **AWS_KEYS
-                )
+                client = new_client(service, region_name=REGION, endpoint_url=info.url, **AWS_KEYS)
                 {
                     "dynamodb": lambda: client.list_tables(),
                     "kinesis": lambda: client.list_streams(),

@@ -396,7 +396,12 @@ def test_property_release_is_end_of_window(now: dt.datetime, zone: str, w: Quiet
     release = decision.release_at
     assert decision.reason == "inside_window"
     assert release is not None and release.tzinfo is UTC
-    assert now < release <= now + dt.timedelta(hours=26)
+    # A night's deferral ends within a day, unless the open span [end, start) of a night lies
+    # wholly inside a DST gap: the clock skips it, two nights' windows meet, and the deferral
+    # runs on to the next night's end (e.g. 02:01-02:00 on the night New York springs forward).
+    days = [now.astimezone(tz).date() + dt.timedelta(days=d) for d in range(-1, 3)]
+    skipped = any(not _exists(d, w.end, tz) and not _exists(d, w.start, tz) for d in days)
+    assert now < release <= now + dt.timedelta(hours=50 if skipped else 26)
     # The window is half-open: sendable at release, not a microsecond before.
     assert decide(release, zone, w).send is True
     assert decide(release - dt.timedelta(microseconds=1), zone, w) == decision
@@ -468,3 +473,12 @@ def test_property_fixed_offset_zone_matches_shifted_utc(
     )
     wall = (now + shift).time()
     assert decide(now, zone, w).send is (w.is_empty or not is_inside(wall, w))
+
+
+def test_a_night_whose_open_minute_the_clock_skips_runs_into_the_next_night():
+    """02:01-02:00 leaves one open minute a night; the night New York springs forward skips
+    02:00-03:00, so that night has none and the deferral runs to the next night's end."""
+    now = dt.datetime(2026, 3, 8, tzinfo=UTC)  # 19:00 EST on the 7th
+    decision = decide(now, "America/New_York", QuietWindow(dt.time(2, 1), dt.time(2, 0)))
+    release = dt.datetime(2026, 3, 9, 6, 0, tzinfo=UTC)  # 02:00 EDT on the 9th
+    assert decision == QuietDecision(False, release, "inside_window")
