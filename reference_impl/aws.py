@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import boto3
@@ -69,29 +69,41 @@ def queue_url(sqs: Any, name: str) -> str:
     return sqs.get_queue_url(QueueName=name)["QueueUrl"]
 
 
-def batch_write(ddb: Any, table: str, requests: list[dict[str, Any]]) -> None:
-    """BatchWriteItem with the unprocessed items retried until none are left."""
-    pending = {table: requests}
-    for _ in range(20):
-        result = ddb.batch_write_item(RequestItems=pending)
-        pending = result.get("UnprocessedItems") or {}
-        if not pending:
-            return
-    raise RuntimeError(f"BatchWriteItem on {table} left items unprocessed after 20 tries")
+# DynamoDB's limits per call.
+BATCH_WRITE_MAX = 25
+BATCH_GET_MAX = 100
 
 
-def batch_get(ddb: Any, table: str, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """BatchGetItem (at most 100 keys), consistent, with the unprocessed keys asked again
-    until none are left: the items found, in no particular order."""
+def batch_write(ddb: Any, table: str, requests: Sequence[dict[str, Any]]) -> None:
+    """Any number of write requests, BATCH_WRITE_MAX per BatchWriteItem, each call's
+    unprocessed items retried until none are left."""
+    for start in range(0, len(requests), BATCH_WRITE_MAX):
+        pending = {table: list(requests[start : start + BATCH_WRITE_MAX])}
+        for _ in range(20):
+            result = ddb.batch_write_item(RequestItems=pending)
+            pending = result.get("UnprocessedItems") or {}
+            if not pending:
+                break
+        else:
+            raise RuntimeError(f"BatchWriteItem on {table} left items unprocessed after 20 tries")
+
+
+def batch_get(ddb: Any, table: str, keys: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Any number of keys, BATCH_GET_MAX per consistent BatchGetItem, each call's unprocessed
+    keys asked again until none are left: the items found, in no particular order."""
     items: list[dict[str, Any]] = []
-    pending: dict[str, Any] = {table: {"Keys": keys, "ConsistentRead": True}}
-    for _ in range(20):
-        result = ddb.batch_get_item(RequestItems=pending)
-        items += result.get("Responses", {}).get(table, [])
-        pending = result.get("UnprocessedKeys") or {}
-        if not pending:
-            return items
-    raise RuntimeError(f"BatchGetItem on {table} left keys unprocessed after 20 tries")
+    for start in range(0, len(keys), BATCH_GET_MAX):
+        chunk = list(keys[start : start + BATCH_GET_MAX])
+        pending: dict[str, Any] = {table: {"Keys": chunk, "ConsistentRead": True}}
+        for _ in range(20):
+            result = ddb.batch_get_item(RequestItems=pending)
+            items += result.get("Responses", {}).get(table, [])
+            pending = result.get("UnprocessedKeys") or {}
+            if not pending:
+                break
+        else:
+            raise RuntimeError(f"BatchGetItem on {table} left keys unprocessed after 20 tries")
+    return items
 
 
 def send_batch(

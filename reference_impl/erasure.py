@@ -80,8 +80,7 @@ def _email_of(prefs: dict[str, Any] | None) -> str | None:
 
 
 def _delete_rows(ddb: Any, table: str, keys: list[dict[str, Any]]) -> int:
-    for start in range(0, len(keys), 25):
-        batch_write(ddb, table, [{"DeleteRequest": {"Key": k}} for k in keys[start : start + 25]])
+    batch_write(ddb, table, [{"DeleteRequest": {"Key": k}} for k in keys])
     return len(keys)
 
 
@@ -112,8 +111,7 @@ def erase_user(config: Config, ddb: Any, redis: Any, tenant: str, user: str) -> 
     redis.delete(preferences_cache_key(tenant, user), f"{tenant}:celebs-followed:{user}")
 
     fallback = config.table("dedup_fallback")
-    for start in range(0, len(keys), 100):
-        _delete_rows(ddb, fallback, [{"pk": {"S": k}} for k in keys[start : start + 100]])
+    _delete_rows(ddb, fallback, [{"pk": {"S": k}} for k in keys])
     unfollowed = sum(inbox.pages.remove(tenant, author, user) for author in sorted(authors))
     _delete_rows(
         ddb, config.table("following"), [{"pk": {"S": pk}, "sk": f["sk"]} for f in following]

@@ -311,9 +311,8 @@ class EventApi:
             items.append(record_item(user_key(tenant, user), prefs, registered, now))
             keys.append(preferences_cache_key(tenant, user))
             devices += len(registered)
-        for start in range(0, len(items), 25):
-            requests = [{"PutRequest": {"Item": it}} for it in items[start : start + 25]]
-            batch_write(self.ddb, self.config.table("preferences"), requests)
+        requests = [{"PutRequest": {"Item": item}} for item in items]
+        batch_write(self.ddb, self.config.table("preferences"), requests)
         return _response(
             200,
             {
@@ -343,13 +342,11 @@ class EventApi:
         if before < threshold:
             # Below the threshold the edges are also kept per follower: erasure finds a
             # user's regular follows there. Above it, the follower pages answer on their own.
-            following = self.config.table("following")
-            for start in range(0, len(added), 25):
-                requests = [
-                    {"PutRequest": {"Item": {"pk": {"S": user_key(tenant, f)}, "sk": {"S": user}}}}
-                    for f in added[start : start + 25]
-                ]
-                batch_write(self.ddb, following, requests)
+            requests = [
+                {"PutRequest": {"Item": {"pk": {"S": user_key(tenant, f)}, "sk": {"S": user}}}}
+                for f in added
+            ]
+            batch_write(self.ddb, self.config.table("following"), requests)
         if count >= threshold:
             self.pages.mark_celebrity(tenant, user)  # idempotent: one set, one write a call
         if before < threshold <= count:

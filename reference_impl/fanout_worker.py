@@ -132,12 +132,11 @@ class FanoutWorker:
         if page is None:
             return 0
         if tier == "write":
-            for batch in chunks(page.ids, 25):
-                batch_write(
-                    self.ddb,
-                    self.config.table("inbox"),
-                    [{"PutRequest": {"Item": inbox_item(event, f)}} for f in batch],
-                )
+            batch_write(
+                self.ddb,
+                self.config.table("inbox"),
+                [{"PutRequest": {"Item": inbox_item(event, f)}} for f in page.ids],
+            )
         jobs = follower_jobs(event, page.ids, self.config.channels_for(event.kind))
         self.enqueue(jobs)
         return len(jobs)

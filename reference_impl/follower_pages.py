@@ -310,8 +310,7 @@ class FollowerPages:
         # Writes before deletes: a reader between the two sees a follower twice, never zero
         # times (a removed page's ids already live in the rewritten one).
         writes = [{"PutRequest": {"Item": page_item(pk, page)}} for page in plan.writes]
-        for start in range(0, len(writes), 25):
-            batch_write(self.ddb, self.table, writes[start : start + 25])
+        batch_write(self.ddb, self.table, writes)
         for lo in plan.deletes:
             self.ddb.delete_item(TableName=self.table, Key={"pk": {"S": pk}, "sk": {"S": lo}})
 

@@ -141,22 +141,20 @@ class PushConsumer(JobConsumer):
 
     def load_devices(self, states: Sequence[PushJob]) -> None:
         """The devices of every job's recipient, deactivated ones included (``active``
-        False): the recipients' records in one consistent BatchGetItem per 100. Never cached:
+        False): the recipients' records in consistent BatchGetItems (one per 100). Never cached:
         a token that answered dead is not tried again by the next job. A read error fails the
         jobs it leaves without devices."""
         users = list(
             dict.fromkeys((s.job["tenant_id"], s.job["recipient_user_id"]) for s in states)
         )
-        items: dict[str, dict[str, Any]] = {}
+        keys = [{"pk": {"S": user_key(t, u)}} for t, u in users]
         try:
-            for start in range(0, len(users), 100):
-                keys = [{"pk": {"S": user_key(t, u)}} for t, u in users[start : start + 100]]
-                for item in batch_get(self.ddb, self.config.table("preferences"), keys):
-                    items[item["pk"]["S"]] = item
+            found = batch_get(self.ddb, self.config.table("preferences"), keys)
         except Exception as exc:
             for state in states:
                 state.fail(exc)
             return
+        items = {item["pk"]["S"]: item for item in found}
         for state in states:
             item = items.get(user_key(state.job["tenant_id"], state.job["recipient_user_id"]))
             state.registered = devices_of(item)
