@@ -46,9 +46,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from harness.checkers import Evidence, Verdict, run_probe  # noqa: E402
-from harness.history import COLUMNS  # noqa: E402
-from harness.oracle import EXPECTED_COLUMNS, Expectation  # noqa: E402
-from harness.population import (  # noqa: E402
+from harness.model.history import COLUMNS  # noqa: E402
+from harness.model.oracle import EXPECTED_COLUMNS, Expectation  # noqa: E402
+from harness.model.population import (  # noqa: E402
     ZONES,
     Author,
     Device,
@@ -57,7 +57,7 @@ from harness.population import (  # noqa: E402
     User,
     _window,
 )
-from harness.scenarios import KNOWN_PROBES  # noqa: E402
+from harness.model.scenarios import KNOWN_PROBES  # noqa: E402
 
 LIMIT_S = 60.0
 START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)

@@ -24,12 +24,12 @@ import httpx
 import pandas as pd
 import redis
 
-from harness.population import PopulationSpec
-from harness.ports import LOOPBACK, free_port
-from harness.runner import Progress, run
-from harness.scenarios import Scenario
-from harness.simulators.loadcheck import apns_request, run_load
-from harness.stack import require_redis_server, stop_process, wait_until
+from emulators.ports import LOOPBACK, free_port
+from emulators.providers.loadcheck import apns_request, run_load
+from harness.model.population import PopulationSpec
+from harness.model.scenarios import Scenario
+from harness.run.runner import Progress, run
+from harness.stack.supervisor import require_redis_server, stop_process, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +56,7 @@ def _http_ok(url: str) -> bool:
 def bench_apns_simulator(requests: int) -> dict[str, float]:
     port = free_port()
     proc = _start(
-        [sys.executable, "-m", "harness.simulators.apns", "--host", LOOPBACK, "--port", str(port)],
+        [sys.executable, "-m", "emulators.providers.apns", "--host", LOOPBACK, "--port", str(port)],
         lambda: _http_ok(f"http://{LOOPBACK}:{port}/_sim/health"),
     )
     try:

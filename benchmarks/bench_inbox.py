@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness.stack import Stack, wait_until  # noqa: E402
+from harness.stack.supervisor import Stack, wait_until  # noqa: E402
 from reference_impl.aws import batch_write  # noqa: E402
 from reference_impl.fanout import FanoutEvent, inbox_item, pointer_item  # noqa: E402
 from reference_impl.ids import user_key  # noqa: E402

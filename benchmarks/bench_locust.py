@@ -22,11 +22,11 @@ from pathlib import Path
 import pandas as pd
 from bench_foundation import bench_apns_simulator
 
-from harness.load import load_population
-from harness.population import PopulationSpec, generate
-from harness.runner import Progress, read_injected, run
-from harness.scenarios import LocustLoad, Probe, Scenario
-from harness.stack import Stack
+from harness.load.loader import load_population
+from harness.model.population import PopulationSpec, generate
+from harness.model.scenarios import LocustLoad, Probe, Scenario
+from harness.run.runner import Progress, read_injected, run
+from harness.stack.supervisor import Stack
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,7 +63,7 @@ def bench_injection(seconds: float, users: int, workers: int) -> dict[str, float
             [
                 sys.executable,
                 "-m",
-                "harness.loadgen",
+                "harness.load.loadgen",
                 "--locustfile",
                 "steady_state",
                 "--host",

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import httpx
 
-from harness.load import load_population
-from harness.population import PopulationSpec, generate
-from harness.stack import Stack
+from harness.load.loader import load_population
+from harness.model.population import PopulationSpec, generate
+from harness.stack.supervisor import Stack
 
 ROOT = Path(__file__).resolve().parent.parent
 # The seed's production shape: pages of 1,000, the 10,000-follower threshold; the API served

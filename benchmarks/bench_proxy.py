@@ -36,8 +36,8 @@ from typing import Any
 import redis
 
 from chaos.toxiproxy.client import ToxiproxyClient
-from harness.ports import LOOPBACK, free_port
-from harness.stack import require_redis_server, stop_process, wait_until
+from emulators.ports import LOOPBACK, free_port
+from harness.stack.supervisor import require_redis_server, stop_process, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_ADDED_P50_MS = 1.0

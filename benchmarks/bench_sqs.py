@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness.sqs.processes import start_moto, start_ours  # noqa: E402
+from emulators.sqs.processes import start_moto, start_ours  # noqa: E402
 
 BATCH = 10
 OPS = ("SendMessageBatch", "ReceiveMessage", "DeleteMessageBatch")

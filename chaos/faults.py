@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from harness.history import History
+from harness.model.history import History
 
 DEDUP_PROXY = "dedup"
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chaos.faults import ChaosTargets, Fault
-from harness.history import History
+from harness.model.history import History
 
 
 @dataclass(frozen=True)

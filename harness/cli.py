@@ -12,9 +12,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import capacity, scenarios
-from harness.ports import PortInUse, require_free
-from harness.stack import (
+from emulators.ports import PortInUse, require_free
+from harness.analysis import capacity
+from harness.model import scenarios
+from harness.stack.supervisor import (
     PARTS,
     WORKER_PARTS,
     Stack,
@@ -96,7 +97,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.runner import run, verdict_table
+    from harness.run.runner import run, verdict_table
 
     try:
         scenario = scenarios.get(args.scenario)
@@ -104,14 +105,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _error(str(exc))
     target = None
     if args.target:
-        from harness.target import TargetError, load
+        from harness.stack.target import TargetError, load
 
         try:
             target = load(Path(args.target))
         except TargetError as exc:
             return _error(str(exc))
     try:
-        from harness.stack import require_node_emulators, require_redis_server
+        from harness.stack.supervisor import require_node_emulators, require_redis_server
 
         if target is None:  # a target brings its own Redis and AWS
             require_redis_server()
@@ -152,7 +153,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_dlq(args: argparse.Namespace) -> int:
     """Redrive (or count) the dead-letter queues of the stack in the stack file."""
-    from harness.dlq import queue_urls, redrive
+    from harness.run.dlq import queue_urls, redrive
     from reference_impl.config import WORK_QUEUES, Config
 
     path = Path(args.stack_file) if args.stack_file else stack_file_path()
@@ -232,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     capacity.add_parser(sub)
     # Imported here: `serve` and `stack` need neither pandas nor matplotlib.
-    from harness import compare, duplicates, report
+    from harness import report
+    from harness.analysis import compare, duplicates
 
     compare.add_parser(sub)
     duplicates.add_parser(sub)

@@ -1,11 +1,11 @@
 """Celebrity burst: steady background, then one or several celebrities post within the burst window.
 
 Plain Locust: `locust -f locustfiles/celebrity_burst.py --headless` (host from the stack file or
-`--host`; `--harness-plan '{"duration_s": 60}'` overrides the plan in harness/shapes.py).
+`--host`; `--harness-plan '{"duration_s": 60}'` overrides the plan in harness/model/shapes.py).
 Harness: `python -m harness run <scenario>` with `locustfile: celebrity_burst` in its load step.
 """
 
-from harness.locust_users import (  # noqa: F401 - Locust finds the user classes here
+from harness.load.users import (  # noqa: F401 - Locust finds the user classes here
     Author,
     CelebrityPoster,
     InboxReader,
@@ -20,4 +20,4 @@ install("celebrity_burst")
 
 
 class Shape(PlanShape):
-    """Users over time from harness.shapes.users_at."""
+    """Users over time from harness.model.shapes.users_at."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.stack import Stack
+from harness.stack.supervisor import Stack
 
 ROOT = Path(__file__).resolve().parent.parent
 

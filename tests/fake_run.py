@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from harness.checkers import effectively_once, quiet_hours
-from harness.history import History
-from harness.oracle import expected_deliveries
-from harness.population import Author, Device, Population, PopulationSpec, User
+from harness.model.history import History
+from harness.model.oracle import expected_deliveries
+from harness.model.population import Author, Device, Population, PopulationSpec, User
 
 T0 = 1_800_000_000.0
 TENANT = "tenant-0"

@@ -10,8 +10,8 @@ from urllib.parse import quote
 
 import httpx
 
-from harness.provider_control import SimulatorControl
-from harness.stack import Stack, wait_until
+from harness.run.provider_control import SimulatorControl
+from harness.stack.supervisor import Stack, wait_until
 
 
 def apns_token(n: int, salt: str) -> str:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.ports import free_port
+from emulators.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT = 30.0

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from harness.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
-from harness.history import History
-from harness.runner import QueueSampler
+from harness.model.history import History
+from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
+from harness.run.runner import QueueSampler
 
 
 def test_each_crossing_is_one_event():

@@ -22,11 +22,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from sim_process import REPO, START_TIMEOUT, Sim, free_port, read_line, run_sim, stop
 
-from harness.simulators.loadcheck import H2ClientConnection
+from emulators.providers.loadcheck import H2ClientConnection
 
 pytestmark = pytest.mark.integration
 
-MODULE = "harness.simulators.apns"
+MODULE = "emulators.providers.apns"
 
 
 @pytest.fixture(scope="module")

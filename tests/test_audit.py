@@ -20,16 +20,16 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from helpers import TenantClient, apns_token, audit_lines, fcm_token
 from ulid import ULID
 
-from harness.audit_trail import audit_versions, collect_audit
+from emulators.ports import free_port
 from harness.checkers import audit_complete
-from harness.history import History
-from harness.load import load_population, post_event
-from harness.oracle import expected_deliveries
-from harness.population import Author, Device, Population, PopulationSpec, User, generate
-from harness.ports import free_port
-from harness.provider_control import SimulatorControl
-from harness.runner import Collector, wait_for_outcome
-from harness.stack import Stack, wait_until
+from harness.load.loader import load_population, post_event
+from harness.model.history import History
+from harness.model.oracle import expected_deliveries
+from harness.model.population import Author, Device, Population, PopulationSpec, User, generate
+from harness.run.audit_trail import audit_versions, collect_audit
+from harness.run.provider_control import SimulatorControl
+from harness.run.runner import Collector, wait_for_outcome
+from harness.stack.supervisor import Stack, wait_until
 from reference_impl.audit import AuditSink, object_key, token_sha256
 from reference_impl.aws import client
 from reference_impl.config import Config, ConfigError

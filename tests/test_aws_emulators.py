@@ -1,4 +1,4 @@
-"""The npm AWS emulators as the stack runs them (harness/node/aws_emulator.js)."""
+"""The npm AWS emulators as the stack runs them (emulators/node/aws_emulator.js)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import subprocess
 import boto3
 import pytest
 
-from harness.ports import free_port
-from harness.stack import NODE_EMULATOR, ROOT, stop_process, wait_until
+from emulators.ports import free_port
+from harness.stack.supervisor import NODE_EMULATOR, ROOT, stop_process, wait_until
 
 pytestmark = pytest.mark.integration
 

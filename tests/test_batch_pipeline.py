@@ -20,9 +20,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from ulid import ULID
 
-from harness.ports import LOOPBACK, free_port
-from harness.redis_cluster import RedisCluster
-from harness.stack import Stack, wait_until
+from emulators.ports import LOOPBACK, free_port
+from harness.stack.redis_cluster import RedisCluster
+from harness.stack.supervisor import Stack, wait_until
 from reference_impl.channel_consumer import EmailConsumer
 from reference_impl.config import Config
 from reference_impl.dedup import DedupStore, FallbackDedup, claim_from_replies

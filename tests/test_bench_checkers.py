@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from harness.checkers import Evidence, run_probe
-from harness.history import COLUMNS
-from harness.oracle import expected_deliveries
+from harness.model.history import COLUMNS
+from harness.model.oracle import expected_deliveries
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = 20_000

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import capacity
-from harness.capacity import CapacityError, CapacityInputs, build_plan, load_bench_rates
+from harness.analysis import capacity
+from harness.analysis.capacity import CapacityError, CapacityInputs, build_plan, load_bench_rates
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED_KEYS = {
@@ -280,7 +280,7 @@ def test_out_onto_a_file_is_an_error(tmp_path, capsys):
 
 
 def run_main(*argv: str) -> subprocess.CompletedProcess[str]:
-    code = "import sys; from harness.capacity import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from harness.analysis.capacity import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run(
         [sys.executable, "-c", code, *argv],
         cwd=ROOT,

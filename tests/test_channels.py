@@ -18,11 +18,10 @@ from botocore.exceptions import ClientError
 from helpers import TenantClient, apns_token, audit_lines
 from sim_process import Sim, run_sim
 
-from harness.channel_ledgers import ChannelLedgers, append_channel_rows, register_online_users
 from harness.checkers import channel_delivery
-from harness.history import History
-from harness.oracle import expected_channel_deliveries
-from harness.population import (
+from harness.model.history import History
+from harness.model.oracle import expected_channel_deliveries
+from harness.model.population import (
     Author,
     Device,
     Population,
@@ -31,8 +30,9 @@ from harness.population import (
     generate,
     preferences_body,
 )
-from harness.provider_control import SimulatorControl
-from harness.stack import Stack, wait_until
+from harness.run.channel_ledgers import ChannelLedgers, append_channel_rows, register_online_users
+from harness.run.provider_control import SimulatorControl
+from harness.stack.supervisor import Stack, wait_until
 from reference_impl.channel_consumer import EmailConsumer
 from reference_impl.channel_providers import InAppClient, SesClient
 from reference_impl.config import DEFAULT_CHANNELS_BY_KIND, PAGES_QUEUE, Config, ConfigError
@@ -59,13 +59,13 @@ def _error(exc: pytest.ExceptionInfo[ClientError]) -> tuple[str, int]:
 
 @pytest.fixture(scope="module")
 def ses_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
-    with run_sim("harness.simulators.ses", tmp_path_factory.mktemp("ses")) as sim:
+    with run_sim("emulators.providers.ses", tmp_path_factory.mktemp("ses")) as sim:
         yield sim
 
 
 @pytest.fixture(scope="module")
 def inapp_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
-    with run_sim("harness.simulators.inapp", tmp_path_factory.mktemp("inapp")) as sim:
+    with run_sim("emulators.providers.inapp", tmp_path_factory.mktemp("inapp")) as sim:
         yield sim
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from harness.checkers import backpressure, dead_tokens, fail_closed
-from harness.history import History
+from harness.model.history import History
 
 
 def _fault(history, name, start, stop, window="w1"):
@@ -119,7 +119,7 @@ def test_backpressure_rate_cap():
 def _population_with_shared_device():
     from datetime import UTC, datetime
 
-    from harness.population import PopulationSpec, generate
+    from harness.model.population import PopulationSpec, generate
 
     spec = PopulationSpec(
         users_per_tenant=30, celebrity_followers=20, regular_authors=1, shared_token_fraction=1.0
@@ -156,7 +156,7 @@ def test_consent_flags_a_delivery_to_a_user_without_consent():
 
 def test_tenant_isolation_flags_a_delivery_to_another_tenants_device():
     from harness.checkers import tenant_isolation
-    from harness.oracle import expected_deliveries
+    from harness.model.oracle import expected_deliveries
 
     population = _population_with_shared_device()
     history = History()
@@ -196,7 +196,7 @@ def test_tenant_isolation_flags_a_delivery_to_another_tenants_device():
 
 def test_dlq_accountability_tells_parked_jobs_from_vanished_ones():
     from harness.checkers import dlq_accountability
-    from harness.oracle import expected_deliveries
+    from harness.model.oracle import expected_deliveries
 
     population = _population_with_shared_device()
     history = History()

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from conftest import run_cli
 
-from harness.scenarios import SCENARIO_DIR
+from harness.model.scenarios import SCENARIO_DIR
 
 pytestmark = [pytest.mark.integration, pytest.mark.wholerun]
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from conftest import run_cli
 
-from harness.stack import StackInfo, _pid_alive
+from harness.stack.supervisor import StackInfo, _pid_alive
 
 
 def test_unknown_scenario_is_a_clear_error():

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from fake_run import T0, TENANT, deliver, population, write_run
 
-from harness import compare
-from harness.history import History
+from harness.analysis import compare
+from harness.model.history import History
 
 USERS = ("u1", "u2", "u3")
 

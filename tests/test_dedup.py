@@ -7,7 +7,7 @@ import uuid
 import pytest
 import redis
 
-from harness.stack import wait_until
+from harness.stack.supervisor import wait_until
 from reference_impl.dedup import DedupStore
 from reference_impl.dedup_key import DEDUP_TTL_SECONDS, dedup_key
 

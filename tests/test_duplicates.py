@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from fake_run import FAULT, T0, TENANT, TOKENS, deliver, fault, population, synthetic_run, write_run
 
-from harness import duplicates, metrics
+from harness.analysis import duplicates, metrics
 from harness.checkers.windows import Window
-from harness.history import History
+from harness.model.history import History
 
 
 def parse(*argv: str) -> argparse.Namespace:

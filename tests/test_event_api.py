@@ -15,8 +15,8 @@ import pytest
 import redis
 from ulid import ULID
 
-from harness.ports import LOOPBACK, free_port
-from harness.stack import wait_until
+from emulators.ports import LOOPBACK, free_port
+from harness.stack.supervisor import wait_until
 from reference_impl.dedup_key import dedup_key
 from reference_impl.ids import device_id, preferences_cache_key
 from reference_impl.user_record import devices_of

@@ -21,12 +21,12 @@ from pyfcm import FCMNotification
 from pyfcm.errors import FCMNotRegisteredError, InvalidDataError
 from sim_process import REPO, Sim, run_sim
 
-from harness.simulators.fcm import write_service_account_file
+from emulators.providers.fcm import write_service_account_file
 
 pytestmark = pytest.mark.integration
 
 PROVIDER = "fcm"
-MODULE = "harness.simulators.fcm"
+MODULE = "emulators.providers.fcm"
 FCM_ERROR = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ulid import ULID
 
-from harness.stack import wait_until
+from harness.stack.supervisor import wait_until
 from reference_impl.inbox import BadCursor, InboxItem, is_unread, merge_newest_first, parse_cursor
 
 

@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 from conftest import ROOT
 
-from harness.load import load_population
-from harness.population import PopulationSpec, generate
-from harness.runner import read_injected
-from harness.shapes import LoadPlan, celebrity_post_times
+from harness.load.loader import load_population
+from harness.model.population import PopulationSpec, generate
+from harness.model.shapes import LoadPlan, celebrity_post_times
+from harness.run.runner import read_injected
 
 pytestmark = [pytest.mark.integration, pytest.mark.wholerun]
 
@@ -39,7 +39,7 @@ def _loadgen(stack, population_file: Path, out: Path, shape: str, plan: dict, *e
         [
             sys.executable,
             "-m",
-            "harness.loadgen",
+            "harness.load.loadgen",
             "--locustfile",
             shape,
             "--host",
@@ -179,7 +179,7 @@ def test_a_bad_plan_is_a_clear_error(stack, population_file, tmp_path):
         [
             sys.executable,
             "-m",
-            "harness.loadgen",
+            "harness.load.loadgen",
             "--locustfile",
             "steady_state",
             "--host",

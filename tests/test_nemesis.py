@@ -10,7 +10,7 @@ from chaos import faults as catalogue
 from chaos.faults import ChaosTargets, FaultError, FaultSpec, make_fault
 from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
 from harness.checkers.windows import fault_windows
-from harness.history import History
+from harness.model.history import History
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_rollback_undoes_active_faults_and_records_the_stop(recording_fault):
         log=lambda line: None,
     )
     nemesis.start()
-    from harness.stack import wait_until
+    from harness.stack.supervisor import wait_until
 
     wait_until(lambda: recording_fault == ["start long"], 5, "the fault to start")
     assert nemesis.rollback() == ["test-fault"]

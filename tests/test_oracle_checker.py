@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import pandas as pd
 
 from harness.checkers import effectively_once, quiet_hours
-from harness.history import History
-from harness.oracle import expected_deliveries
-from harness.population import PopulationSpec, generate
+from harness.model.history import History
+from harness.model.oracle import expected_deliveries
+from harness.model.population import PopulationSpec, generate
 
 START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 SPEC = PopulationSpec(tenants=2, users_per_tenant=30, celebrity_followers=20, regular_authors=1)

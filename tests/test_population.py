@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from harness.population import Population, PopulationSpec, generate
+from harness.model.population import Population, PopulationSpec, generate
 
 START = datetime(2026, 11, 22, 12, 0, 7, tzinfo=UTC)
 
@@ -107,7 +107,7 @@ def test_followers_who_never_registered_hold_no_record_and_expect_nothing():
 def test_the_oracle_expects_no_push_for_a_follower_without_a_record():
     import pandas as pd
 
-    from harness.oracle import expected_deliveries
+    from harness.model.oracle import expected_deliveries
 
     spec = PopulationSpec(
         tenants=1, users_per_tenant=401, celebrity_followers=400, push_enabled_fraction=0.25
@@ -125,7 +125,7 @@ def test_the_oracle_expects_no_push_for_a_follower_without_a_record():
 
 
 def test_each_author_follower_list_loads_as_one_ordered_chain():
-    from harness.load import FOLLOWERS_PER_CALL, _follower_calls
+    from harness.load.loader import FOLLOWERS_PER_CALL, _follower_calls
 
     spec = PopulationSpec(tenants=2, users_per_tenant=25_100, celebrity_followers=25_000)
     population = generate(2, START, spec)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from harness.runner import Progress
+from harness.run.runner import Progress
 
 
 class Terminal(io.StringIO):

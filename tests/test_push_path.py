@@ -10,7 +10,7 @@ import pytest
 import redis
 from helpers import TenantClient, apns_token, audit_lines, fcm_token
 
-from harness.stack import wait_until
+from harness.stack.supervisor import wait_until
 from reference_impl.dedup_key import dedup_key
 from reference_impl.ids import device_id
 

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from ulid import ULID
 
 from harness.checkers import rate_limit as checker
-from harness.history import History, to_frame
-from harness.oracle import expected_deliveries
-from harness.population import Author, Device, Population, PopulationSpec, User
-from harness.stack import Stack, wait_until
+from harness.model.history import History, to_frame
+from harness.model.oracle import expected_deliveries
+from harness.model.population import Author, Device, Population, PopulationSpec, User
+from harness.stack.supervisor import Stack, wait_until
 from reference_impl.config import Config, ConfigError
 from reference_impl.push_consumer import PoisonJob, PushConsumer, parse_job
 from reference_impl.rate_limit import (

@@ -9,7 +9,7 @@ import json
 import pytest
 import redis
 
-from harness.redis_cluster import RedisCluster, slot_ranges
+from harness.stack.redis_cluster import RedisCluster, slot_ranges
 from reference_impl.dedup import DedupStore
 from reference_impl.dedup_key import dedup_key
 from reference_impl.ids import preferences_cache_key
@@ -98,9 +98,9 @@ def test_preference_cache_entries_round_trip_and_drop(client):
 def test_a_smoke_run_passes_with_the_workers_on_the_cluster(cluster, tmp_path):
     """The reference's workers and Event API on the three-master cluster (redis_cluster:
     true): every notification exactly once, the dedup keys spread over every master."""
-    from harness.runner import Progress, run
-    from harness.scenarios import get
-    from harness.stack import Stack
+    from harness.model.scenarios import get
+    from harness.run.runner import Progress, run
+    from harness.stack.supervisor import Stack
 
     overrides = {"redis_url": cluster.url, "redis_cluster": True}
     result = run(
@@ -149,7 +149,7 @@ def test_a_batch_reads_its_cached_preferences_once(cluster, stack):
 def test_node_ports_stay_where_redis_accepts_a_cluster_node():
     import random
 
-    from harness.redis_cluster import MAX_NODE_PORT, cluster_node_port
+    from harness.stack.redis_cluster import MAX_NODE_PORT, cluster_node_port
 
     rng = random.Random(3)
     ports = [cluster_node_port(rng) for _ in range(20)]

@@ -25,8 +25,8 @@ from fake_run import (
     write_run,
 )
 
-from harness import metrics
-from harness.history import History
+from harness.analysis import metrics
+from harness.model.history import History
 from harness.report import junit_xml, quiet_hours_by_zone, write_reports
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,8 +6,8 @@ import pytest
 import yaml
 from conftest import run_cli
 
-from harness import scenarios
-from harness.scenarios import ScenarioError, parse
+from harness.model import scenarios
+from harness.model.scenarios import ScenarioError, parse
 
 SHIPPED = (
     "smoke",
@@ -107,7 +107,7 @@ def test_a_bad_scenario_file_is_a_clear_cli_error(tmp_path):
 
 
 def test_scale_grows_every_count_together():
-    from harness.scenarios import get, scaled
+    from harness.model.scenarios import get, scaled
 
     base = get("game-day")
     big = scaled(base, 3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.shapes import (
+from harness.model.shapes import (
     LoadPlan,
     PlanError,
     celebrity_post_times,

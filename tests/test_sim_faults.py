@@ -29,10 +29,10 @@ from pyfcm import FCMNotification
 from pyfcm.errors import FCMServerError
 from sim_process import Sim, run_sim
 
-from harness.simulators.fcm import FcmSimulator, write_service_account_file
-from harness.simulators.http_server import Request
-from harness.simulators.ledger import ProviderState
-from harness.simulators.loadcheck import H2ClientConnection
+from emulators.http_server import Request
+from emulators.providers.fcm import FcmSimulator, write_service_account_file
+from emulators.providers.ledger import ProviderState
+from emulators.providers.loadcheck import H2ClientConnection
 
 pytestmark = pytest.mark.integration
 
@@ -42,13 +42,13 @@ N = 40  # requests per certainty check (p=1 / p=0)
 
 @pytest.fixture(scope="module")
 def apns_proc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
-    with run_sim("harness.simulators.apns", tmp_path_factory.mktemp("apns-faults")) as s:
+    with run_sim("emulators.providers.apns", tmp_path_factory.mktemp("apns-faults")) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def fcm_proc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
-    with run_sim("harness.simulators.fcm", tmp_path_factory.mktemp("fcm-faults")) as s:
+    with run_sim("emulators.providers.fcm", tmp_path_factory.mktemp("fcm-faults")) as s:
         yield s
 
 

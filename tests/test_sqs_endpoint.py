@@ -25,7 +25,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from harness.sqs.processes import EndpointProcess, start_moto, start_ours
+from emulators.sqs.processes import EndpointProcess, start_moto, start_ours
 
 pytestmark = pytest.mark.integration
 
@@ -668,7 +668,7 @@ def test_server_process_lifecycle() -> None:
     """Prints where it listens, exits 2 when the port is taken, 0 on SIGTERM."""
     with start_ours() as first:
         taken = subprocess.run(
-            [sys.executable, "-m", "harness.sqs", "--port", str(first.port)],
+            [sys.executable, "-m", "emulators.sqs", "--port", str(first.port)],
             capture_output=True,
             text=True,
             timeout=30,

@@ -13,8 +13,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from harness.sqs.faults import SqsFaultControl, SqsFaultControlError
-from harness.sqs.processes import EndpointProcess, start_ours
+from emulators.sqs.faults import SqsFaultControl, SqsFaultControlError
+from emulators.sqs.processes import EndpointProcess, start_ours
 
 pytestmark = pytest.mark.integration
 

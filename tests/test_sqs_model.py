@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from moto.sqs.models import Message as MotoMessage
 
-from harness.sqs import model as sqs_model
-from harness.sqs.model import (
+from emulators.sqs import model as sqs_model
+from emulators.sqs.model import (
     SendEntry,
     SqsError,
     SqsModel,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import redis
 
-from harness.ports import free_port
-from harness.stack import AWS_KEYS, wait_until
+from emulators.ports import free_port
+from harness.stack.supervisor import AWS_KEYS, wait_until
 from reference_impl.aws import client
 from reference_impl.config import Config
 from reference_impl.ids import preferences_cache_key

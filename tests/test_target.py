@@ -10,9 +10,9 @@ import pytest
 import yaml
 from conftest import ROOT, run_cli
 
-from harness.ports import free_port
-from harness.stack import Stack
-from harness.target import TargetError, load, parse
+from emulators.ports import free_port
+from harness.stack.supervisor import Stack
+from harness.stack.target import TargetError, load, parse
 
 GOOD = {
     "name": "t",

@@ -21,8 +21,8 @@ from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 from chaos.toxiproxy.api import VERSION
 from chaos.toxiproxy.client import AlreadyExists, BadRequest, ToxiproxyClient
 from chaos.toxiproxy.client import NotFound as ClientNotFound
-from harness.ports import LOOPBACK, free_port
-from harness.stack import stop_process, wait_until
+from emulators.ports import LOOPBACK, free_port
+from harness.stack.supervisor import stop_process, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -33,8 +33,8 @@ from toxiproxy.proxy import Proxy
 from chaos.toxiproxy.client import ToxiproxyClient
 from chaos.toxiproxy.proxy import Stage, ToxicSpec
 from chaos.toxiproxy.toxics import Chunk, LimitDataToxic, SlicerToxic, Toxic
-from harness.ports import LOOPBACK, free_port
-from harness.stack import require_redis_server, stop_process, wait_until
+from emulators.ports import LOOPBACK, free_port
+from harness.stack.supervisor import require_redis_server, stop_process, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -51,7 +51,7 @@ from chaos.toxiproxy.proxy import (
     parse_direction,
 )
 from chaos.toxiproxy.toxics import new_toxic
-from harness.simulators.http_server import (
+from emulators.http_server import (
     ConnectionRegistry,
     PortInUseError,
     Request,

@@ -24,8 +24,8 @@ from harness.checkers import (
     tenant_isolation,
 )
 from harness.checkers.verdict import Verdict
-from harness.oracle import Expectation, expected_channel_deliveries
-from harness.population import Population
+from harness.model.oracle import Expectation, expected_channel_deliveries
+from harness.model.population import Population
 from reference_impl.config import Config
 
 __all__ = ["Evidence", "Verdict", "run_probe"]

@@ -2,7 +2,7 @@
 tried to notify and why each device was or was not reached.
 
 Ground truth is the provider ledgers and the population, never the system's own logs; the
-``audit`` rows are what :func:`harness.audit_trail.collect_audit` read from the WORM bucket.
+``audit`` rows are what :func:`harness.run.audit_trail.collect_audit` read from the WORM bucket.
 Devices are matched by ``token_sha256`` (hex SHA-256 of the token), the field the audit record
 format names a device by (a record carrying the token in clear is matched by that too).
 
@@ -50,8 +50,8 @@ from harness.checkers.keys import (
 )
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
-from harness.oracle import Expectation
-from harness.population import Population
+from harness.model.oracle import Expectation
+from harness.model.population import Population
 
 UNREADABLE = "unreadable"
 # Records that do not settle a job: it was still on its way.
@@ -163,7 +163,7 @@ def _strings(values: list[Any]) -> pa.Array:
 def expected_suppressions(population: Population, injected: pd.DataFrame) -> pd.DataFrame:
     """One row per (notification, device) the oracle expects suppressed (one per user for
     ``no_device``), with the oracle's reason; the same rules, in the same order, as
-    :func:`harness.oracle.expected_deliveries`."""
+    :func:`harness.model.oracle.expected_deliveries`."""
     expansion = _Expansion(population, injected)
     return pd.DataFrame(
         [expansion.row(i) for i in range(len(expansion))],

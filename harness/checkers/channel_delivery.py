@@ -2,8 +2,8 @@
 delivered exactly once, per channel.
 
 Ground truth is the ``channel`` rows (the SES and in-app simulators' ledgers, pulled in by
-:mod:`harness.channel_ledgers`); the expectation is
-:func:`harness.oracle.expected_channel_deliveries`. Per channel, over (tenant, notification,
+:mod:`harness.run.channel_ledgers`); the expectation is
+:func:`harness.model.oracle.expected_channel_deliveries`. Per channel, over (tenant, notification,
 token): ``expected``, ``delivered`` (expected keys that arrived), ``duplicated`` (every
 delivery of a key beyond its first), ``lost`` (expected keys that never arrived),
 ``unexpected`` (deliveries of keys the oracle did not expect: no consent, no address, offline,
@@ -18,8 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.channel_ledgers import CHANNEL_OF_PROVIDER
 from harness.checkers.verdict import Verdict
+from harness.run.channel_ledgers import CHANNEL_OF_PROVIDER
 
 CHANNELS = ("email", "in_app")
 KEY = ["tenant_id", "notification_id", "token"]

@@ -7,7 +7,7 @@ import pandas as pd
 from harness.checkers.keys import rows_with
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
-from harness.population import Population
+from harness.model.population import Population
 
 
 def check(population: Population, history: pd.DataFrame) -> Verdict:

@@ -16,7 +16,7 @@ import pandas as pd
 from harness.checkers.keys import joint_keys, member, rows_with, sorted_unique
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
-from harness.oracle import Expectation
+from harness.model.oracle import Expectation
 
 KEY = ["tenant_id", "notification_id", "token"]
 

@@ -19,7 +19,7 @@ import pandas as pd
 from harness.checkers.keys import codes, first_rows, joint_keys, member, sorted_unique
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
-from harness.oracle import Expectation
+from harness.model.oracle import Expectation
 
 KEY = ["tenant_id", "notification_id", "token"]
 EXAMPLES = 5

@@ -13,8 +13,8 @@ import pandas as pd
 from harness.checkers.keys import joint_keys, member, rows_with, sorted_unique, values_at
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
-from harness.oracle import Expectation
-from harness.population import Population
+from harness.model.oracle import Expectation
+from harness.model.population import Population
 
 KEY = ["tenant_id", "notification_id", "token"]
 

@@ -47,8 +47,8 @@ import pyarrow as pa
 from harness.checkers.keys import joint_keys, member, sorted_unique
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
-from harness.oracle import Expectation
-from harness.population import Population
+from harness.model.oracle import Expectation
+from harness.model.population import Population
 
 _DIGEST = re.compile(r"^digest-(\d+)-(\d+)$")
 

@@ -13,8 +13,8 @@ import pyarrow.compute as pc
 from harness.checkers.keys import lookup, member, rows_with, sorted_unique
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
-from harness.oracle import Expectation
-from harness.population import Population
+from harness.model.oracle import Expectation
+from harness.model.population import Population
 
 KEY = ["tenant_id", "notification_id", "token"]
 # Up to this many (tenant, token) combinations a lookup table beats a search.

@@ -1,0 +1,1 @@
+"""emulators: see docs/ARCHITECTURE.md."""

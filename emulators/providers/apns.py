@@ -1,0 +1,256 @@
+"""APNs provider API simulator (``POST /3/device/<token>``), with Apple's status codes/reasons.
+
+Run: ``python -m emulators.providers.apns --port N [--host 127.0.0.1] [--tls] [--cert-dir DIR]``.
+
+Behaviour (Apple, "Handling notification responses from APNs"): every response carries
+``apns-id`` (the request's, else a new UUID); success is 200 with an empty body; errors are
+``{"reason": ...}`` JSON, plus ``timestamp`` (ms since epoch) for 410 Unregistered.
+Checks, in order: path (404 BadPath), method (405 MethodNotAllowed), repeated apns-* headers
+(400 DuplicateHeaders), apns-id (400 BadMessageId), authorization (403 InvalidProviderToken
+when present but not ``bearer <JWT>``; the JWT is not verified, a missing one is accepted as
+certificate auth), apns-priority / apns-expiration / apns-push-type / apns-collapse-id
+(400 BadPriority / BadExpirationDate / InvalidPushType / BadCollapseId), token (400
+MissingDeviceToken / BadDeviceToken unless 64 hex characters), size (413 PayloadTooLarge above
+4096 bytes, 5120 for voip), body (400 PayloadEmpty when empty, 400 BadPayload when not a JSON
+object: Apple documents no reason for malformed JSON), unregistered tokens (410).
+
+Faults (:mod:`emulators.providers.faults`, ``/_sim/faults``) act on requests that pass those
+checks: ``status`` (429 TooManyRequests / 500 InternalServerError / 503 ServiceUnavailable) comes
+before the 410 check, ``accepted_then_error`` (delivered, then 500/503) after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import re
+import shutil
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from emulators.certs import simulator_tls
+from emulators.http_server import Request, Response, json_response, serve_forever
+from emulators.providers.faults import Outcome, finish
+from emulators.providers.ledger import ProviderState, handle_control
+
+PROVIDER = "apns"
+PATH_PREFIX = "/3/device/"
+MAX_PAYLOAD = 4096
+MAX_VOIP_PAYLOAD = 5120
+MALFORMED_PAYLOAD_REASON = "BadPayload"
+PUSH_TYPES = frozenset(
+    {
+        "alert",
+        "background",
+        "location",
+        "voip",
+        "complication",
+        "fileprovider",
+        "mdm",
+        "liveactivity",
+        "pushtotalk",
+        "widgets",
+        "controls",
+    }
+)
+_TOKEN_RE = re.compile(r"^[0-9a-fA-F]{64}$")
+_UUID_RE = re.compile(
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+)
+#: Apple's reasons for the statuses the faults answer
+FAULT_REASONS = {429: "TooManyRequests", 500: "InternalServerError", 503: "ServiceUnavailable"}
+_JWT_RE = re.compile(r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")
+
+
+def looks_like_jwt(value: str) -> bool:
+    """Three base64url segments whose first decodes to a JSON object with ``alg``."""
+    if not _JWT_RE.match(value):
+        return False
+    head = value.split(".", 1)[0]
+    try:
+        header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+    except (ValueError, TypeError):
+        return False
+    return isinstance(header, dict) and "alg" in header
+
+
+def _custom_key(payload: Any, key: str) -> str | None:
+    if isinstance(payload, dict) and payload.get(key) is not None:
+        return str(payload[key])
+    return None
+
+
+class ApnsSimulator:
+    """The request handler; ``state`` holds the ledger and the unregistered tokens."""
+
+    def __init__(self, state: ProviderState | None = None) -> None:
+        self.state = state if state is not None else ProviderState(PROVIDER)
+
+    async def handle(self, request: Request) -> Response:
+        control = handle_control(request, self.state)
+        if control is not None:
+            return control
+        response = self.push(request)
+        if response.__class__ is not Response:  # a fault's delay / GOAWAY still to apply
+            return await finish(response)
+        return response
+
+    def push(self, request: Request) -> Response:
+        headers = request.headers
+        given_id = headers.get("apns-id")
+        apns_id = given_id if given_id and _UUID_RE.match(given_id) else str(uuid.uuid4())
+        path = request.path
+        token = path[len(PATH_PREFIX) :] if path.startswith(PATH_PREFIX) else ""
+        # Parsed up front (best effort) so that every ledger row, errors included, carries the
+        # tenant_id / notification_id of the payload when it has them.
+        payload: Any = None
+        if request.body and len(request.body) <= 1 << 20:
+            try:
+                payload = json.loads(request.body)
+            except ValueError:
+                payload = None
+
+        def answer(
+            status: int,
+            reason: str | None,
+            extra: dict[str, Any] | None = None,
+            *,
+            delivered: bool | None = None,
+            fault: str | None = None,
+            retry_after: int | None = None,
+        ) -> Response:
+            self.state.ledger.append(
+                provider=PROVIDER,
+                token=token,
+                status=status,
+                tenant_id=_custom_key(payload, "tenant_id"),
+                notification_id=_custom_key(payload, "notification_id"),
+                reason=reason,
+                apns_id=apns_id,
+                received_at=request.received_at,
+                delivered=delivered,
+                fault=fault,
+                retry_after=retry_after,
+                collapse_id=headers.get("apns-collapse-id"),
+            )
+            if reason is None:
+                return Response(status, {"apns-id": apns_id}, b"")
+            hdrs = {"apns-id": apns_id}
+            if retry_after is not None:
+                hdrs["retry-after"] = str(retry_after)
+            return json_response(status, {"reason": reason, **(extra or {})}, hdrs)
+
+        if not path.startswith(PATH_PREFIX) or "/" in token:
+            return answer(404, "BadPath")
+        if request.method != "POST":
+            return answer(405, "MethodNotAllowed")
+        seen: set[str] = set()
+        for name, _ in request.raw_headers:
+            if name.startswith("apns-") or name == "authorization":
+                if name in seen:
+                    return answer(400, "DuplicateHeaders")
+                seen.add(name)
+        if given_id is not None and not _UUID_RE.match(given_id):
+            return answer(400, "BadMessageId")
+        auth = headers.get("authorization")
+        if auth is not None:
+            scheme, _, credential = auth.partition(" ")
+            if scheme.lower() != "bearer" or not looks_like_jwt(credential.strip()):
+                return answer(403, "InvalidProviderToken")
+        priority = headers.get("apns-priority")
+        if priority is not None and priority not in ("1", "5", "10"):
+            return answer(400, "BadPriority")
+        expiration = headers.get("apns-expiration")
+        if expiration is not None and not expiration.isdigit():
+            return answer(400, "BadExpirationDate")
+        push_type = headers.get("apns-push-type")
+        if push_type is not None and push_type not in PUSH_TYPES:
+            return answer(400, "InvalidPushType")
+        collapse_id = headers.get("apns-collapse-id")
+        if collapse_id is not None and len(collapse_id.encode()) > 64:
+            return answer(400, "BadCollapseId")
+        if not token:
+            return answer(400, "MissingDeviceToken")
+        if not _TOKEN_RE.match(token):
+            return answer(400, "BadDeviceToken")
+        limit = MAX_VOIP_PAYLOAD if push_type == "voip" else MAX_PAYLOAD
+        if len(request.body) > limit:
+            return answer(413, "PayloadTooLarge")
+        if not request.body.strip():
+            return answer(400, "PayloadEmpty")
+        if not isinstance(payload, dict):
+            return answer(400, MALFORMED_PAYLOAD_REASON)
+        if not payload:
+            return answer(400, "PayloadEmpty")
+        if self.state.faults.active:
+            outcome = self.state.faults.evaluate(token, None, request)
+            return outcome.response(self._faulted(outcome, token, answer))
+        stamp = self.state.unregistered_at(token)
+        if stamp is not None:
+            by = self.state.unregistered_by(token)
+            return answer(410, "Unregistered", {"timestamp": stamp}, fault=by)
+        return answer(200, None)
+
+    def _faulted(self, outcome: Outcome, token: str, answer: Callable[..., Response]) -> Response:
+        """The answer to a valid request while faults are active."""
+        error = outcome.error
+        if error is not None and not error.delivered:
+            return answer(
+                error.status,
+                FAULT_REASONS[error.status],
+                fault=error.id,
+                retry_after=outcome.retry_after,
+            )
+        delay_id = outcome.delay_fault.id if outcome.delay_fault is not None else None
+        stamp = self.state.unregistered_at(token)
+        if stamp is not None:
+            by = self.state.unregistered_by(token)
+            return answer(410, "Unregistered", {"timestamp": stamp}, fault=by or delay_id)
+        if error is not None:  # accepted_then_error: the device got it
+            return answer(
+                error.status,
+                FAULT_REASONS[error.status],
+                delivered=True,
+                fault=error.id,
+                retry_after=outcome.retry_after,
+            )
+        return answer(200, None, fault=delay_id)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m emulators.providers.apns", description="APNs provider API simulator"
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--tls", action="store_true", help="serve TLS with a generated cert")
+    parser.add_argument(
+        "--cert-dir",
+        type=Path,
+        default=None,
+        help="where ca.pem/server.pem/server.key live (reused if present; default: temp dir)",
+    )
+    return parser
+
+
+def run_apns(host: str, port: int, tls: bool, cert_dir: Path | None) -> int:
+    """Serve the APNs simulator in the foreground; returns the exit code (0, or 2: port taken)."""
+    ctx, temp = simulator_tls(PROVIDER, tls, cert_dir)
+    try:
+        return serve_forever(PROVIDER, ApnsSimulator().handle, host, port, ctx)
+    finally:
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return run_apns(args.host, args.port, args.tls, args.cert_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from emulators.sqs.server import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""harness/analysis: see docs/ARCHITECTURE.md."""

@@ -1,0 +1,1 @@
+"""harness/load: see docs/ARCHITECTURE.md."""

@@ -1,0 +1,302 @@
+"""Scenario files (YAML) in Chaos Toolkit's vocabulary.
+
+``steady-state-hypothesis``: the checkers (probes) and their tolerances; ``method``: the load
+and the fault schedule with offsets and durations (plus timed actions such as a DLQ redrive);
+``rollbacks``: actions run at the end, also when the run fails (every fault the nemesis started
+is undone in any case). Scenarios ship in ``scenarios/``; ``run`` also accepts a path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.model.population import PopulationSpec
+
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
+KNOWN_PROBES = (
+    "effectively_once",
+    "quiet_hours",
+    "fail_closed",
+    "backpressure",
+    "dead_tokens",
+    "consent",
+    "tenant_isolation",
+    "dlq_accountability",
+    "rate_limit",
+    "audit_complete",
+    "channel_delivery",
+)
+KNOWN_ACTIONS = ("redrive-dlq",)
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be run, with what is wrong in it."""
+
+
+class UnknownScenario(ScenarioError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"unknown scenario {self.name!r}; known scenarios: {', '.join(known())}"
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    tolerance: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FaultStep:
+    name: str
+    offset_s: float
+    duration_s: float
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ActionStep:
+    name: str
+    offset_s: float = 0.0
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Load:
+    regular_posts: int = 1
+    celebrity_posts: int = 1
+    spread_s: float = 0.0
+    # The same event id (ULID) for the same author id in every tenant: two tenants minting
+    # the same ULID, which tenant-prefixed keys must keep apart.
+    shared_event_ids: bool = False
+
+
+@dataclass(frozen=True)
+class LocustLoad:
+    """Load from a locustfile (``locustfiles/<name>.py``) with a plan (``harness.model.shapes``)."""
+
+    locustfile: str
+    plan: dict[str, Any] = field(default_factory=dict)
+    workers: int = 0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    population: PopulationSpec = field(default_factory=PopulationSpec)
+    load: Load = field(default_factory=Load)
+    locust: LocustLoad | None = None
+    probes: tuple[Probe, ...] = (Probe("effectively_once"), Probe("quiet_hours"))
+    faults: tuple[FaultStep, ...] = ()
+    actions: tuple[ActionStep, ...] = ()
+    rollbacks: tuple[ActionStep, ...] = ()
+    reference: dict[str, Any] = field(default_factory=dict)
+    durable_redis: bool = False
+    timeout_seconds: float = 90.0
+
+    @property
+    def regular_posts(self) -> int:
+        return self.load.regular_posts
+
+    @property
+    def celebrity_posts(self) -> int:
+        return self.load.celebrity_posts
+
+
+def scaled(scenario: Scenario, factor: float) -> Scenario:
+    """Every count grows together: users, followers, regular authors, Locust's background and
+    celebrities; fault timings and probes stay as written."""
+    from dataclasses import replace
+
+    if factor <= 0:
+        raise ScenarioError("--scale must be a positive number")
+    population = scenario.population.scaled(factor)
+    population = replace(
+        population,
+        regular_authors=max(1, round(scenario.population.regular_authors * factor)),
+        users_per_tenant=max(population.users_per_tenant, population.celebrity_followers + 1),
+    )
+    locust = scenario.locust
+    if locust is not None:
+        plan = dict(locust.plan)
+        for key, default in (("background_users", 8), ("celebrities", 1)):
+            plan[key] = max(1, round(plan.get(key, default) * factor))
+        locust = replace(locust, plan=plan)
+    return replace(scenario, population=population, locust=locust)
+
+
+def known() -> list[str]:
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ScenarioError(f"{where} must be a mapping")
+    return value
+
+
+def _dataclass_from(cls: type, values: dict[str, Any], where: str) -> Any:
+    allowed = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - allowed)
+    if unknown:
+        raise ScenarioError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        raise ScenarioError(f"{where}: {exc}") from exc
+
+
+def _number(step: dict[str, Any], key: str, where: str, default: float | None = None) -> float:
+    value = step.get(key, default)
+    if not isinstance(value, int | float) or value < 0:
+        raise ScenarioError(f"{where}: {key} must be a number >= 0")
+    return float(value)
+
+
+def parse(data: Any, name: str) -> Scenario:
+    """A Scenario from parsed YAML; every mistake raises ScenarioError naming where it is."""
+    from chaos.faults import CATALOGUE, FaultError, make_fault
+
+    data = _mapping(data, f"scenario {name}")
+    config = _mapping(data.get("configuration"), "configuration")
+    population = _dataclass_from(
+        PopulationSpec,
+        _mapping(config.get("population"), "configuration.population"),
+        "configuration.population",
+    )
+    hypothesis = _mapping(data.get("steady-state-hypothesis"), "steady-state-hypothesis")
+    probes = []
+    for i, probe in enumerate(hypothesis.get("probes") or []):
+        probe = _mapping(probe, f"steady-state-hypothesis.probes[{i}]")
+        if probe.get("name") not in KNOWN_PROBES:
+            raise ScenarioError(
+                f"steady-state-hypothesis.probes[{i}]: unknown probe {probe.get('name')!r}; "
+                f"known: {', '.join(KNOWN_PROBES)}"
+            )
+        probes.append(Probe(probe["name"], dict(_mapping(probe.get("tolerance"), "tolerance"))))
+    if not probes:
+        raise ScenarioError("steady-state-hypothesis.probes must name at least one checker")
+    steps = [s.get("type") for s in data.get("method") or [] if isinstance(s, dict)]
+    if "load" in steps and "locust" in steps:
+        raise ScenarioError("method: a load step and a locust step exclude each other; pick one")
+    load = Load()
+    locust = None
+    faults, actions = [], []
+    method = data.get("method") or []
+    if not isinstance(method, list):
+        raise ScenarioError("method must be a list of steps")
+    for i, step in enumerate(method):
+        where = f"method[{i}]"
+        step = _mapping(step, where)
+        kind = step.get("type")
+        if kind == "load":
+            values = {k: v for k, v in step.items() if k not in ("type", "name")}
+            load = _dataclass_from(Load, values, where)
+        elif kind == "locust":
+            locust = _locust_step(step, where)
+        elif kind == "fault":
+            if step.get("name") not in CATALOGUE:
+                raise ScenarioError(
+                    f"{where}: unknown fault {step.get('name')!r}; known: {', '.join(sorted(CATALOGUE))}"
+                )
+            try:
+                make_fault(step["name"], _mapping(step.get("params"), f"{where}.params"))
+            except FaultError as exc:
+                raise ScenarioError(f"{where}: {exc}") from exc
+            faults.append(
+                FaultStep(
+                    step["name"],
+                    _number(step, "offset_s", where, 0),
+                    _number(step, "duration_s", where),
+                    dict(step.get("params") or {}),
+                )
+            )
+        elif kind == "action":
+            actions.append(_action(step, where))
+        else:
+            raise ScenarioError(
+                f"{where}: type must be load, locust, fault or action, not {kind!r}"
+            )
+    rollbacks = [
+        _action(_mapping(s, f"rollbacks[{i}]"), f"rollbacks[{i}]")
+        for i, s in enumerate(data.get("rollbacks") or [])
+    ]
+    timeout = config.get("timeout_s", 90)
+    if not isinstance(timeout, int | float) or timeout <= 0:
+        raise ScenarioError("configuration.timeout_s must be a positive number")
+    return Scenario(
+        name=str(data.get("title") or name),
+        description=str(data.get("description") or "").strip(),
+        population=population,
+        load=load,
+        locust=locust,
+        probes=tuple(probes),
+        faults=tuple(faults),
+        actions=tuple(actions),
+        rollbacks=tuple(rollbacks),
+        reference=dict(_mapping(config.get("reference"), "configuration.reference")),
+        durable_redis=bool(config.get("durable_redis", False)),
+        timeout_seconds=float(timeout),
+    )
+
+
+def _locust_step(step: dict[str, Any], where: str) -> LocustLoad:
+    from harness.model.shapes import SHAPES, LoadPlan, PlanError
+
+    values = {k: v for k, v in step.items() if k not in ("type", "name")}
+    locust = _dataclass_from(LocustLoad, values, where)
+    shape = Path(locust.locustfile).stem
+    if shape not in SHAPES:
+        raise ScenarioError(
+            f"{where}: unknown locustfile {locust.locustfile!r}; known: {', '.join(SHAPES)}"
+        )
+    if not isinstance(locust.workers, int) or locust.workers < 0:
+        raise ScenarioError(f"{where}: workers must be a whole number >= 0")
+    try:
+        LoadPlan.from_mapping({**_mapping(locust.plan, f"{where}.plan"), "shape": shape})
+    except PlanError as exc:
+        raise ScenarioError(f"{where}.plan: {exc}") from exc
+    return locust
+
+
+def _action(step: dict[str, Any], where: str) -> ActionStep:
+    if step.get("name") not in KNOWN_ACTIONS:
+        raise ScenarioError(
+            f"{where}: unknown action {step.get('name')!r}; known: {', '.join(KNOWN_ACTIONS)}"
+        )
+    return ActionStep(
+        step["name"], _number(step, "offset_s", where, 0), dict(step.get("params") or {})
+    )
+
+
+def load_file(path: Path) -> Scenario:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path} is not valid YAML: {exc}") from exc
+    try:
+        return parse(data, path.stem)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path}: {exc}") from exc
+
+
+def get(name: str) -> Scenario:
+    """A shipped scenario by name, or a scenario file by path."""
+    candidate = Path(name)
+    if candidate.suffix in (".yaml", ".yml") and candidate.exists():
+        return load_file(candidate)
+    path = SCENARIO_DIR / f"{name}.yaml"
+    if not path.exists():
+        raise UnknownScenario(name)
+    return load_file(path)

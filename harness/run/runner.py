@@ -1,0 +1,685 @@
+"""Running a scenario: stack up, population in, events in, wait, collect, check, report."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pandas as pd
+from ulid import ULID
+
+from chaos.faults import DEDUP_PROXY, ChaosTargets, make_fault
+from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
+from harness.checkers import Evidence, run_probe
+from harness.checkers.verdict import Verdict
+from harness.load.loader import load_population, post_event
+from harness.load.loadgen import INJECTED_FILE, ROOT
+from harness.model import history as history_mod
+from harness.model.history import History
+from harness.model.oracle import expected_channel_deliveries, expected_deliveries
+from harness.model.population import Population, generate
+from harness.model.scenarios import Scenario
+from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
+from harness.run.audit_trail import collect_audit
+from harness.run.channel_ledgers import ChannelLedgers, register_online_users
+from harness.run.dlq import redrive_all
+from harness.run.provider_control import SimulatorControl
+from harness.stack.supervisor import WORKER_PARTS, Stack, StackInfo, stop_process
+from harness.stack.target import Target
+from reference_impl.config import CHANNELS, PAGES_QUEUE, Config
+
+Clock = Callable[[], datetime]
+
+
+class Progress:
+    """Progress with the elapsed time: long runs must say what they are doing.
+
+    On a terminal the repeating status lines (the wait's deliveries seen, Locust's users and
+    events injected) rewrite one line in place; anywhere else (CI logs, pipes) every line is
+    kept as plain text.
+    """
+
+    LIVE_PHASES = ("wait", "locust")
+
+    def __init__(self, out: Callable[[str], None] | None = None, stream: Any = None) -> None:
+        self.stream = stream if stream is not None else sys.stdout
+        self.out = out or (lambda line: print(line, file=self.stream, flush=True))
+        self.live = out is None and bool(getattr(self.stream, "isatty", lambda: False)())
+        self.start = time.monotonic()
+        self._status_shown = False
+
+    def __call__(self, phase: str, message: str) -> None:
+        line = f"[{time.monotonic() - self.start:6.1f}s] {phase:<9} {message}"
+        if self.live and phase in self.LIVE_PHASES:
+            self.stream.write("\r\033[K" + line[:200])
+            self.stream.flush()
+            self._status_shown = True
+            return
+        if self._status_shown:
+            self.stream.write("\r\033[K")
+            self._status_shown = False
+        self.out(line)
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    summary: dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.summary["verdict"] == "pass" else 1
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return str(value)
+
+
+def new_run_id(scenario: str, seed: int, now: datetime) -> str:
+    return f"{now:%Y%m%dT%H%M%SZ}-{scenario}-s{seed}"
+
+
+def verdict_table(summary: dict[str, Any]) -> str:
+    lines = [f"run {summary['run_id']}  scenario {summary['scenario']}  seed {summary['seed']}"]
+    for name, result in summary["checkers"].items():
+        status = "PASS" if result["valid"] else "FAIL"
+        counts = ", ".join(
+            f"{k}={v}"
+            for k, v in result.items()
+            if k != "valid" and isinstance(v, int) and not isinstance(v, bool)
+        )
+        lines.append(f"  {status}  {name:<18} {counts}")
+    if summary.get("error"):
+        lines.append(f"  ERROR {summary['error']}")
+    lines.append(f"verdict: {summary['verdict'].upper()}")
+    return "\n".join(lines)
+
+
+class Collector:
+    """Pulls provider ledgers into the history as the run goes."""
+
+    def __init__(self, history: History, controls: list[SimulatorControl]) -> None:
+        self.history = history
+        self.controls = controls
+        self.delivered: set[tuple[str, str, str]] = set()
+        self.rows = 0
+
+    def poll(self) -> int:
+        added = 0
+        for control in self.controls:
+            rows = control.new_rows()
+            self.history.extend_provider(rows)
+            for row in rows:
+                if row.get("delivered", row["status"] == 200):
+                    self.delivered.add((row["tenant_id"], row["notification_id"], row["token"]))
+            added += len(rows)
+        self.rows += added
+        return added
+
+
+class PushQueueProbe:
+    """Messages visible or in flight in the push queue (delayed ones are deferrals) and in the
+    fan-out's page-task queue when the system has one (a page task still to run means pushes
+    still to come), read with one client and one URL lookup per queue for the whole wait."""
+
+    def __init__(self, info: StackInfo) -> None:
+        self.sqs = info.aws_client("sqs")
+        config = Config.load(info.reference_config)
+        self.urls = []
+        for name in (config.queue_name("push"), config.queue_name(PAGES_QUEUE)):
+            try:
+                self.urls.append(self.sqs.get_queue_url(QueueName=name)["QueueUrl"])
+            except self.sqs.exceptions.QueueDoesNotExist:
+                if name == config.queue_name("push"):
+                    raise
+
+    def busy(self) -> int:
+        total = 0
+        for url in self.urls:
+            attrs = self.sqs.get_queue_attributes(
+                QueueUrl=url,
+                AttributeNames=[
+                    "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                ],
+            )["Attributes"]
+            total += int(attrs["ApproximateNumberOfMessages"]) + int(
+                attrs["ApproximateNumberOfMessagesNotVisible"]
+            )
+        return total
+
+
+class QueueSampler:
+    """Samples the push queue and its dead-letter queues once a second into the history (kind
+    ``sample``), so the report can draw queue depth against the fault windows."""
+
+    ATTRIBUTES = [
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed",
+    ]
+
+    def __init__(self, info: StackInfo, history: History, interval_s: float = 1.0) -> None:
+        self.history = history
+        self.interval_s = interval_s
+        self.alarm = ThresholdAlarm("dlq-depth", DLQ_DEPTH_THRESHOLD)
+        self.sqs = info.aws_client("sqs")
+        config = Config.load(info.reference_config)
+        self.queues = {
+            name: self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
+            for name in (
+                config.queue_name("push"),
+                config.queue_name("push", "-dlq"),
+                config.queue_name("push", "-poison"),
+            )
+        }
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="queue-sampler", daemon=True)
+
+    def sample(self) -> None:
+        for name, url in self.queues.items():
+            attrs = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=self.ATTRIBUTES)
+            values = [int(attrs["Attributes"].get(a, 0)) for a in self.ATTRIBUTES]
+            if name.endswith("-dlq"):
+                state = self.alarm.observe(name, sum(values))
+                if state is not None:
+                    self.history.append(
+                        "alarm",
+                        reason=state,
+                        detail=json.dumps(
+                            {
+                                "alarm": self.alarm.name,
+                                "queue": name,
+                                "depth": sum(values),
+                                "threshold": self.alarm.threshold,
+                            }
+                        ),  # fmt: skip
+                    )
+            self.history.append(
+                "sample",
+                detail=json.dumps(
+                    {
+                        "queue": name,
+                        "depth": sum(values),
+                        "visible": values[0],
+                        "in_flight": values[1],
+                        "delayed": values[2],
+                    }
+                ),  # fmt: skip
+            )
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.sample()
+            except Exception:  # a missed sample must not end the run; the next one may work
+                continue
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+
+def wait_for_outcome(
+    collector: Collector,
+    expected: set[tuple[str, str, str]],
+    info: StackInfo,
+    deadline: float,
+    progress: Progress,
+    release_by: float = 0.0,
+    quiet_seconds: float = 2.0,
+    settle_seconds: float = 5.0,
+) -> str:
+    """Wait for the outcome, on conditions only. Returns:
+
+    * ``complete``: every expected delivery seen, the push queue idle, the ledgers quiet;
+    * ``settled``: not all seen, but nothing more can come: every quiet-hours window the
+      oracle knows of has ended (``release_by``, epoch), the queue holds nothing visible or in
+      flight, and the ledgers have been still for ``settle_seconds`` (a lost job never returns);
+    * ``timeout``: the deadline passed first.
+    """
+    last_report = 0.0
+    last_change = time.monotonic()
+    queue = PushQueueProbe(info)
+    while time.monotonic() < deadline:
+        if collector.poll():
+            last_change = time.monotonic()
+        done = len(expected & collector.delivered)
+        now = time.monotonic()
+        if now - last_report >= 5:
+            progress("wait", f"{done}/{len(expected)} expected deliveries seen")
+            last_report = now
+        still = now - last_change
+        if still >= quiet_seconds and queue.busy() == 0:
+            if done == len(expected):
+                collector.poll()
+                return "complete"
+            if time.time() >= release_by and still >= settle_seconds:
+                collector.poll()
+                return "settled"
+        time.sleep(0.2)
+    return "timeout"
+
+
+def _chaos_targets(stack: Stack, info: StackInfo) -> ChaosTargets:
+    parts = info.parts
+    target = stack.target
+    toxiproxy = parts["toxiproxy"].url if "toxiproxy" in parts else None
+    return ChaosTargets(
+        toxiproxy_url=toxiproxy or info.endpoints.get("toxiproxy"),
+        apns_url=info.url("apns"),
+        apns_ca_file=info.tls_ca,
+        fcm_url=info.url("fcm"),
+        sqs_url=parts["sqs"].url if "sqs" in parts else None,
+        # A target's processes are not the harness's to kill.
+        processes=stack if target is None else None,
+        dedup_proxy=target.dedup_proxy if target is not None else DEDUP_PROXY,
+    )
+
+
+def _redrive_all(info: StackInfo) -> str:
+    moved = redrive_all(info.aws_client("sqs"), Config.load(info.reference_config))
+    return f"moved {sum(moved.values())} message(s) back ({moved})"
+
+
+def _record_dlqs(info: StackInfo, history: History) -> int:
+    """The dead-letter queues' contents, as the operator would see them at the end of the run."""
+    config = Config.load(info.reference_config)
+    sqs = info.aws_client("sqs")
+    recorded = 0
+    for channel in CHANNELS:
+        for suffix in ("-dlq", "-poison"):
+            name = config.queue_name(channel, suffix)
+            url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+            for _ in range(10_000):  # bounded: a DLQ holds at most the run's jobs
+                messages = sqs.receive_message(
+                    QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0, VisibilityTimeout=300
+                ).get("Messages", [])
+                if not messages:
+                    break
+                for m in messages:
+                    try:
+                        job = json.loads(m["Body"])
+                    except json.JSONDecodeError:
+                        job = {}
+                    job = job if isinstance(job, dict) else {}
+                    history.append(
+                        "dlq",
+                        tenant_id=job.get("tenant_id"),
+                        notification_id=job.get("notification_id"),
+                        detail=json.dumps(
+                            {"queue": name, "recipient_user_id": job.get("recipient_user_id")}
+                        ),
+                    )
+                    recorded += 1
+    return recorded
+
+
+def _inject(
+    scenario: Scenario, population: Population, history: History, api_url: str, seed: int
+) -> None:
+    """Post the scenario's events, spread evenly over ``load.spread_s`` (a paced, bounded loop)."""
+    rng = random.Random(seed)
+    posts = []
+    for author in population.authors:
+        count = scenario.celebrity_posts if author.celebrity else scenario.regular_posts
+        posts += [(author, n) for n in range(count)]
+    gap = scenario.load.spread_s / max(1, len(posts) - 1) if len(posts) > 1 else 0.0
+    shared_ids: dict[tuple[str, int], str] = {}
+    t0 = time.monotonic()
+    with httpx.Client(base_url=api_url, timeout=10) as http:
+        for i, (author, n) in enumerate(posts):
+            delay = t0 + i * gap - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            event_id = None
+            if scenario.load.shared_event_ids:
+                event_id = shared_ids.setdefault((author.user_id, n), str(ULID()))
+            post_event(
+                http,
+                history,
+                author.tenant_id,
+                author.user_id,
+                "post",
+                f"post-{author.user_id}-{n}-{rng.randrange(10**6)}",
+                event_id,
+            )
+
+
+def _inject_with_locust(
+    scenario: Scenario,
+    run_dir: Path,
+    api_url: str,
+    seed: int,
+    workers: int | None,
+    history: History,
+    on_start: Callable[[], None],
+    progress: Progress,
+) -> None:
+    """Run the scenario's locustfile through ``harness.load.loadgen`` (Locust's library API, in its
+    own process: Locust monkey-patches with gevent), start the faults when the load starts, and
+    record what the users injected."""
+    from harness.model.shapes import LoadPlan
+
+    assert scenario.locust is not None
+    shape = Path(scenario.locust.locustfile).stem
+    plan = LoadPlan.from_mapping({**scenario.locust.plan, "shape": shape})
+    out = run_dir / "locust"
+    out.mkdir(exist_ok=True)
+    workers = scenario.locust.workers if workers is None else workers
+    argv = [
+        sys.executable, "-m", "harness.load.loadgen",
+        "--locustfile", scenario.locust.locustfile,
+        "--host", api_url,
+        "--population", str(run_dir / "population.json"),
+        "--plan", json.dumps(scenario.locust.plan),
+        "--out", str(out),
+        "--workers", str(workers),
+        "--seed", str(seed),
+        "--timeout", str(plan.duration_s + 60),
+    ]  # fmt: skip
+    started = False
+    with open(out / "loadgen.log", "w") as log:
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
+        )
+        try:
+            assert proc.stdout is not None
+            # Bounded: loadgen stops itself at plan end + 60 s, and quits its workers.
+            for line in proc.stdout:
+                log.write(line)
+                if line.startswith("locust: "):
+                    if not started and line.startswith("locust: started"):
+                        started = True
+                        on_start()
+                    progress("locust", line.removeprefix("locust: ").rstrip())
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                stop_process(proc)
+    if not started:
+        on_start()  # faults and rollbacks still run, so the run says what happened
+    for row in read_injected(out / INJECTED_FILE):
+        history.append(
+            "inject",
+            time=row["time"],
+            tenant_id=row["tenant_id"],
+            author_id=row["author_id"],
+            notification_id=row["notification_id"],
+            detail=row["kind"],
+        )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"the Locust load exited with code {proc.returncode}; log {out / 'loadgen.log'}"
+        )
+
+
+def read_injected(path: Path) -> list[dict[str, Any]]:
+    """Rows of injected.jsonl; a line cut short by a crash is skipped, the rest kept."""
+    rows = []
+    if not path.exists():
+        return rows
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def _wait_for_channels(
+    channels: ChannelLedgers, expected: pd.DataFrame, deadline: float, progress: Progress
+) -> None:
+    """Email and in-app deliveries of the run, on a condition: all seen, or quiet for 5 s
+    (a lost one never comes), or the run's deadline."""
+    seen, last_change, last_report = -1, time.monotonic(), 0.0
+    while time.monotonic() < deadline:
+        channels.poll()
+        now_seen = channels.seen(expected)
+        if now_seen != seen:
+            seen, last_change = now_seen, time.monotonic()
+        if seen == len(expected) or time.monotonic() - last_change >= 5:
+            break
+        if time.monotonic() - last_report >= 5:
+            progress("wait", f"{seen}/{len(expected)} email and in-app deliveries seen")
+            last_report = time.monotonic()
+        time.sleep(0.2)
+    progress("collect", f"{seen}/{len(expected)} email and in-app deliveries seen")
+
+
+def execute(
+    scenario: Scenario,
+    seed: int,
+    run_dir: Path,
+    progress: Progress,
+    clock: Clock,
+    stack_factory: Callable[[Path], Stack] | None = None,
+    locust_workers: int | None = None,
+    target: Target | None = None,
+) -> tuple[History, Population | None, list[Verdict], str | None]:
+    history = History()
+    population = None
+    nemesis: Nemesis | None = None
+    sampler: QueueSampler | None = None
+    errors: list[str] = []
+    stack = (
+        stack_factory
+        or (
+            lambda d: Stack(
+                d,
+                durable_redis=scenario.durable_redis,
+                reference_overrides=scenario.reference,
+                target=target,
+            )
+        )
+    )(run_dir / "stack")
+    try:
+        if target is None:
+            progress(
+                "stack",
+                "starting redis, fault proxy, dynalite, kinesalite, SQS, simulators, workers",
+            )
+        else:
+            progress("stack", f"target {target.name}: starting the fault proxy and simulators")
+            if scenario.reference or scenario.durable_redis:
+                progress("stack", "the scenario's reference settings do not apply to a target")
+        info = stack.up()
+        pids = {name: part.pid for name, part in info.parts.items()}
+        history.append("phase", detail=json.dumps({"stack_up": pids}))
+        progress("stack", f"ready ({len(info.parts)} parts, logs in {run_dir / 'stack' / 'logs'})")
+        start = clock()
+        population = generate(seed, start, scenario.population)
+        population.save(run_dir / "population.json")
+        apns = SimulatorControl(info.url("apns"), info.tls_ca)
+        fcm = SimulatorControl(info.url("fcm"))
+        apns.unregister([d.token for d in population.devices if d.dead and d.platform == "apns"])
+        fcm.unregister([d.token for d in population.devices if d.dead and d.platform == "fcm"])
+        calls = load_population(info.url("event-api"), population)
+        if "inapp" in info.parts:
+            register_online_users(info.url("inapp"), population)
+        history.append("phase", detail="population_loaded")
+        progress(
+            "load",
+            f"{len(population.users)} users, {len(population.devices)} devices, "
+            f"{len(population.authors)} authors ({calls} API calls)",
+        )
+        sampler = QueueSampler(info, history)
+        sampler.start()
+        targets = _chaos_targets(stack, info)
+        nemesis = Nemesis(
+            [
+                ScheduledFault(make_fault(f.name, f.params), f.offset_s, f.duration_s)
+                for f in scenario.faults
+            ],
+            targets,
+            history,
+            log=lambda line: progress("nemesis", line),
+            actions=[
+                ScheduledAction(a.name, a.offset_s, lambda: _redrive_all(info))
+                for a in scenario.actions
+            ],
+        )
+        if scenario.locust is not None:
+            _inject_with_locust(
+                scenario, run_dir, info.url("event-api"), seed, locust_workers, history,
+                nemesis.start, progress,
+            )  # fmt: skip
+        else:
+            nemesis.start()
+            _inject(scenario, population, history, info.url("event-api"), seed)
+        injected = history.frame().query("kind == 'inject'")
+        expectation = expected_deliveries(population, injected)
+        expected = set(
+            expectation.deliveries[["tenant_id", "notification_id", "token"]].itertuples(
+                index=False, name=None
+            )
+        )
+        progress("inject", f"{len(injected)} events accepted, {len(expected)} deliveries expected")
+        collector = Collector(history, [apns, fcm])
+        channel_urls = {p: info.url(p) for p in ("ses", "inapp") if p in info.parts}
+        channels = ChannelLedgers.for_stack(history, channel_urls)
+        deadline = time.monotonic() + scenario.timeout_seconds
+        last_window_end = expectation.deliveries["quiet_until"].max()
+        release_by = (0.0 if pd.isna(last_window_end) else float(last_window_end)) + 1.0
+        nemesis.wait(max(0.0, deadline - time.monotonic()))
+        outcome = wait_for_outcome(collector, expected, info, deadline, progress, release_by)
+        undone = nemesis.rollback()
+        if undone:
+            progress("rollback", f"undid {', '.join(undone)}")
+        for rollback in scenario.rollbacks:
+            result = _redrive_all(info)
+            progress("rollback", f"{rollback.name}: {result}")
+            if not result.startswith("moved 0 "):
+                outcome = wait_for_outcome(
+                    collector, expected, info, deadline, progress, release_by
+                )
+        channel_expected = expected_channel_deliveries(
+            population, injected, Config.load(info.reference_config).channels_by_kind
+        )
+        if channel_urls and len(channel_expected):
+            _wait_for_channels(channels, channel_expected, deadline, progress)
+        sampler.stop()
+        history.append("phase", detail=outcome)
+        progress(
+            "collect",
+            f"{collector.rows} provider requests recorded ({outcome}"
+            + (f" after {scenario.timeout_seconds:.0f}s)" if outcome == "timeout" else ")"),
+        )
+        collector.poll()
+        for part, why in stack.dead_parts().items():
+            # A part of the local stack that died is the harness's failure, not the system's:
+            # say so instead of letting a checker blame the system under test.
+            errors.append(f"stack part {part} died during the run: {why}")
+            progress("stack", f"{part} died during the run")
+        parked = _record_dlqs(info, history)
+        if parked:
+            progress("collect", f"{parked} message(s) left in dead-letter queues")
+        if target is None:
+            # The workers store their buffered audit records on SIGTERM: stop them first.
+            stack.stop_parts(["fanout-worker", *WORKER_PARTS[2:]])
+        channels.poll()
+        channels.close()
+        audited = collect_audit(info, history)
+        if audited:
+            progress("collect", f"{audited} audit record(s) read from the WORM bucket")
+        errors += nemesis.errors
+        evidence = Evidence(population, expectation, history.frame(), scenario.reference)
+        verdicts = [run_probe(p.name, p.tolerance, evidence) for p in scenario.probes]
+        return history, population, verdicts, "; ".join(errors) or None
+    except BaseException as exc:  # the run still leaves its history and says what failed
+        errors.append(f"{type(exc).__name__}: {exc}")
+        (run_dir / "error.txt").write_text(traceback.format_exc())
+        return history, population, [], "; ".join(errors)
+    finally:
+        if sampler is not None:
+            sampler.stop()
+        if nemesis is not None:
+            nemesis.rollback()
+        progress("stack", "stopping")
+        stack.down()
+
+
+def run(
+    scenario: Scenario,
+    seed: int | None = None,
+    out: Path = Path("reports"),
+    clock: Clock = lambda: datetime.now(UTC),
+    progress: Progress | None = None,
+    stack_factory: Callable[[Path], Stack] | None = None,
+    locust_workers: int | None = None,
+    target: Target | None = None,
+    reports: bool = True,
+) -> RunResult:
+    """``reports``: False writes junit.xml only (no charts, no html/md): for CI loops."""
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    progress = progress or Progress()
+    run_id = new_run_id(scenario.name, seed, clock())
+    started = time.monotonic()
+    run_dir = Path(out).resolve() / run_id
+    run_dir.mkdir(parents=True, exist_ok=False)
+    progress("run", f"{run_id} (seed {seed}; repeat with --seed {seed})")
+
+    def _terminate(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        history, _population, verdicts, error = execute(
+            scenario, seed, run_dir, progress, clock, stack_factory, locust_workers, target
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    history.write(run_dir / "history.parquet")
+    checkers = {v.name: v.to_dict() for v in verdicts}
+    passed = error is None and bool(verdicts) and all(v.valid for v in verdicts)
+    summary = {
+        "run_id": run_id,
+        "scenario": scenario.name,
+        "seed": seed,
+        "target": target.name if target is not None else "reference",
+        "verdict": "pass" if passed else "fail",
+        "checkers": checkers,
+        "history_rows": len(history),
+        "error": error,
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+    try:
+        from harness.report import junit_xml, write_reports
+
+        if reports:
+            progress("report", str(write_reports(run_dir)["html"]))
+        else:
+            (run_dir / "junit.xml").write_text(junit_xml(summary, time.monotonic() - started))
+    except Exception as exc:  # a broken report must not hide the verdict
+        progress("report", f"could not write the reports: {exc}")
+    return RunResult(run_dir, json.loads(json.dumps(summary, default=_json_default)))
+
+
+def load_run(run_dir: Path) -> tuple[dict[str, Any], Any]:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return summary, history_mod.read(run_dir / "history.parquet")
+
+
+if __name__ == "__main__":  # pragma: no cover - use python -m harness run
+    sys.exit("use: python -m harness run <scenario>")

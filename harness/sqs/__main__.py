@@ -1,5 +1,0 @@
-import sys
-
-from harness.sqs.server import main
-
-sys.exit(main())

@@ -1,0 +1,1 @@
+"""harness/stack: see docs/ARCHITECTURE.md."""

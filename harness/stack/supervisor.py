@@ -1,0 +1,669 @@
+"""The embedded local stack: start every part on loopback, check it is ready, stop it in order.
+
+Every part is a real server in its own process (own session, so a stop takes its children
+too). Ports are chosen free at start and written, with pids and URLs, to a stack file that
+workers, tests and Locust read. Parts start in dependency order, each with a readiness check and
+a timeout, and stop in reverse order; a part that dies while starting is reported with the tail
+of its log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from chaos.faults import DEDUP_PROXY
+from emulators.ports import LOOPBACK, free_port
+from harness.stack.target import Target, port_of
+from reference_impl.aws import new_client
+from reference_impl.config import Config
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE_EMULATOR = ROOT / "emulators" / "node" / "aws_emulator.js"
+DEFAULT_STACK_FILE = ROOT / ".stack" / "stack.json"
+AWS_KEYS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+REGION = "us-east-1"
+
+# Start order. Workers come last: they need everything else.
+PARTS = (
+    "redis",
+    "toxiproxy",
+    "dynamodb",
+    "kinesis",
+    "sqs",
+    "aws",
+    "apns",
+    "fcm",
+    "ses",
+    "inapp",
+    "event-api",
+    "fanout-worker",
+    "push-consumer",
+    "email-consumer",
+    "in-app-consumer",
+)
+INFRA_PARTS = PARTS[:10]
+WORKER_PARTS = ("event-api", "fanout-worker", "push-consumer", "email-consumer", "in-app-consumer")
+# Worker part -> the channel its reference_impl.channel_consumer process drains.
+CHANNEL_CONSUMERS = {"email-consumer": "email", "in-app-consumer": "in_app"}
+
+
+class StackError(RuntimeError):
+    """A part could not start, or the machine lacks something the stack needs."""
+
+
+def stack_file_path() -> Path:
+    return Path(os.environ.get("HARNESS_STACK_FILE", DEFAULT_STACK_FILE))
+
+
+def require_redis_server() -> str:
+    path = shutil.which("redis-server")
+    if not path:
+        raise StackError(
+            "redis-server is not installed: install the Debian package redis-server "
+            "(apt-get install redis-server) or run `make setup`"
+        )
+    return path
+
+
+def require_node_emulators() -> str:
+    node = shutil.which("node")
+    if not node:
+        raise StackError(
+            "node is not installed: install the Debian package nodejs, or run `make setup`"
+        )
+    modules = Path(os.environ.get("FANOUT_NODE_MODULES", ROOT / "node_modules"))
+    missing = [m for m in ("dynalite", "kinesalite") if not (modules / m).is_dir()]
+    if missing:
+        raise StackError(
+            f"npm packages {', '.join(missing)} are not installed in {modules}: run `make setup`"
+        )
+    return node
+
+
+@dataclass
+class PartInfo:
+    name: str
+    pid: int
+    port: int | None
+    url: str | None
+    log: str
+    argv: list[str]
+
+
+@dataclass
+class StackInfo:
+    workdir: str
+    reference_config: str
+    parts: dict[str, PartInfo] = field(default_factory=dict)
+    tls_ca: str | None = None
+    # Where workers reach the dedup store: through the fault proxy when there is one.
+    dedup_url: str | None = None
+    # Parts the harness did not start (a target's Event API, its AWS endpoints): name -> URL.
+    endpoints: dict[str, str] = field(default_factory=dict)
+    region: str = REGION
+    # None: boto3's own credential chain (a real AWS target).
+    aws_keys: dict[str, str] | None = field(default_factory=lambda: dict(AWS_KEYS))
+
+    def url(self, part: str) -> str:
+        if part in self.endpoints:
+            return self.endpoints[part]
+        info = self.parts.get(part)
+        if info is None or not info.url:
+            raise StackError(f"part {part} has no URL")
+        return info.url
+
+    @property
+    def redis_url(self) -> str:
+        return self.url("redis")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def read(cls, path: Path) -> StackInfo:
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError as exc:
+            raise StackError(f"no stack file at {path}: run `python -m harness stack up`") from exc
+        parts = {k: PartInfo(**v) for k, v in data.pop("parts").items()}
+        return cls(parts=parts, **data)
+
+    def aws_client(self, service: str) -> Any:
+        endpoint = {"dynamodb": "dynamodb", "kinesis": "kinesis", "sqs": "sqs"}.get(service, "aws")
+        url = self.url(endpoint) if endpoint in self.parts or endpoint in self.endpoints else None
+        return new_client(
+            service, region_name=self.region, endpoint_url=url, **(self.aws_keys or {})
+        )
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A detached part's parent has exited; where nothing reaps orphans (a container's PID 1),
+    # a stopped part lingers as a zombie: it holds no port and runs no code.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def wait_until(
+    condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.05
+) -> None:
+    """Poll a condition until it holds; raise TimeoutError naming what was awaited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if condition():
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+class Stack:
+    """Owns the processes of one local stack. Use as a context manager: exit stops everything."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        durable_redis: bool = False,
+        apns_tls: bool = True,
+        reference_overrides: dict[str, Any] | None = None,
+        start_timeout: float = 30.0,
+        with_workers: bool = True,
+        stack_file: Path | None = None,
+        parts: Sequence[str] | None = None,
+        target: Target | None = None,
+    ) -> None:
+        self.workdir = Path(workdir).resolve()
+        self.durable_redis = durable_redis
+        self.apns_tls = apns_tls
+        self.reference_overrides = reference_overrides or {}
+        self.start_timeout = start_timeout
+        self.with_workers = with_workers
+        self.stack_file = stack_file
+        self.target = target
+        if target is not None:
+            # The system under test runs elsewhere: the harness starts only the fault proxy (if
+            # the target has no Toxiproxy of its own) and the provider simulators.
+            parts = [p for p, wanted in (
+                ("toxiproxy", bool(target.dedup_listen and not target.toxiproxy_url)),
+                ("apns", bool(target.apns_listen)),
+                ("fcm", bool(target.fcm_listen)),
+            ) if wanted]  # fmt: skip
+            self.apns_tls = target.apns_tls
+        unknown = sorted(set(parts or ()) - set(PARTS))
+        if unknown:
+            raise StackError(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(PARTS)}")
+        self.selected = tuple(p for p in PARTS if parts is None or p in parts)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.info = StackInfo(
+            workdir=str(self.workdir), reference_config=str(self.workdir / "reference.json")
+        )
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def __enter__(self) -> Stack:
+        self.up()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    def up(self) -> StackInfo:
+        if "redis" in self.selected:
+            require_redis_server()
+        if {"dynamodb", "kinesis"} & set(self.selected):
+            require_node_emulators()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(exist_ok=True)
+        try:
+            # Parts of one tier do not depend on each other: start them together and wait for
+            # all, so a stack is up in the time of its slowest part, not the sum of them.
+            self._start_together([p for p in INFRA_PARTS if p in self.selected])
+            if self.target is not None:
+                self._describe_target(self.target)
+            else:
+                self.write_reference_config()
+                # Only against the stack's own emulators: a missing endpoint in the config
+                # means real AWS, which a partial local stack must never touch.
+                if {"dynamodb", "kinesis", "sqs"} <= set(self.selected):
+                    self.provision()
+                if self.with_workers:
+                    self._start_together([p for p in WORKER_PARTS if p in self.selected])
+        except BaseException:
+            self.down()
+            raise
+        if self.stack_file:
+            self.stack_file.parent.mkdir(parents=True, exist_ok=True)
+            self.stack_file.write_text(self.info.to_json())
+        return self.info
+
+    def down(self) -> None:
+        # Workers first (they hold connections to the rest), then the infrastructure together.
+        workers = [p for p in reversed(list(self.procs)) if p in WORKER_PARTS]
+        for tier in (workers, list(reversed(list(self.procs)))):
+            stop_processes([self.procs.pop(part) for part in tier if part in self.procs])
+        if self.stack_file and self.stack_file.exists():
+            self.stack_file.unlink()
+
+    # -- parts ------------------------------------------------------------------------------
+
+    def _describe_target(self, target: Target) -> None:
+        """What the harness needs to know of a target: its URLs and queue names."""
+        self.info.endpoints["event-api"] = target.event_api.rstrip("/")
+        if target.sqs_endpoint:
+            self.info.endpoints["sqs"] = target.sqs_endpoint
+        self.info.region = target.region
+        keys = {
+            "aws_access_key_id": target.aws_access_key_id,
+            "aws_secret_access_key": target.aws_secret_access_key,
+        }
+        self.info.aws_keys = keys if all(keys.values()) else None
+        if target.toxiproxy_url:
+            self.info.endpoints["toxiproxy"] = target.toxiproxy_url.rstrip("/")
+        config = Config(
+            region=target.region,
+            sqs_endpoint=target.sqs_endpoint,
+            queue_prefix=target.queue_prefix,
+            **(self.info.aws_keys or {}),
+        )
+        Path(self.info.reference_config).write_text(config.to_json())
+
+    def reference_config(self) -> Config:
+        parts = self.info.parts
+
+        def url(part: str) -> str | None:
+            return parts[part].url if part in parts else None
+
+        values: dict[str, Any] = {
+            "region": REGION,
+            "dynamodb_endpoint": url("dynamodb"),
+            "kinesis_endpoint": url("kinesis"),
+            "sqs_endpoint": url("sqs"),
+            "s3_endpoint": url("aws"),
+            # The WORM audit trail lives in moto's S3; without that part it stays in the logs.
+            "audit_bucket": "fanout-audit" if "aws" in parts else None,
+            "audit_retention_days": 1,
+            **AWS_KEYS,
+            "redis_url": self.info.dedup_url or url("redis"),
+            "apns_url": url("apns"),
+            "apns_ca_file": self.info.tls_ca,
+            "fcm_url": url("fcm"),
+            "fcm_projects": ["fanout-sender-0", "fanout-sender-1"],
+            "ses_url": url("ses"),
+            "inapp_url": url("inapp"),
+            "celebrity_threshold": 50,
+            # Small pages and short walks, so that a run at demo scale already goes through
+            # the fan-out of fan-out (walk tasks handing on, page tasks in parallel).
+            "follower_page_size": 20,
+            "pages_per_walk": 2,
+            # Pages of 20 take well under a second; a lost delete of one (the SQS faults reach
+            # every queue) then comes back in seconds, not the production default's 120.
+            "page_task_visibility_seconds": 15,
+            "visibility_timeout_seconds": 5,
+            "dedup_lease_seconds": 8,
+            "event_api_host": LOOPBACK,
+        }
+        values.update(self.reference_overrides)
+        return Config.from_mapping({k: v for k, v in values.items() if v is not None})
+
+    def write_reference_config(self) -> None:
+        Path(self.info.reference_config).write_text(self.reference_config().to_json())
+
+    def provision(self) -> None:
+        from reference_impl.provision import provision
+
+        provision(self.reference_config())
+
+    def part_argv(self, part: str, port: int | None) -> list[str]:
+        py = sys.executable
+        config = self.info.reference_config
+        ready = str(self.workdir / f"{part}.ready")
+        if part == "redis":
+            data = self.workdir / "redis"
+            data.mkdir(exist_ok=True)
+            persistence = (
+                ["--appendonly", "yes", "--appendfsync", "always"]
+                if self.durable_redis
+                else ["--appendonly", "no"]
+            )
+            return [
+                require_redis_server(),
+                "--port", str(port), "--bind", LOOPBACK, "--save", "", "--dir", str(data),
+                "--daemonize", "no", "--protected-mode", "yes", *persistence,
+            ]  # fmt: skip
+        if part in ("dynamodb", "kinesis"):
+            kind = "dynalite" if part == "dynamodb" else "kinesalite"
+            return [
+                require_node_emulators(),
+                str(NODE_EMULATOR),
+                kind,
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(port),
+            ]
+        if part == "aws":
+            return [py, "-m", "moto.server", "-H", LOOPBACK, "-p", str(port)]
+        if part == "sqs":
+            return [py, "-m", "emulators.sqs", "--host", LOOPBACK, "--port", str(port)]
+        if part == "toxiproxy":
+            argv = [py, "-m", "chaos.toxiproxy", "--host", LOOPBACK, "--port", str(port)]
+            proxies = self.workdir / "proxies.json"
+            if proxies.exists():
+                argv += ["--config", str(proxies)]
+            return argv
+        if part == "apns":
+            argv = [py, "-m", "emulators.providers.apns", "--host", LOOPBACK, "--port", str(port)]
+            if self.apns_tls:
+                argv += ["--tls", "--cert-dir", str(self.workdir / "tls")]
+            return argv
+        if part in ("fcm", "ses", "inapp"):
+            return [
+                py,
+                "-m",
+                f"emulators.providers.{part}",
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(port),
+            ]
+        if part == "event-api":
+            return [py, "-m", "reference_impl.event_api", "--config", config, "--port", str(port)]
+        if part == "fanout-worker":
+            return [
+                py,
+                "-m",
+                "reference_impl.fanout_worker",
+                "--config",
+                config,
+                "--ready-file",
+                ready,
+            ]
+        if part == "push-consumer":
+            return [
+                py,
+                "-m",
+                "reference_impl.push_consumer",
+                "--config",
+                config,
+                "--ready-file",
+                ready,
+            ]
+        if part in CHANNEL_CONSUMERS:
+            return [
+                py, "-m", "reference_impl.channel_consumer", "--channel", CHANNEL_CONSUMERS[part],
+                "--config", config, "--ready-file", ready,
+            ]  # fmt: skip
+        raise StackError(f"unknown part {part!r}; parts: {', '.join(PARTS)}")
+
+    def _url(self, part: str, port: int | None) -> str | None:
+        if port is None or part in CHANNEL_CONSUMERS:
+            return None  # a poller serves nothing (it is only handed a free port)
+        if part == "redis":
+            return f"redis://{LOOPBACK}:{port}/0"
+        scheme = "https" if part == "apns" and self.apns_tls else "http"
+        return f"{scheme}://{LOOPBACK}:{port}"
+
+    def _ready(self, part: str, info: PartInfo) -> bool:
+        if part == "redis":
+            try:
+                return bool(redis.Redis.from_url(info.url or "", socket_timeout=1).ping())
+            except redis.RedisError:
+                return False
+        if part == "sqs":
+            return _http_ok(f"{info.url}/_sqs/health")
+        if part in ("dynamodb", "kinesis", "aws"):
+            service = {"dynamodb": "dynamodb", "kinesis": "kinesis", "aws": "sqs"}[part]
+            try:
+                client = new_client(service, region_name=REGION, endpoint_url=info.url, **AWS_KEYS)
+                {
+                    "dynamodb": lambda: client.list_tables(),
+                    "kinesis": lambda: client.list_streams(),
+                    "sqs": lambda: client.list_queues(),
+                }[service]()
+                return True
+            except Exception:
+                return False
+        if part in ("apns", "fcm", "ses", "inapp"):
+            control = f"http://{LOOPBACK}:{info.port}/_sim/health"
+            if part == "apns" and self.apns_tls:
+                return self._tls_ready(info)
+            return _http_ok(control)
+        if part == "event-api":
+            return _http_ok(f"{info.url}/health")
+        if part == "toxiproxy":
+            return _http_ok(f"{info.url}/proxies/{DEDUP_PROXY}")
+        return (self.workdir / f"{part}.ready").exists()
+
+    def _tls_ready(self, info: PartInfo) -> bool:
+        import ssl
+
+        ca = self.workdir / "tls" / "ca.pem"
+        if not ca.exists():
+            return False
+        context = ssl.create_default_context(cafile=str(ca))
+        try:
+            with urllib.request.urlopen(
+                f"https://{LOOPBACK}:{info.port}/_sim/health", timeout=1, context=context
+            ) as response:
+                ok = response.status == 200
+        except OSError:
+            return False
+        if ok:
+            self.info.tls_ca = str(ca)
+        return ok
+
+    def dead_parts(self) -> dict[str, str]:
+        """Parts whose process has exited on its own, with the tail of each one's log."""
+        return {
+            part: f"exited with code {proc.returncode}; log {self.info.parts[part].log}:\n"
+            + _log_tail(Path(self.info.parts[part].log), 8)
+            for part, proc in self.procs.items()
+            if proc.poll() is not None
+        }
+
+    def stop_part(self, part: str) -> None:
+        """Stop one part (SIGTERM, then SIGKILL); its port stays reserved for a restart."""
+        self.stop_parts([part])
+
+    def stop_parts(self, parts: Sequence[str]) -> None:
+        """Stop several parts at once: each gets its SIGTERM before any is waited for, so their
+        shutdowns (a poller's long poll, an audit flush) overlap."""
+        stop_processes([self.procs.pop(part) for part in parts if part in self.procs])
+        for part in parts:
+            (self.workdir / f"{part}.ready").unlink(missing_ok=True)
+
+    def kill_part(self, part: str) -> None:
+        """kill -9 one part, as a crash would."""
+        proc = self.procs.pop(part, None)
+        if proc is not None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        (self.workdir / f"{part}.ready").unlink(missing_ok=True)
+
+    def start_part(self, part: str) -> PartInfo:
+        """(Re)start one part on the port it had, so clients need no new config."""
+        if part in self.procs:
+            raise StackError(f"{part} is already running")
+        previous = self.info.parts.get(part)
+        return self._start(part, previous.port if previous else None)
+
+    def _write_proxy_config(self) -> None:
+        """The dedup proxy: workers talk to Redis only through it, so chaos can cut it."""
+        if self.target is not None and self.target.dedup_listen and self.target.dedup_redis:
+            listen_port = port_of(self.target.dedup_listen, "dedup_listen")
+            upstream = self.target.dedup_redis
+        else:
+            upstream = f"{LOOPBACK}:{self.info.parts['redis'].port}"
+            if self.info.dedup_url:
+                listen_port = int(self.info.dedup_url.rsplit(":", 1)[1].split("/")[0])
+            else:
+                listen_port = free_port()
+        proxies = [
+            {
+                "name": DEDUP_PROXY,
+                "listen": f"{LOOPBACK}:{listen_port}",
+                "upstream": upstream,
+                "enabled": True,
+            }
+        ]
+        (self.workdir / "proxies.json").write_text(json.dumps(proxies))
+        self.info.dedup_url = f"redis://{LOOPBACK}:{listen_port}/0"
+
+    def _start(self, part: str, port: int | None = None) -> PartInfo:
+        return self._start_together([part], {part: port})[0]
+
+    def _start_together(
+        self, parts: Sequence[str], ports: dict[str, int | None] | None = None
+    ) -> list[PartInfo]:
+        """Spawn every part, then wait until all are ready (or one dies, or time runs out)."""
+        ports = ports or {}
+        pending = {part: self._spawn(part, ports.get(part)) for part in parts}
+        infos = [pending[part][0] for part in parts]
+
+        def all_ready() -> bool:
+            for part, (info, proc) in list(pending.items()):
+                if proc.poll() is not None:
+                    raise StackError(
+                        f"{part} exited with code {proc.returncode} while starting; "
+                        f"log {info.log}:\n{_log_tail(Path(info.log))}"
+                    )
+                if self._ready(part, info):
+                    del pending[part]
+            return not pending
+
+        try:
+            wait_until(all_ready, self.start_timeout, f"{', '.join(parts)} to become ready")
+        except TimeoutError as exc:
+            late = "\n".join(
+                f"{part} not ready; log {info.log}:\n{_log_tail(Path(info.log))}"
+                for part, (info, _) in pending.items()
+            )
+            raise StackError(f"{exc}\n{late}") from exc
+        return infos
+
+    def _spawn(self, part: str, port: int | None) -> tuple[PartInfo, subprocess.Popen[bytes]]:
+        if part == "toxiproxy":
+            self._write_proxy_config()
+        if port is None and self.target is not None and part in ("apns", "fcm"):
+            listen = self.target.apns_listen if part == "apns" else self.target.fcm_listen
+            port = port_of(listen or "", f"{part}_listen")
+        if port is None and part not in ("fanout-worker", "push-consumer"):
+            port = free_port()
+        argv = self.part_argv(part, port)
+        log_path = self.workdir / "logs" / f"{part}.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "FANOUT_CONFIG": self.info.reference_config}
+        env.setdefault("FANOUT_NODE_MODULES", str(ROOT / "node_modules"))
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=ROOT,
+                env=env,
+                start_new_session=True,
+            )
+        self.procs[part] = proc
+        info = PartInfo(part, proc.pid, port, self._url(part, port), str(log_path), argv)
+        self.info.parts[part] = info
+        return info, proc
+
+
+def stop_process(proc: subprocess.Popen[bytes] | int, timeout: float = 5.0) -> None:
+    """SIGTERM the process group, then SIGKILL it if it has not gone within the timeout."""
+    pid = proc if isinstance(proc, int) else proc.pid
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    if isinstance(proc, int):
+        try:
+            wait_until(lambda: not _pid_alive(pid), timeout, f"pid {pid} to stop")
+        except TimeoutError:
+            pass
+    else:
+        try:
+            proc.wait(timeout)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    if not isinstance(proc, int):
+        proc.wait(timeout)
+
+
+def stop_processes(procs: Sequence[subprocess.Popen[bytes]], timeout: float = 5.0) -> None:
+    """SIGTERM every process group at once, then wait for each (SIGKILL past the timeout)."""
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for proc in procs:
+        stop_process(proc, timeout)
+
+
+def stop_from_file(path: Path) -> list[str]:
+    """Stop a detached stack recorded in a stack file; return the parts stopped."""
+    info = StackInfo.read(path)
+    alive = {name: p.pid for name, p in reversed(list(info.parts.items())) if _pid_alive(p.pid)}
+    workers = [name for name in alive if name in WORKER_PARTS]
+    for tier in (workers, [name for name in alive if name not in WORKER_PARTS]):
+        for name in tier:
+            try:
+                os.killpg(alive[name], signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for name in tier:
+            stop_process(alive[name])
+    stopped = list(alive)
+    path.unlink(missing_ok=True)
+    return stopped
+
+
+def status_from_file(path: Path) -> dict[str, str]:
+    info = StackInfo.read(path)
+    return {
+        name: ("running" if _pid_alive(part.pid) else "dead") + (f" {part.url}" if part.url else "")
+        for name, part in info.parts.items()
+    }
