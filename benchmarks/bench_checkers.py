@@ -4,7 +4,7 @@ each called through ``run_probe`` exactly as the runner calls it.
     .venv/bin/python benchmarks/bench_checkers.py --out reports/bench/checkers.json
 
 ``--rows N`` (default 10,000,000) sizes the history, ``--probes a,b`` times some checkers only
-(default: every name in ``KNOWN_PROBES``), ``--cold`` stops checkers from reusing the string
+(default: every registered checker), ``--cold`` stops checkers from reusing the string
 encodings earlier ones computed (they do in a run: see ``harness.checkers.keys``). The JSON
 holds the rows, the generation seconds, wall and CPU seconds per checker and in total, peak RSS
 (getrusage; per phase and per checker where Linux lets the peak be reset), ``under_60s``, the
@@ -32,7 +32,7 @@ import resource
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from harness.checkers import Evidence, Verdict, run_probe  # noqa: E402
+from harness.checkers.registry import known as known_checkers  # noqa: E402
 from harness.model.history import COLUMNS  # noqa: E402
 from harness.model.oracle import EXPECTED_COLUMNS, Expectation  # noqa: E402
 from harness.model.population import (  # noqa: E402
@@ -57,7 +58,7 @@ from harness.model.population import (  # noqa: E402
     User,
     _window,
 )
-from harness.model.scenarios import KNOWN_PROBES  # noqa: E402
+from harness.model.system import SystemPolicy  # noqa: E402
 
 LIMIT_S = 60.0
 START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -82,7 +83,7 @@ TOLERANCES: dict[str, dict[str, Any]] = {
     "quiet_hours": {"release_bound_s": RELEASE_BOUND_S},
     "dead_tokens": {"grace_s": DEAD_GRACE_S},
 }
-REFERENCE = {"dedup_fallback": False}
+POLICY = SystemPolicy(dedup_fallback=False)
 RETRY_AFTER_S = 1.0
 THROTTLE_P = 0.4
 # A throttled sender's round: a 0.1 s burst, then silence for Retry-After and a little more.
@@ -122,10 +123,10 @@ class Synthetic:
     expectation: Expectation
     history: pd.DataFrame
     planted: dict[str, dict[str, int]]
-    reference: dict[str, Any] = field(default_factory=lambda: dict(REFERENCE))
+    policy: SystemPolicy = POLICY
 
     def evidence(self) -> Evidence:
-        return Evidence(self.population, self.expectation, self.history, self.reference)
+        return Evidence(self.population, self.expectation, self.history, self.policy)
 
 
 # --- population ------------------------------------------------------------------------------
@@ -889,7 +890,7 @@ def _reset_peak_rss() -> bool:
 
 def time_checkers(
     synthetic: Synthetic,
-    probes: tuple[str, ...] = KNOWN_PROBES,
+    probes: tuple[str, ...] | None = None,
     log: Any = print,
     cold: bool = False,
 ) -> tuple[dict[str, dict[str, float]], dict[str, Verdict], dict[str, str]]:
@@ -901,13 +902,13 @@ def time_checkers(
     show what it costs alone."""
     evidence = synthetic.evidence()
     seconds, verdicts, errors = {}, {}, {}
-    for name in probes:
+    for name in probes if probes is not None else known_checkers():
         if cold:
             expectation = Expectation(
                 synthetic.expectation.deliveries.copy(), synthetic.expectation.suppressed
             )
             evidence = Evidence(
-                synthetic.population, expectation, synthetic.history.copy(), synthetic.reference
+                synthetic.population, expectation, synthetic.history.copy(), synthetic.policy
             )
         started, cpu = time.perf_counter(), time.process_time()
         try:
@@ -947,7 +948,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--probes",
-        default=",".join(p for p in KNOWN_PROBES if p not in NOT_YET_VECTORISED),
+        default=",".join(p for p in known_checkers() if p not in NOT_YET_VECTORISED),
         help="comma-separated; default: every known checker but the ones not yet vectorised",
     )
     parser.add_argument(

@@ -337,7 +337,7 @@ def test_a_replaced_column_is_read_again(synthetic):
     """Checkers keep per-column encodings while a frame lives; replacing a column must not
     leave them reading the old one."""
     history = synthetic.history.copy()
-    evidence = Evidence(synthetic.population, synthetic.expectation, history, {})
+    evidence = Evidence(synthetic.population, synthetic.expectation, history)
     before = run_probe("effectively_once", {}, evidence).counts
     delivered = history.index[(history["kind"] == "provider") & (history["status"] == 200)]
     tokens = history["token"].copy()

@@ -34,12 +34,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from harness.checkers.evidence import Evidence
 from harness.checkers.keys import (
     first_rows,
     joint_keys,
@@ -48,6 +50,7 @@ from harness.checkers.keys import (
     sorted_unique,
     values_at,
 )
+from harness.checkers.registry import checker
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
 from harness.model.oracle import Expectation
@@ -409,3 +412,19 @@ def check(
         and trail.unreadable == 0
     )
     return Verdict("audit_complete", valid, counts, {"examples": examples})
+
+
+@checker(
+    "audit_complete",
+    summary="every delivery, suppression, job and dead letter has its audit record",
+    tolerances={"max_unaudited_dlq": 0, "max_lost_sent_records": 0},
+    needs=("audit_trail",),
+)
+def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    return check(
+        evidence.expectation,
+        evidence.history,
+        evidence.population,
+        max_unaudited_dlq=int(tolerance["max_unaudited_dlq"]),
+        max_lost_sent_records=int(tolerance["max_lost_sent_records"]),
+    )

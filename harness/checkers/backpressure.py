@@ -8,9 +8,14 @@ more provider requests than the cap.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
+from harness.checkers.evidence import Evidence
+from harness.checkers.registry import checker
 from harness.checkers.verdict import Verdict
 
 
@@ -83,3 +88,17 @@ def check(history: pd.DataFrame, slack_s: float = 0.3, cap_per_s: float | None =
     }
     details = {"slack_s": slack_s, "cap_per_s": cap_per_s, "examples": examples}
     return Verdict("backpressure", ignored == 0 and over_cap == 0, counts, details)
+
+
+@checker(
+    "backpressure",
+    summary="Retry-After honoured per scope; send rate under the cap",
+    tolerances={"slack_s": 0.3, "cap_per_s": None},
+)
+def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    cap = tolerance["cap_per_s"]
+    return check(
+        evidence.history,
+        slack_s=float(tolerance["slack_s"]),
+        cap_per_s=None if cap is None else float(cap),
+    )

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
+from harness.checkers.evidence import Evidence
+from harness.checkers.registry import checker
 from harness.checkers.verdict import Verdict
+from harness.model.oracle import expected_channel_deliveries
 from harness.run.channel_ledgers import CHANNEL_OF_PROVIDER
 
 CHANNELS = ("email", "in_app")
@@ -104,3 +108,21 @@ def check(
         "tolerance": {"max_lost": max_lost, "max_duplicated": max_duplicated},
     }
     return Verdict("channel_delivery", valid, counts, details)
+
+
+@checker(
+    "channel_delivery",
+    summary="email and in-app deliveries effectively once, per channel, against the oracle",
+    tolerances={"max_lost": 0, "max_duplicated": 0},
+)
+def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    history = evidence.history
+    expected = expected_channel_deliveries(
+        evidence.population, history[history["kind"] == "inject"], evidence.policy.channels_by_kind
+    )
+    return check(
+        expected,
+        history,
+        max_lost=int(tolerance["max_lost"]),
+        max_duplicated=int(tolerance["max_duplicated"]),
+    )

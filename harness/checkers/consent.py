@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pandas as pd
 
+from harness.checkers.evidence import Evidence
 from harness.checkers.keys import rows_with
+from harness.checkers.registry import checker
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
 from harness.model.population import Population
@@ -36,3 +41,8 @@ def check(population: Population, history: pd.DataFrame) -> Verdict:
     }
     details = {"examples": [{"tenant_id": t, "token": k} for t, k in violations[:5]]}
     return Verdict("consent", not violations, counts, details)
+
+
+@checker("consent", summary="no delivery to a user without push consent (default deny)")
+def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    return check(evidence.population, evidence.history)

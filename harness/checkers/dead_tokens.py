@@ -4,10 +4,15 @@ allowed for ``grace_s``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
+from harness.checkers.evidence import Evidence
 from harness.checkers.keys import rows_with
+from harness.checkers.registry import checker
 from harness.checkers.verdict import Verdict
 
 
@@ -39,3 +44,12 @@ def check(history: pd.DataFrame, grace_s: float = 1.0) -> Verdict:
         "examples": after[["tenant_id", "token", "dead_at", "time"]].head(5).to_dict("records"),
     }
     return Verdict("dead_tokens", counts["sends_after_dead"] == 0, counts, details)
+
+
+@checker(
+    "dead_tokens",
+    summary="nothing sent to a token after the provider said it is dead",
+    tolerances={"grace_s": 1.0},
+)
+def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    return check(evidence.history, grace_s=float(tolerance["grace_s"]))

@@ -9,11 +9,15 @@ the runner records at the end of the run.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from harness.checkers.evidence import Evidence
 from harness.checkers.keys import joint_keys, member, rows_with, sorted_unique
+from harness.checkers.registry import checker
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
 from harness.model.oracle import Expectation
@@ -59,3 +63,11 @@ def check(expectation: Expectation, history: pd.DataFrame) -> Verdict:
         **{f"suppressed_{k}": int(v) for k, v in sorted(expectation.suppressed.items())},
     }
     return Verdict("dlq_accountability", vanished == 0, counts, {"vanished_examples": examples})
+
+
+@checker(
+    "dlq_accountability",
+    summary="every expected notification delivered or parked in a dead-letter queue",
+)
+def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    return check(evidence.expectation, evidence.history)

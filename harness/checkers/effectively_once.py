@@ -13,10 +13,15 @@ and what the verdict gates on by default; a scenario may also gate on the raw co
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
+from harness.checkers.evidence import Evidence
 from harness.checkers.keys import codes, first_rows, joint_keys, member, sorted_unique
+from harness.checkers.registry import checker
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
 from harness.model.oracle import Expectation
@@ -114,3 +119,19 @@ def check(
         and (max_duplicated is None or duplicated <= max_duplicated)
     )
     return Verdict("effectively_once", valid, {**counts, **suppressed}, examples)
+
+
+@checker(
+    "effectively_once",
+    summary="every expected (notification, device) delivered exactly once, none lost",
+    tolerances={"max_visible_duplicates": 0, "max_lost": 0, "max_duplicated": None},
+)
+def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    limit = tolerance["max_duplicated"]
+    return check(
+        evidence.expectation,
+        evidence.history,
+        max_visible_duplicates=int(tolerance["max_visible_duplicates"]),
+        max_lost=int(tolerance["max_lost"]),
+        max_duplicated=None if limit is None else int(limit),
+    )

@@ -8,10 +8,15 @@ hold is that none of them is duplicated across the outage and the recovery.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
+from harness.checkers.evidence import Evidence
 from harness.checkers.keys import joint_keys, member, sorted_unique
+from harness.checkers.registry import checker
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows, fault_windows
 
@@ -45,3 +50,16 @@ def check(history: pd.DataFrame, grace_s: float = 0.5, fallback: bool = False) -
         "examples": during[KEY + ["time"]].head(5).to_dict("records"),
     }
     return Verdict("fail_closed", valid and bool(windows), counts, details)
+
+
+@checker(
+    "fail_closed",
+    summary="no delivery without a dedup decision while the dedup store is out",
+    tolerances={"grace_s": 0.5},
+)
+def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    return check(
+        evidence.history,
+        grace_s=float(tolerance["grace_s"]),
+        fallback=evidence.policy.dedup_fallback,
+    )

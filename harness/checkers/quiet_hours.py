@@ -7,10 +7,15 @@ system's own quiet-hours code.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
+from harness.checkers.evidence import Evidence
 from harness.checkers.keys import joint_keys, member, rows_with, sorted_unique, values_at
+from harness.checkers.registry import checker
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
 from harness.model.oracle import Expectation
@@ -78,3 +83,17 @@ def check(
     }
     valid = counts["delivered_inside_window"] == 0 and counts["released_late"] == 0
     return Verdict("quiet_hours", valid, counts, details)
+
+
+@checker(
+    "quiet_hours",
+    summary="no delivery inside the recipient's local window; deferred ones arrive after it",
+    tolerances={"release_bound_s": 30.0},
+)
+def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    return check(
+        evidence.population,
+        evidence.expectation,
+        evidence.history,
+        release_bound_seconds=float(tolerance["release_bound_s"]),
+    )

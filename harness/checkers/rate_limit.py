@@ -36,15 +36,19 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from harness.checkers.evidence import Evidence
 from harness.checkers.keys import joint_keys, member, sorted_unique
+from harness.checkers.registry import checker
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
 from harness.model.oracle import Expectation
@@ -334,3 +338,26 @@ def check(
         "redelivery_examples": redelivery_examples,
     }
     return Verdict("rate_limit", all(counts[k] == 0 for k in gating), counts, details)
+
+
+@checker(
+    "rate_limit",
+    summary="no push over the per-user window; one digest per window; redeliveries never count",
+    # None: the limits the system states (its policy); a number overrides it.
+    tolerances={"per_window": None, "window_seconds": None, "daily_limit": None, "slack_s": 1.0},
+)
+def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    policy = evidence.policy
+
+    def given(name: str, default: float) -> float:
+        return default if tolerance[name] is None else float(tolerance[name])
+
+    return check(
+        evidence.population,
+        evidence.expectation,
+        evidence.history,
+        per_window=int(given("per_window", policy.rate_limit_per_window)),
+        window_seconds=given("window_seconds", policy.rate_limit_window_seconds),
+        daily_limit=int(given("daily_limit", policy.daily_limit_per_device_type)),
+        slack_s=float(tolerance["slack_s"]),
+    )

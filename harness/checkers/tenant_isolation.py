@@ -4,13 +4,17 @@ tenants minting the same ULID (or sharing one physical device) never suppress ea
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from harness.checkers.evidence import Evidence
 from harness.checkers.keys import lookup, member, rows_with, sorted_unique
+from harness.checkers.registry import checker
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
 from harness.model.oracle import Expectation
@@ -73,3 +77,11 @@ def check(population: Population, expectation: Expectation, history: pd.DataFram
     details = {"missing_examples": [dict(zip(KEY, row, strict=True)) for row in missing[:5]]}
     valid = not foreign and not missing
     return Verdict("tenant_isolation", valid, counts, details)
+
+
+@checker(
+    "tenant_isolation",
+    summary="no delivery to another tenant's device; no loss of a ULID two tenants minted",
+)
+def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    return check(evidence.population, evidence.expectation, evidence.history)

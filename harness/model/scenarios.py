@@ -17,19 +17,6 @@ import yaml
 from harness.model.population import PopulationSpec
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
-KNOWN_PROBES = (
-    "effectively_once",
-    "quiet_hours",
-    "fail_closed",
-    "backpressure",
-    "dead_tokens",
-    "consent",
-    "tenant_isolation",
-    "dlq_accountability",
-    "rate_limit",
-    "audit_complete",
-    "channel_delivery",
-)
 KNOWN_ACTIONS = ("redrive-dlq",)
 
 
@@ -167,6 +154,7 @@ def _number(step: dict[str, Any], key: str, where: str, default: float | None = 
 def parse(data: Any, name: str) -> Scenario:
     """A Scenario from parsed YAML; every mistake raises ScenarioError naming where it is."""
     from chaos.faults import CATALOGUE, FaultError, make_fault
+    from harness.checkers import registry as checker_registry
 
     data = _mapping(data, f"scenario {name}")
     config = _mapping(data.get("configuration"), "configuration")
@@ -179,12 +167,20 @@ def parse(data: Any, name: str) -> Scenario:
     probes = []
     for i, probe in enumerate(hypothesis.get("probes") or []):
         probe = _mapping(probe, f"steady-state-hypothesis.probes[{i}]")
-        if probe.get("name") not in KNOWN_PROBES:
+        if probe.get("name") not in checker_registry.known():
             raise ScenarioError(
                 f"steady-state-hypothesis.probes[{i}]: unknown probe {probe.get('name')!r}; "
-                f"known: {', '.join(KNOWN_PROBES)}"
+                f"known: {', '.join(checker_registry.known())}"
             )
-        probes.append(Probe(probe["name"], dict(_mapping(probe.get("tolerance"), "tolerance"))))
+        tolerance = dict(_mapping(probe.get("tolerance"), "tolerance"))
+        unknown = checker_registry.unknown_tolerances(probe["name"], tolerance)
+        if unknown:
+            allowed = ", ".join(sorted(checker_registry.get(probe["name"]).tolerances)) or "none"
+            raise ScenarioError(
+                f"steady-state-hypothesis.probes[{i}] ({probe['name']}): unknown tolerance(s) "
+                f"{', '.join(unknown)}; allowed: {allowed}"
+            )
+        probes.append(Probe(probe["name"], tolerance))
     if not probes:
         raise ScenarioError("steady-state-hypothesis.probes must name at least one checker")
     steps = [s.get("type") for s in data.get("method") or [] if isinstance(s, dict)]

@@ -32,6 +32,7 @@ from harness.model.history import History
 from harness.model.oracle import expected_channel_deliveries, expected_deliveries
 from harness.model.population import Population, generate
 from harness.model.scenarios import Scenario
+from harness.model.system import SystemPolicy
 from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
 from harness.run.audit_trail import collect_audit
 from harness.run.channel_ledgers import ChannelLedgers, register_online_users
@@ -84,6 +85,27 @@ class RunResult:
         return 0 if self.summary["verdict"] == "pass" else 1
 
 
+def overall_verdict(verdicts: list[Verdict], error: str | None) -> str:
+    """pass: every checker passed; fail: one failed or the run errored; unknown: none failed
+    but one could not decide (a crash, a capability the system lacks). Never pass otherwise."""
+    if error is not None or not verdicts or any(v.valid is False for v in verdicts):
+        return "fail"
+    return "unknown" if any(v.valid is None for v in verdicts) else "pass"
+
+
+def policy_from_config(config: Config, durable: bool) -> SystemPolicy:
+    """The reference's stated policies, in the verifier's terms."""
+    return SystemPolicy(
+        channels_by_kind=dict(config.channels_by_kind),
+        rate_limit_per_window=config.rate_limit_per_window,
+        rate_limit_window_seconds=float(config.rate_limit_window_seconds),
+        daily_limit_per_device_type=config.daily_limit_per_device_type,
+        dedup_fallback=config.dedup_fallback,
+        durable_dedup_store=durable,
+        fcm_projects=tuple(config.fcm_projects),
+    )
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, np.integer):
         return int(value)
@@ -99,13 +121,15 @@ def new_run_id(scenario: str, seed: int, now: datetime) -> str:
 def verdict_table(summary: dict[str, Any]) -> str:
     lines = [f"run {summary['run_id']}  scenario {summary['scenario']}  seed {summary['seed']}"]
     for name, result in summary["checkers"].items():
-        status = "PASS" if result["valid"] else "FAIL"
+        status = {True: "PASS", False: "FAIL", None: "UNKNOWN"}[result["valid"]]
         counts = ", ".join(
             f"{k}={v}"
             for k, v in result.items()
             if k != "valid" and isinstance(v, int) and not isinstance(v, bool)
         )
-        lines.append(f"  {status}  {name:<18} {counts}")
+        lines.append(f"  {status:<7} {name:<18} {counts}")
+        if result["valid"] is None and result.get("unknown"):
+            lines.append(f"          {result['unknown']}")
     if summary.get("error"):
         lines.append(f"  ERROR {summary['error']}")
     lines.append(f"verdict: {summary['verdict'].upper()}")
@@ -604,7 +628,10 @@ def execute(
         if audited:
             progress("collect", f"{audited} audit record(s) read from the WORM bucket")
         errors += nemesis.errors
-        evidence = Evidence(population, expectation, history.frame(), scenario.reference)
+        policy = policy_from_config(
+            Config.load(info.reference_config), durable=scenario.durable_redis or target is not None
+        )
+        evidence = Evidence(population, expectation, history.frame(), policy)
         verdicts = [run_probe(p.name, p.tolerance, evidence) for p in scenario.probes]
         return history, population, verdicts, "; ".join(errors) or None
     except BaseException as exc:  # the run still leaves its history and says what failed
@@ -652,13 +679,13 @@ def run(
         signal.signal(signal.SIGTERM, previous)
     history.write(run_dir / "history.parquet")
     checkers = {v.name: v.to_dict() for v in verdicts}
-    passed = error is None and bool(verdicts) and all(v.valid for v in verdicts)
+    verdict = overall_verdict(verdicts, error)
     summary = {
         "run_id": run_id,
         "scenario": scenario.name,
         "seed": seed,
         "target": target.name if target is not None else "reference",
-        "verdict": "pass" if passed else "fail",
+        "verdict": verdict,
         "checkers": checkers,
         "history_rows": len(history),
         "error": error,

@@ -1,0 +1,121 @@
+"""The checker registry, after Jepsen's ``checker.clj``: every checker is a value behind one
+protocol (a name, its tolerance defaults, and ``probe(evidence, tolerance) -> Verdict``), and a
+checker that crashes reports *unknown*, never pass.
+
+Each module in :mod:`harness.checkers` registers itself with :func:`checker`; adding a checker
+is one new module (plus its tests). Scenario files name checkers by ``name``; the tolerance
+defaults live here once, and the report and the scenario parser read them from the registry.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harness.checkers.evidence import Evidence
+from harness.checkers.verdict import Verdict
+
+Probe = Callable[[Evidence, Mapping[str, Any]], Verdict]
+# Modules of this package that are helpers, not checkers.
+_NOT_CHECKERS = frozenset({"evidence", "keys", "registry", "verdict", "windows", "timeline"})
+
+
+@dataclass(frozen=True)
+class Checker:
+    name: str
+    probe: Probe
+    tolerances: Mapping[str, Any]
+    summary: str
+    # What the system must expose for the checker to judge it (e.g. "audit_trail"); a target
+    # without one of these gets an "unknown ... not available on this target" verdict.
+    needs: frozenset[str] = frozenset()
+
+
+_REGISTRY: dict[str, Checker] = {}
+_loaded = False
+
+
+def checker(
+    name: str,
+    *,
+    summary: str,
+    tolerances: Mapping[str, Any] | None = None,
+    needs: tuple[str, ...] = (),
+) -> Callable[[Probe], Probe]:
+    """Register ``probe`` under ``name`` (a decorator on the module's probe adapter)."""
+
+    def register(probe: Probe) -> Probe:
+        if name in _REGISTRY and _REGISTRY[name].probe is not probe:
+            raise ValueError(f"two checkers named {name!r}")
+        _REGISTRY[name] = Checker(name, probe, dict(tolerances or {}), summary, frozenset(needs))
+        return probe
+
+    return register
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    import harness.checkers as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.name not in _NOT_CHECKERS and not module.name.startswith("_"):
+            importlib.import_module(f"harness.checkers.{module.name}")
+    _loaded = True
+
+
+def known() -> tuple[str, ...]:
+    _load()
+    return tuple(sorted(_REGISTRY))
+
+
+def get(name: str) -> Checker:
+    _load()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"no checker named {name!r}; known: {', '.join(known())}") from None
+
+
+def unknown_tolerances(name: str, tolerance: Mapping[str, Any]) -> list[str]:
+    """Tolerance keys the checker does not read (a typo would silently change nothing)."""
+    return sorted(set(tolerance) - set(get(name).tolerances))
+
+
+def tolerance_for(name: str, tolerance: Mapping[str, Any]) -> dict[str, Any]:
+    """The checker's defaults with the scenario's values over them."""
+    return {**get(name).tolerances, **tolerance}
+
+
+def unknown_verdict(name: str, why: str, **details: Any) -> Verdict:
+    return Verdict(name, None, {}, {"unknown": why, **details})
+
+
+def run_probe(
+    name: str,
+    tolerance: Mapping[str, Any],
+    evidence: Evidence,
+    capabilities: frozenset[str] | None = None,
+) -> Verdict:
+    """The checker's verdict; *unknown* (``valid`` None) when it crashed or when the system
+    lacks a capability it needs (``capabilities`` None: the system has them all)."""
+    spec = get(name)
+    missing = spec.needs - capabilities if capabilities is not None else frozenset()
+    if missing:
+        return unknown_verdict(
+            name, f"not available on this target: it has no {', '.join(sorted(missing))}"
+        )
+    try:
+        verdict = spec.probe(evidence, tolerance_for(name, tolerance))
+    except Exception as exc:  # a crashing checker must never read as a pass
+        return unknown_verdict(
+            name,
+            f"the checker crashed: {type(exc).__name__}: {exc}",
+            traceback=traceback.format_exc(),
+        )
+    return verdict

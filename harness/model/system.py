@@ -1,0 +1,63 @@
+"""What the verifier knows of a system's policies: the values its promises are judged against.
+
+The checkers read these, never the system's own code or config class: a team's system states
+them in its target file, the reference's launcher derives them from the reference's config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Seed 000: a mention goes to push, email and in-app; every other kind to push.
+DEFAULT_CHANNELS_BY_KIND: Mapping[str, tuple[str, ...]] = {
+    "mention": ("push", "email", "in_app"),
+}
+
+
+@dataclass(frozen=True)
+class SystemPolicy:
+    # Which channels each event kind goes to (a kind not named goes to push only).
+    channels_by_kind: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: dict(DEFAULT_CHANNELS_BY_KIND)
+    )
+    # Per (user, channel) sliding window and per (device, kind, local day) cap; 0 = off.
+    rate_limit_per_window: int = 0
+    rate_limit_window_seconds: float = 60.0
+    daily_limit_per_device_type: int = 0
+    # A durable second dedup store decides while the first is out (fail_closed reads it).
+    dedup_fallback: bool = False
+    # The dedup store keeps its keys through a crash (MemoryDB with its transaction log); a
+    # volatile one (ElastiCache) may lose them, a duplicate the design admits.
+    durable_dedup_store: bool = True
+    # FCM sender projects, in the order ``recipient_user_id mod K`` indexes them.
+    fcm_projects: tuple[str, ...] = ()
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> SystemPolicy:
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown policy key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        data = dict(values)
+        if "channels_by_kind" in data:
+            data["channels_by_kind"] = {
+                str(k): tuple(v) for k, v in dict(data["channels_by_kind"]).items()
+            }
+        if "fcm_projects" in data:
+            data["fcm_projects"] = tuple(data["fcm_projects"])
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "channels_by_kind": {k: list(v) for k, v in self.channels_by_kind.items()},
+            "rate_limit_per_window": self.rate_limit_per_window,
+            "rate_limit_window_seconds": self.rate_limit_window_seconds,
+            "daily_limit_per_device_type": self.daily_limit_per_device_type,
+            "dedup_fallback": self.dedup_fallback,
+            "durable_dedup_store": self.durable_dedup_store,
+            "fcm_projects": list(self.fcm_projects),
+        }
