@@ -246,3 +246,23 @@ def test_control_api_errors_and_reset(
     with httpx.Client(base_url=endpoint.url) as http:
         assert http.get("/_sqs/nothing").status_code == 404
         assert http.get("/_sqs/queues").json() == {"queues": []}
+
+
+def test_every_copy_handed_out_is_in_the_receive_log(
+    control: SqsFaultControl, sqs: Any, queue: tuple[str, str], endpoint: EndpointProcess
+) -> None:
+    name, url = queue
+    since = httpx.get(f"{endpoint.url}/_sqs/receives?since=0&limit=10000").json()["next"]
+    sent = sqs.send_message(QueueUrl=url, MessageBody="job")["MessageId"]
+    control.duplicate_delivery(p=1.0, queues=[name])
+    first = receive(sqs, url)
+    second = wait_for(lambda: receive(sqs, url, wait=0), 5, "the duplicate copy")
+    control.stop_all()
+    assert first[0]["MessageId"] == second[0]["MessageId"] == sent
+    rows = httpx.get(f"{endpoint.url}/_sqs/receives?since={since}").json()["rows"]
+    mine = [r for r in rows if r["queue"] == name]
+    assert [(r["message_id"], r["receive_count"]) for r in mine] == [(sent, 1), (sent, 2)]
+    assert [r["seq"] for r in mine] == sorted(r["seq"] for r in mine)
+    assert mine[0]["time"] <= mine[1]["time"] <= time.time()
+    bad = httpx.get(f"{endpoint.url}/_sqs/receives?since=-1")
+    assert bad.status_code == 400 and "since must be >= 0" in bad.json()["error"]

@@ -177,6 +177,9 @@ class SqsProtocol:
         self.waiters: dict[str, set[asyncio.Future[None]]] = {}
         self.ids = _Ids()
         self._mover: asyncio.Task[None] | None = None
+        # Every copy handed out, in order: (epoch time, queue, message id, receive count). The
+        # endpoint's own record of what it delivered, ground truth for per-copy accounting.
+        self.handouts: list[tuple[float, str, str, int]] = []
         model.on_visible = self.wake
         self.operations: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
             "CreateQueue": self.create_queue,
@@ -324,6 +327,8 @@ class SqsProtocol:
                     got = self.model.receive_message(name, max_messages, visibility, None)
         if not got:
             return {}
+        now = self.model.clock()
+        self.handouts.extend((now, name, r.message.id, r.message.receive_count) for r in got)
         system_names = set(_list_param(params, "AttributeNames")) | set(
             _list_param(params, "MessageSystemAttributeNames")
         )

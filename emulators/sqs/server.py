@@ -14,7 +14,10 @@ Control API (``/_sqs/...``, JSON):
 * ``DELETE /_sqs/faults/{id}`` -> ``{"window"}``; ``DELETE /_sqs/faults`` -> ``{"stopped"}``
 * ``GET /_sqs/faults/log`` -> ``{"windows": [{id, fault, params, queues, seed, started_at,
   stopped_at}, ...]}`` (epoch seconds)
-* ``POST /_sqs/reset``: drop every queue and stop every active fault (the log is kept)
+* ``GET /_sqs/receives?since=N&limit=M`` -> ``{"rows": [{"seq", "time", "queue",
+  "message_id", "receive_count"}, ...], "next": N}``: every copy of a message handed out by a
+  ReceiveMessage, in order (``since``: the first ``seq`` wanted; ``limit``: at most 10,000)
+* ``POST /_sqs/reset``: drop every queue and stop every active fault (the logs are kept)
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from emulators.sqs.model import SqsModel
 from emulators.sqs.protocol import SqsProtocol
 
 CONTROL_PREFIX = "/_sqs/"
+MAX_RECEIVES_PAGE = 10_000
 
 
 class SqsEndpoint:
@@ -75,6 +79,8 @@ class SqsEndpoint:
             )
         if path == "queues" and method == "GET":
             return json_response(200, {"queues": self._queue_summary()})
+        if path == "receives" and method == "GET":
+            return self._receives(request)
         if path == "faults/log" and method == "GET":
             return json_response(200, {"windows": self.faults.log()})
         if path == "faults" and method == "POST":
@@ -97,6 +103,34 @@ class SqsEndpoint:
                 self.protocol.wake(waiting)
             return json_response(200, {"ok": True, "stopped_faults": len(stopped)})
         return json_response(404, {"error": f"no control route {method} {request.path}"})
+
+    def _receives(self, request: Request) -> Response:
+        try:
+            since = int(request.query.get("since", "0"))
+            limit = int(request.query.get("limit", str(MAX_RECEIVES_PAGE)))
+        except ValueError:
+            return json_response(400, {"error": "since and limit must be whole numbers"})
+        if since < 0 or not 1 <= limit <= MAX_RECEIVES_PAGE:
+            return json_response(
+                400, {"error": f"since must be >= 0 and limit between 1 and {MAX_RECEIVES_PAGE}"}
+            )
+        rows = self.protocol.handouts[since : since + limit]
+        return json_response(
+            200,
+            {
+                "rows": [
+                    {
+                        "seq": since + i,
+                        "time": at,
+                        "queue": queue,
+                        "message_id": message_id,
+                        "receive_count": count,
+                    }
+                    for i, (at, queue, message_id, count) in enumerate(rows)
+                ],
+                "next": since + len(rows),
+            },
+        )
 
     def _queue_summary(self) -> list[dict[str, Any]]:
         out = []
