@@ -69,7 +69,7 @@ INJECT_S = (5.0, 510.0)
 # lateness is measured from the window's end, so load injected long after it would read as late.
 RELEASE_S = 450.0
 OUTAGE_GRACE_S = 0.5
-DEAD_GRACE_S = 1.0
+DEAD_TRANSIT_S = 0.05
 RELEASE_BOUND_S = 120.0
 SLACK_S = 0.3
 # Checkers that still loop over rows in Python: at 10M rows they take minutes and 15+ GB, so the
@@ -81,7 +81,7 @@ TOLERANCES: dict[str, dict[str, Any]] = {
     "fail_closed": {"grace_s": OUTAGE_GRACE_S},
     "backpressure": {"slack_s": SLACK_S},
     "quiet_hours": {"release_bound_s": RELEASE_BOUND_S},
-    "dead_tokens": {"grace_s": DEAD_GRACE_S},
+    "dead_tokens": {"transit_s": DEAD_TRANSIT_S},
 }
 POLICY = SystemPolicy(dedup_fallback=False)
 RETRY_AFTER_S = 1.0
@@ -598,8 +598,8 @@ def _build(
     n_flight = max(0, min(len(pool) - n_after, max(1, len(d_pairs) // 50)))
     chosen = rng.choice(pool, n_after + n_flight, replace=False)
     for sel, offset in (
-        (chosen[:n_after], DEAD_GRACE_S + rng.uniform(1.0, 50.0, n_after)),
-        (chosen[n_after:], rng.uniform(0.05, 0.8 * DEAD_GRACE_S, n_flight)),
+        (chosen[:n_after], DEAD_TRANSIT_S + rng.uniform(1.0, 50.0, n_after)),
+        (chosen[n_after:], rng.uniform(0.001, 0.8 * DEAD_TRANSIT_S, n_flight)),
     ):
         when = _settle(rng, d_time[sel] + offset, arr.d_fcm[d_dev[sel]])
         rows.add(
@@ -811,8 +811,10 @@ def _frame(
         "seq": pa.array(seq, pa.int64()),
         "kind": _strings(kind, kinds),
         "time": pa.array(time_, pa.float64()),
+        "end": pa.array(np.full(len(time_), np.nan), pa.float64()),
         "mono": pa.array(mono, pa.float64()),
         "tenant_id": _strings(tenant, list(TENANTS)),
+        "user_id": pa.nulls(len(time_), pa.large_string()),
         "author_id": _strings(author, arr.user_ids),
         "notification_id": _strings(nid_code, events["nid"]),
         "token": _strings(device, arr.d_token),
@@ -836,7 +838,7 @@ def _frame(
         "detail": _strings(detail, details + dlq_details),
     }
     frame = pa.table(columns).to_pandas(types_mapper=_pandas_type)
-    return frame.astype(COLUMNS)
+    return frame[list(COLUMNS)].astype(COLUMNS)
 
 
 def _pandas_type(arrow_type: pa.DataType) -> Any:

@@ -21,7 +21,9 @@ class ScheduledFault:
 
 @dataclass(frozen=True)
 class ScheduledAction:
-    """A timed recovery step of the method (e.g. a DLQ redrive), run once at its offset."""
+    """A timed step of the method (a DLQ redrive, an erasure, preference changes), run once at
+    its offset, in a thread of its own: an action that retries until a fault ends must not hold
+    up the fault's own stop."""
 
     name: str
     offset_s: float
@@ -46,6 +48,7 @@ class Nemesis:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._action_threads: list[threading.Thread] = []
 
     @property
     def end_offset(self) -> float:
@@ -57,12 +60,31 @@ class Nemesis:
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
         self._thread.start()
 
+    @property
+    def stopping(self) -> threading.Event:
+        """Set when the schedule is rolled back: long actions stop retrying."""
+        return self._stop
+
     def wait(self, timeout: float) -> bool:
-        """Wait for the schedule to finish; True when it did."""
+        """Wait for the schedule and its actions to finish; True when they did."""
         if self._thread is None:
             return True
+        deadline = time.monotonic() + timeout
         self._thread.join(timeout)
-        return not self._thread.is_alive()
+        for thread in list(self._action_threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not self._thread.is_alive() and not any(t.is_alive() for t in self._action_threads)
+
+    def _run_action(self, action: ScheduledAction) -> None:
+        try:
+            result = action.run()
+            if self.history is not None:
+                self.history.append("action", detail=f"{action.name}: {result}")
+            self.log(f"action {action.name}: {result}")
+        except Exception as exc:
+            message = f"action {action.name} failed: {type(exc).__name__}: {exc}"
+            self.errors.append(message)
+            self.log(message)
 
     def _run(self) -> None:
         t0 = time.monotonic()
@@ -77,15 +99,16 @@ class Nemesis:
         for at, _, verb, item in events:
             if self._stop.wait(max(0.0, t0 + at - time.monotonic())):
                 return
-            name = item.name if isinstance(item, ScheduledAction) else item.fault.name
+            if isinstance(item, ScheduledAction):
+                thread = threading.Thread(
+                    target=self._run_action, args=(item,), name=f"action-{item.name}", daemon=True
+                )
+                self._action_threads.append(thread)
+                thread.start()
+                continue
+            name = item.fault.name
             try:
                 with self._lock:
-                    if isinstance(item, ScheduledAction):
-                        result = item.run()
-                        if self.history is not None:
-                            self.history.append("action", detail=f"{item.name}: {result}")
-                        self.log(f"action {item.name}: {result}")
-                        continue
                     if verb == "start":
                         item.fault.start(self.targets, self.history)
                     else:
@@ -101,6 +124,8 @@ class Nemesis:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(30)
+        for thread in self._action_threads:
+            thread.join(30)
         undone = []
         with self._lock:
             for item in self.schedule:

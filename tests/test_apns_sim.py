@@ -356,6 +356,7 @@ def test_ledger_and_reset(tmp_path: Path) -> None:
                 "seq",
                 "provider",
                 "received_at",
+                "answered_at",
                 "tenant_id",
                 "notification_id",
                 "token",

@@ -144,7 +144,7 @@ def ref_backpressure(rows, slack_s):
     }
 
 
-def ref_dead_tokens(rows, grace_s):
+def ref_dead_tokens(rows, transit_s):
     dead_at = {}
     for r in rows:
         if r["kind"] != "provider":
@@ -153,13 +153,14 @@ def ref_dead_tokens(rows, grace_s):
         fcm = r["provider"] == "fcm" and r["reason"] == "UNREGISTERED"
         if apns or fcm:
             key = (r["tenant_id"], r["token"])
-            dead_at[key] = min(dead_at.get(key, r["time"]), r["time"])
+            told = r["time"] if pd.isna(r.get("end")) else r["end"]
+            dead_at[key] = min(dead_at.get(key, told), told)
     after = sum(
         1
         for r in rows
         if r["kind"] == "provider"
         and (r["tenant_id"], r["token"]) in dead_at
-        and r["time"] > dead_at[(r["tenant_id"], r["token"])] + grace_s
+        and r["time"] > dead_at[(r["tenant_id"], r["token"])] + transit_s
     )
     return {"dead_tokens": len(dead_at), "sends_after_dead": after}
 
@@ -264,7 +265,7 @@ def _references(synthetic):
         "effectively_once": ref_effectively_once(expectation, rows),
         "fail_closed": ref_fail_closed(rows, tolerance["fail_closed"]["grace_s"]),
         "backpressure": ref_backpressure(rows, tolerance["backpressure"]["slack_s"]),
-        "dead_tokens": ref_dead_tokens(rows, tolerance["dead_tokens"]["grace_s"]),
+        "dead_tokens": ref_dead_tokens(rows, tolerance["dead_tokens"]["transit_s"]),
         "consent": ref_consent(population, rows),
         "quiet_hours": ref_quiet_hours(
             population, expectation, rows, tolerance["quiet_hours"]["release_bound_s"]

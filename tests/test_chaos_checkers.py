@@ -79,16 +79,43 @@ def test_fail_closed_without_any_outage_is_not_a_pass():
 def test_dead_tokens_flags_sends_after_410_or_unregistered():
     history = History()
     _request(history, 10.0, token="dead", status=410, reason="Unregistered")
-    _request(history, 10.5, token="dead", status=410, reason="Unregistered", nid="n2")  # in flight
+    _request(history, 10.02, token="dead", status=410, reason="Unregistered", nid="n2")  # in flight
     _request(history, 11.0, token="fcm-dead", provider="fcm", status=404, reason="UNREGISTERED")
-    assert dead_tokens.check(history.frame(), grace_s=1.0).valid
-    _request(history, 20.0, token="dead", status=410, reason="Unregistered", nid="n3")
+    verdict = dead_tokens.check(history.frame())
+    assert verdict.valid and verdict.counts["in_flight_forgiven"] == 1
+    _request(history, 10.3, token="dead", status=410, reason="Unregistered", nid="n3")
     _request(
         history, 30.0, token="fcm-dead", provider="fcm", status=404, reason="UNREGISTERED", nid="n4"
     )
-    verdict = dead_tokens.check(history.frame(), grace_s=1.0)
+    verdict = dead_tokens.check(history.frame())
     assert not verdict.valid
-    assert verdict.counts == {"dead_tokens": 2, "sends_after_dead": 2}
+    assert verdict.counts["dead_tokens"] == 2 and verdict.counts["sends_after_dead"] == 2
+
+
+def test_dead_tokens_measures_from_when_the_dead_answer_left():
+    """A provider that holds its answer (a latency fault) leaves requests in flight meanwhile:
+    they are forgiven; one that arrives after the answer left is not, however soon."""
+    history = History()
+    history.extend_provider(
+        [
+            {
+                "received_at": 10.0,
+                "answered_at": 12.0,
+                "tenant_id": "acme",
+                "notification_id": "n1",
+                "token": "dead",
+                "provider": "apns",
+                "project": None,
+                "status": 410,
+                "reason": "Unregistered",
+            }
+        ]
+    )
+    _request(history, 11.5, token="dead", status=410, reason="Unregistered", nid="n2")
+    assert dead_tokens.check(history.frame()).valid
+    _request(history, 12.2, token="dead", status=410, reason="Unregistered", nid="n3")
+    verdict = dead_tokens.check(history.frame())
+    assert not verdict.valid and verdict.counts["sends_after_dead"] == 1
 
 
 def test_backpressure_flags_requests_inside_retry_after_per_scope():

@@ -162,12 +162,27 @@ def test_quiet_hours_passes_when_deferred_ones_arrive_after_the_window():
     population = _population()
     history = _history_with_injection(population)
     expectation = _expectation(population, history)
-    row = _deferred_row(population, expectation)
-    _at(history, row, row.quiet_until + 1.5)
+    deferred = [r for r in expectation.deliveries.itertuples() if r.quiet_until == r.quiet_until]
+    for row in deferred:
+        _at(history, row, row.quiet_until + 1.5)
     verdict = quiet_hours.check(population, expectation, history.frame())
     assert verdict.valid
-    assert verdict.counts["deferred_delivered"] == 1
+    assert verdict.counts["deferred_delivered"] == len(deferred) > 0
     assert verdict.details["max_release_delay_seconds"] == 1.5
+
+
+def test_quiet_hours_fails_when_a_deferred_notification_never_comes_out():
+    population = _population()
+    history = _history_with_injection(population)
+    expectation = _expectation(population, history)
+    deferred = [r for r in expectation.deliveries.itertuples() if r.quiet_until == r.quiet_until]
+    for row in deferred[1:]:
+        _at(history, row, row.quiet_until + 1.0)
+    verdict = quiet_hours.check(population, expectation, history.frame())
+    assert not verdict.valid
+    assert verdict.counts["deferred_never_released"] == 1
+    assert verdict.counts["delivered_inside_window"] == verdict.counts["released_late"] == 0
+    assert verdict.details["never_released_examples"][0]["token"] == deferred[0].token
 
 
 def test_quiet_hours_fails_on_a_delivery_inside_the_window_or_a_late_release():
@@ -249,3 +264,108 @@ def test_a_redelivery_without_collapse_id_is_a_visible_duplicate():
     verdict = effectively_once.check(expectation, history.frame())
     assert not verdict.valid
     assert verdict.counts["visible_duplicates"] == 1
+
+
+def _deliver_at(history, row, at, status=200, delivered=None, collapse_id=None):
+    history.extend_provider(
+        [
+            {
+                "received_at": at,
+                "tenant_id": row.tenant_id,
+                "notification_id": row.notification_id,
+                "token": row.token,
+                "provider": "apns",
+                "project": None,
+                "status": status,
+                "reason": None,
+                "delivered": status == 200 if delivered is None else delivered,
+                "collapse_id": collapse_id,
+            }
+        ]
+    )
+
+
+def _fault(history, name, start, stop):
+    import json
+
+    for phase, at in (("start", start), ("stop", stop)):
+        detail = {"window": name, "fault": name, "phase": phase, "params": {}}
+        history.append("fault", time=at, detail=json.dumps(detail))
+
+
+def _all_once(population):
+    history = _history_with_injection(population)
+    expectation = _expectation(population, history)
+    rows = list(expectation.deliveries.itertuples())
+    for row in rows:
+        _deliver_at(history, row, 10.0, collapse_id=f"c-{row.token[:8]}")
+    return history, expectation, rows
+
+
+def test_a_duplicate_with_the_first_sends_collapse_id_still_fails_when_no_cause_admits_it():
+    population = _population()
+    history, expectation, rows = _all_once(population)
+    history_rows = history.frame()
+    first = history_rows[history_rows["kind"] == "provider"].iloc[0]
+    _deliver_at(history, rows[0], 12.0, collapse_id=first["collapse_id"])
+    verdict = effectively_once.check(expectation, history.frame())
+    assert not verdict.valid
+    assert verdict.counts["duplicated"] == 1 and verdict.counts["unattributed_duplicates"] == 1
+    assert verdict.details["unattributed_examples"][0]["token"] == rows[0].token
+
+
+def test_accepted_then_error_is_an_admitted_cause():
+    population = _population()
+    history = _history_with_injection(population)
+    expectation = _expectation(population, history)
+    rows = list(expectation.deliveries.itertuples())
+    _deliver_at(history, rows[0], 10.0, status=500, delivered=True, collapse_id="c1")
+    for row in rows:
+        _deliver_at(history, row, 11.0, collapse_id="c1")
+    verdict = effectively_once.check(expectation, history.frame())
+    assert verdict.valid, verdict.counts
+    assert verdict.counts["duplicates_accepted_then_error"] == 1
+    assert verdict.counts["unattributed_duplicates"] == 0
+
+
+def test_a_kill_between_send_and_mark_is_admitted_only_right_after_the_send():
+    population = _population()
+    history, expectation, rows = _all_once(population)
+    _fault(history, "consumer-crash", 11.0, 13.0)
+    _deliver_at(history, rows[0], 20.0, collapse_id=f"c-{rows[0].token[:8]}")  # kill at 11.0
+    admitted = effectively_once.check(expectation, history.frame())
+    assert admitted.counts["duplicates_consumer_killed"] == 1 and admitted.valid
+    late = effectively_once.check(expectation, history.frame(), kill_window_s=0.5)
+    assert late.counts["unattributed_duplicates"] == 1 and not late.valid
+
+
+def test_a_volatile_store_crash_is_admitted_only_for_a_volatile_store():
+    population = _population()
+    history, expectation, rows = _all_once(population)
+    _fault(history, "dedup-crash", 15.0, 16.0)
+    _deliver_at(history, rows[1], 20.0, collapse_id=f"c-{rows[1].token[:8]}")
+    volatile = effectively_once.check(expectation, history.frame(), durable=False)
+    assert volatile.valid and volatile.counts["duplicates_volatile_store_failover"] == 1
+    durable = effectively_once.check(expectation, history.frame(), durable=True)
+    assert not durable.valid and durable.counts["unattributed_duplicates"] == 1
+
+
+def test_optional_deliveries_are_neither_lost_nor_unexpected_but_never_twice():
+    import pandas as pd
+
+    from harness.model.oracle import Expectation
+
+    population = _population()
+    history = _history_with_injection(population)
+    injected = history.frame().query("kind == 'inject'")
+    unknown = expected_deliveries(population, injected.iloc[0:0], indeterminate=injected)
+    assert unknown.deliveries.empty and len(unknown.optional) > 2
+    assert set(unknown.optional["why"]) == {"indeterminate"}
+    rows = list(unknown.optional.itertuples())
+    _deliver_at(history, rows[0], 10.0)  # one arrives, the others never do
+    verdict = effectively_once.check(unknown, history.frame())
+    assert verdict.valid and verdict.counts["lost"] == 0 and verdict.counts["unexpected"] == 0
+    assert verdict.counts["optional_delivered"] == 1
+    _deliver_at(history, rows[0], 11.0)
+    assert not effectively_once.check(unknown, history.frame()).valid
+    assert isinstance(unknown, Expectation) and isinstance(unknown.optional, pd.DataFrame)

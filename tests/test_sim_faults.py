@@ -411,6 +411,16 @@ def test_apns_latency_at_least_ms(apns: Sim) -> None:
             assert time.perf_counter() - start >= 0.25
     rows = apns.ledger()
     assert {(r["status"], r["fault"], r["delivered"]) for r in rows} == {(200, fault["id"], True)}
+    # The ledger says when the answer left, not only when the request came in: what tells a
+    # request sent after a "dead token" answer from one already in flight.
+    assert all(0.25 <= r["answered_at"] - r["received_at"] <= 0.35 for r in rows)
+
+
+def test_answered_at_is_the_receipt_without_a_delay(apns: Sim) -> None:
+    with h2c(apns) as client:
+        assert apns_push(client, apns_token()).status_code == 200
+    [row] = apns.ledger()
+    assert 0 <= row["answered_at"] - row["received_at"] < 0.1
 
 
 def test_apns_latency_does_not_block_other_streams(apns: Sim) -> None:
@@ -640,6 +650,8 @@ def test_fcm_accepted_then_error_latency_unregister(fcm: Sim) -> None:
         start = time.perf_counter()
         assert fcm_send(client, fcm_token()).status_code == 200
         assert time.perf_counter() - start >= 0.2
+        [delayed] = fcm.ledger()
+        assert 0.2 <= delayed["answered_at"] - delayed["received_at"] < 0.3
         fcm.reset()
         dead = fcm.start_fault("unregister", {"p": 1})
         r = fcm_send(client, fcm_token())

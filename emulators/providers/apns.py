@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import json
 import re
 import shutil
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -122,6 +124,7 @@ class ApnsSimulator:
             delivered: bool | None = None,
             fault: str | None = None,
             retry_after: int | None = None,
+            answer_delay: float = 0.0,
         ) -> Response:
             self.state.ledger.append(
                 provider=PROVIDER,
@@ -132,6 +135,7 @@ class ApnsSimulator:
                 reason=reason,
                 apns_id=apns_id,
                 received_at=request.received_at,
+                answered_at=time.time() + answer_delay,
                 delivered=delivered,
                 fault=fault,
                 retry_after=retry_after,
@@ -188,7 +192,8 @@ class ApnsSimulator:
             return answer(400, "PayloadEmpty")
         if self.state.faults.active:
             outcome = self.state.faults.evaluate(token, None, request)
-            return outcome.response(self._faulted(outcome, token, answer))
+            delayed = functools.partial(answer, answer_delay=outcome.delay)
+            return outcome.response(self._faulted(outcome, token, delayed))
         stamp = self.state.unregistered_at(token)
         if stamp is not None:
             by = self.state.unregistered_by(token)

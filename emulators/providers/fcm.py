@@ -25,6 +25,7 @@ Faults (:mod:`emulators.providers.faults`, ``/_sim/faults``) act on valid sends 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import secrets
@@ -280,6 +281,7 @@ class FcmSimulator:
             delivered: bool | None = None,
             fault: str | None = None,
             retry_after: int | None = None,
+            answer_delay: float = 0.0,
         ) -> None:
             message = body.get("message") if isinstance(body, dict) else None
             self.state.ledger.append(
@@ -291,6 +293,7 @@ class FcmSimulator:
                 project=project,
                 reason=reason,
                 received_at=request.received_at,
+                answered_at=time.time() + answer_delay,
                 delivered=delivered,
                 fault=fault,
                 retry_after=retry_after,
@@ -338,7 +341,8 @@ class FcmSimulator:
             return json_response(200, {"name": f"projects/{project}/messages/fake_message_id"})
         if self.state.faults.active:
             outcome = self.state.faults.evaluate(_target(body), project, request)
-            return outcome.response(self._faulted(outcome, token, project, record))
+            delayed = functools.partial(record, answer_delay=outcome.delay)
+            return outcome.response(self._faulted(outcome, token, project, delayed))
         record(200, None)
         return _sent(project)
 

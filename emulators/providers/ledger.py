@@ -3,8 +3,9 @@
 Also holds the control API that both simulators serve on their port (``/_sim/...``; the fault
 routes ``/_sim/faults...`` are in :mod:`emulators.providers.faults`).
 
-Ledger rows: ``seq, provider, received_at, tenant_id, notification_id, token, project, status,
-reason, apns_id`` and ``delivered`` (the device got it: a 200, or an accepted_then_error fault's
+Ledger rows: ``seq, provider, received_at, answered_at`` (when the answer left, after any
+latency fault's delay), ``tenant_id, notification_id, token, project, status, reason, apns_id``
+and ``delivered`` (the device got it: a 200, or an accepted_then_error fault's
 5xx; not a validate_only dry run), ``fault`` (id of the fault that shaped the answer, else null),
 ``retry_after`` (the Retry-After sent, else null), ``collapse_id`` (APNs ``apns-collapse-id``;
 FCM ``android.collapse_key`` or ``apns.headers["apns-collapse-id"]``; else null).
@@ -24,6 +25,7 @@ ROW_KEYS = (
     "seq",
     "provider",
     "received_at",
+    "answered_at",
     "tenant_id",
     "notification_id",
     "token",
@@ -60,6 +62,7 @@ class Ledger:
         reason: str | None = None,
         apns_id: str | None = None,
         received_at: float | None = None,
+        answered_at: float | None = None,
         delivered: bool | None = None,
         fault: str | None = None,
         retry_after: float | None = None,
@@ -69,11 +72,13 @@ class Ledger:
 
         ``delivered`` defaults to ``status == 200``.
         """
+        now = time.time()
         with self._lock:
             row = {
                 "seq": len(self._rows),
                 "provider": provider,
-                "received_at": time.time() if received_at is None else received_at,
+                "received_at": now if received_at is None else received_at,
+                "answered_at": now if answered_at is None else answered_at,
                 "tenant_id": tenant_id,
                 "notification_id": notification_id,
                 "token": token,

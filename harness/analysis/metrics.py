@@ -29,10 +29,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.checkers.evidence import expectation_from
 from harness.checkers.windows import Window, deliveries, fault_windows
-from harness.model.history import COLUMNS
-from harness.model.oracle import Expectation, expected_deliveries
+from harness.model.history import read as read_history
+from harness.model.oracle import Expectation
 from harness.model.population import Population
+from harness.model.timeline import DEFAULT_BOUND_S, from_history
 
 KEY = ["tenant_id", "notification_id", "token"]
 NO_FAULT = "no fault"
@@ -56,16 +58,6 @@ class Run:
     @property
     def scenario(self) -> str:
         return str(self.summary.get("scenario") or "?")
-
-
-def read_history(path: Path) -> pd.DataFrame:
-    """Like ``history.read``, but tolerant of histories written before a column existed
-    (early runs have no ``delivered``/``collapse_id``/``retry_after``)."""
-    frame = pd.read_parquet(path)
-    for column in COLUMNS:
-        if column not in frame.columns:
-            frame[column] = None
-    return frame[list(COLUMNS)].astype(COLUMNS)
 
 
 def load_run(run_dir: Path) -> Run:
@@ -271,9 +263,10 @@ def oracle(run: Run) -> Expectation | None:
     """The oracle's expectation, recomputed from the population and the injected rows."""
     if run.population is None:
         return None
-    injected = run.history[run.history["kind"] == "inject"]
+    bound = float(run.summary.get("preference_bound_s") or DEFAULT_BOUND_S)
     try:
-        return expected_deliveries(run.population, injected)
+        timeline = from_history(run.population, run.history, bound)
+        return expectation_from(run.population, run.history, timeline)
     except KeyError:
         # An injected author the saved population does not know: do not guess.
         return None

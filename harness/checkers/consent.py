@@ -1,4 +1,6 @@
-"""Consent is default-deny: no delivery to a user whose push consent the population withheld."""
+"""Consent is default-deny: no delivery to a user whose push consent the population withheld.
+
+Users whose preferences the run changed are judged by the ``preference_changes`` checker."""
 
 from __future__ import annotations
 
@@ -15,11 +17,15 @@ from harness.checkers.windows import delivery_rows
 from harness.model.population import Population
 
 
-def check(population: Population, history: pd.DataFrame) -> Verdict:
+def check(
+    population: Population,
+    history: pd.DataFrame,
+    changed: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
+) -> Verdict:
     without = {
         (d.tenant_id, d.token)
         for u in population.users
-        if u.consent is None
+        if u.consent is None and (u.tenant_id, u.user_id) not in changed
         for d in population.devices_of(u.tenant_id, u.user_id)
     }
     with_consent = {
@@ -45,4 +51,5 @@ def check(population: Population, history: pd.DataFrame) -> Verdict:
 
 @checker("consent", summary="no delivery to a user without push consent (default deny)")
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
-    return check(evidence.population, evidence.history)
+    changed = evidence.timeline.changed_users() if evidence.timeline else frozenset()
+    return check(evidence.population, evidence.history, changed)

@@ -1,6 +1,13 @@
-"""Dead-token hygiene: after a token answers 410 Unregistered (APNs) or 404 UNREGISTERED (FCM),
-nothing more is sent to it. Requests already in flight when the first answer came back are
-allowed for ``grace_s``."""
+"""Dead-token hygiene (seed 000: "invalid-token responses from both providers must immediately
+stop sends to that token"): after a token answers 410 Unregistered (APNs) or 404 UNREGISTERED
+(FCM), nothing more is sent to it.
+
+Only requests already in flight when the dead answer went out are forgiven, measured from the
+ledger: a request that reached the provider after the dead answer *left* it (``answered_at``,
+after any latency the provider added), plus ``transit_s`` for a loopback round trip, was sent by
+a system that had been told. Per (tenant, token): a token two tenants' apps share is dead for
+each only once its own answer says so.
+"""
 
 from __future__ import annotations
 
@@ -22,25 +29,36 @@ def _dead_answers(provider: pd.DataFrame) -> pd.Series:
     return apns | fcm
 
 
-def check(history: pd.DataFrame, grace_s: float = 1.0) -> Verdict:
+def check(history: pd.DataFrame, transit_s: float = 0.05) -> Verdict:
     is_provider = (history["kind"] == "provider").to_numpy(dtype=bool, na_value=False)
     answers = history[["provider", "status", "reason"]]
     is_dead = _dead_answers(answers).fillna(False).to_numpy(dtype=bool)
-    columns = ["tenant_id", "token", "time"]
+    columns = ["tenant_id", "token", "time", "end"]
     dead = history[columns].iloc[np.flatnonzero(is_provider & is_dead)]
-    first_dead = dead.groupby(["tenant_id", "token"])["time"].min().rename("dead_at").reset_index()
+    # When the first dead answer left; a ledger without answer times: when it was received.
+    left = dead["end"].fillna(dead["time"])
+    first_dead = (
+        dead.assign(told=left)
+        .groupby(["tenant_id", "token"])["told"]
+        .min()
+        .rename("dead_at")
+        .reset_index()
+    )
     # Only requests to a token that answered dead can join it; the join keeps their order.
     to_dead = is_provider & rows_with(history, "token", set(first_dead["token"]))
     later = (
         history[columns].iloc[np.flatnonzero(to_dead)].merge(first_dead, on=["tenant_id", "token"])
     )
-    after = later[later["time"] > later["dead_at"] + grace_s]
+    gap = later["time"] - later["dead_at"]
+    after = later[gap > transit_s]
     counts = {
         "dead_tokens": int(len(first_dead)),
         "sends_after_dead": int(len(after)),
+        "in_flight_forgiven": int(((gap > 0) & (gap <= transit_s)).sum()),
     }
     details = {
-        "grace_s": grace_s,
+        "transit_s": transit_s,
+        "latest_after_dead_s": round(float(gap.max()), 3) if len(gap) and gap.max() > 0 else 0.0,
         "examples": after[["tenant_id", "token", "dead_at", "time"]].head(5).to_dict("records"),
     }
     return Verdict("dead_tokens", counts["sends_after_dead"] == 0, counts, details)
@@ -48,8 +66,8 @@ def check(history: pd.DataFrame, grace_s: float = 1.0) -> Verdict:
 
 @checker(
     "dead_tokens",
-    summary="nothing sent to a token after the provider said it is dead",
-    tolerances={"grace_s": 1.0},
+    summary="nothing sent to a token after the provider's dead answer left (in flight excepted)",
+    tolerances={"transit_s": 0.05},
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
-    return check(evidence.history, grace_s=float(tolerance["grace_s"]))
+    return check(evidence.history, transit_s=float(tolerance["transit_s"]))

@@ -2,13 +2,22 @@
 
 Deliveries are the provider ledger rows the device got (a 200, or "accepted then 5xx"); the
 expectation comes from the oracle. A delivery the oracle did not expect (no consent, still in
-quiet hours, a dead token, another tenant's device, an id never injected) counts as unexpected.
+quiet hours, a dead token, another tenant's device, an id never injected) counts as unexpected;
+one the oracle marks optional (an event whose acceptance is unknown, a recipient who changed
+mid-run) may arrive once or not at all.
 
-``duplicated`` counts every delivery beyond the first. Of those, ``collapsed`` carried the same
-collapse id as the first (APNs ``apns-collapse-id``, FCM ``collapse_key``): the device shows
-them as one notification. ``visible_duplicates`` = duplicated - collapsed is what a user sees,
-and what the verdict gates on by default; a scenario may also gate on the raw count
-(``max_duplicated``), and both figures are always reported so the raw rate stays honest.
+``duplicated`` counts every delivery beyond the first. Each is attributed to a cause the design
+admits (:mod:`harness.checkers.duplicate_causes`: accepted-then-error, a consumer killed between
+its send and its 'sent' mark, a volatile store's failover, a redrive past the 30-day TTL) or
+counted ``unattributed``: any unattributed duplicate fails the verdict, collapse id or not. Of
+the duplicates, ``collapsed`` carried the same collapse id as the first (APNs
+``apns-collapse-id``, FCM ``collapse_key``): the device shows them as one notification.
+``visible_duplicates`` = duplicated - collapsed is what a user sees; a scenario gates on it
+(default none) and may also gate on the raw count (``max_duplicated``); every figure is always
+reported so the raw rate stays honest.
+
+Deliveries to a device whose user was erased and registered again are judged by the
+``erasure`` checker from the registration on (the same ids, a new person in law).
 """
 
 from __future__ import annotations
@@ -19,8 +28,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.checkers import duplicate_causes
 from harness.checkers.evidence import Evidence
-from harness.checkers.keys import codes, first_rows, joint_keys, member, sorted_unique
+from harness.checkers.keys import codes, first_rows, joint_keys, member, rows_with, sorted_unique
 from harness.checkers.registry import checker
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
@@ -49,26 +59,51 @@ def _per_key(keys: np.ndarray, collapse: np.ndarray, width: int) -> tuple[np.nda
     return keys[starts], n, low, high
 
 
+def reregistered_mask(history: pd.DataFrame, expectation: Expectation) -> pd.Series:
+    """Provider rows to a device of an erased user at or after their registration again."""
+    mask = np.zeros(len(history), dtype=bool)
+    if expectation.reregistered:
+        tokens = {token for _, token in expectation.reregistered}
+        candidates = np.flatnonzero(
+            (history["kind"] == "provider").to_numpy(dtype=bool, na_value=False)
+            & rows_with(history, "token", tokens)
+        )
+        for i in candidates:
+            row = history.iloc[i]
+            since = expectation.reregistered.get((str(row["tenant_id"]), str(row["token"])))
+            mask[i] = since is not None and float(row["time"]) >= since
+    return pd.Series(mask, index=history.index)
+
+
 def check(
     expectation: Expectation,
     history: pd.DataFrame,
     max_visible_duplicates: int = 0,
     max_lost: int = 0,
     max_duplicated: int | None = None,
+    max_unattributed: int = 0,
+    durable: bool = True,
+    kill_window_s: float = duplicate_causes.DEFAULT_KILL_WINDOW_S,
 ) -> Verdict:
     """Tolerances default to none: a scenario may accept a residual (e.g. a volatile dedup
     store losing its keys in a crash) and still see the figure reported."""
+    excluded = reregistered_mask(history, expectation)
     rows = delivery_rows(history)
-    expected_keys, history_keys = joint_keys([expectation.deliveries, history], KEY)
+    rows = rows[~excluded.to_numpy(dtype=bool)[rows]]
+    expected_keys, optional_keys, history_keys = joint_keys(
+        [expectation.deliveries, expectation.optional, history], KEY
+    )
     delivered_keys = history_keys[rows]
     # Keys are integers that sort as the key tuples do: the outer merge of expected keys with
     # per-key delivery counts lists the smallest first, and examples are its first rows.
     expected = sorted_unique(expected_keys)
+    optional = sorted_unique(optional_keys)
     (collapse_codes,), distinct_ids = codes((history, "collapse_id"))
     missing_id = history["collapse_id"].isna().to_numpy(dtype=bool)[rows]
     collapse = np.where(missing_id, distinct_ids, collapse_codes[rows])
     keys, n, low, high = _per_key(delivered_keys, collapse, distinct_ids + 1)
     expected_hit = member(keys, expected, ordered=True)
+    optional_hit = member(keys, optional, ordered=True) & ~expected_hit
     lost_mask = ~member(expected, keys, ordered=True)
     # One collapse id, carried by every delivery of the key: the device shows one notification.
     collapsed_per_key = np.where((low == high) & (high != distinct_ids), n - 1, 0)
@@ -76,7 +111,10 @@ def check(
     lost = int(lost_mask.sum())
     delivered = int(expected_hit.sum())
     duplicated = int(len(delivered_keys) - len(keys))
-    unexpected = int(n[~expected_hit].sum())
+    unexpected = int(n[~expected_hit & ~optional_hit].sum())
+    causes = duplicate_causes.attribute(history, durable, kill_window_s, excluded)
+    by_cause = causes["cause"].value_counts()
+    unattributed = int(by_cause.get(duplicate_causes.UNATTRIBUTED, 0))
     collapsed = int(collapsed_per_key[expected_hit].sum())
     visible_duplicates = duplicated - collapsed
     counts = {
@@ -87,6 +125,10 @@ def check(
         "visible_duplicates": visible_duplicates,
         "lost": lost,
         "unexpected": unexpected,
+        "optional_delivered": int(optional_hit.sum()),
+        "optional_expected": int(len(optional)),
+        "unattributed_duplicates": unattributed,
+        **{f"duplicates_{c}": int(by_cause.get(c, 0)) for c in duplicate_causes.ADMITTED},
     }
     duplicate_rate = duplicated / delivered * 1_000_000 if delivered else 0.0
     suppressed = {f"suppressed_{k}": int(v) for k, v in sorted(expectation.suppressed.items())}
@@ -110,12 +152,17 @@ def check(
         },
         "lost_examples": records(expectation.deliveries, expected_keys, expected[lost_mask]),
         "duplicate_examples": duplicate_examples,
-        "unexpected_examples": records(history, history_keys, keys[~expected_hit]),
+        "unexpected_examples": records(history, history_keys, keys[~expected_hit & ~optional_hit]),
+        "unattributed_examples": causes[causes["cause"] == duplicate_causes.UNATTRIBUTED]
+        .head(EXAMPLES)
+        .astype(object)
+        .to_dict("records"),
     }
     valid = (
         visible_duplicates <= max_visible_duplicates
         and lost <= max_lost
         and unexpected == 0
+        and unattributed <= max_unattributed
         and (max_duplicated is None or duplicated <= max_duplicated)
     )
     return Verdict("effectively_once", valid, {**counts, **suppressed}, examples)
@@ -124,7 +171,13 @@ def check(
 @checker(
     "effectively_once",
     summary="every expected (notification, device) delivered exactly once, none lost",
-    tolerances={"max_visible_duplicates": 0, "max_lost": 0, "max_duplicated": None},
+    tolerances={
+        "max_visible_duplicates": 0,
+        "max_lost": 0,
+        "max_duplicated": None,
+        "max_unattributed": 0,
+        "kill_window_s": duplicate_causes.DEFAULT_KILL_WINDOW_S,
+    },
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     limit = tolerance["max_duplicated"]
@@ -134,4 +187,7 @@ def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
         max_visible_duplicates=int(tolerance["max_visible_duplicates"]),
         max_lost=int(tolerance["max_lost"]),
         max_duplicated=None if limit is None else int(limit),
+        max_unattributed=int(tolerance["max_unattributed"]),
+        durable=evidence.policy.durable_dedup_store,
+        kill_window_s=float(tolerance["kill_window_s"]),
     )

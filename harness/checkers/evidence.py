@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from harness.model.oracle import Expectation
+from harness.model.oracle import Expectation, expected_deliveries
 from harness.model.population import Population
 from harness.model.system import SystemPolicy
+from harness.model.timeline import DEFAULT_BOUND_S, Timeline, from_history
 
 
 @dataclass(frozen=True)
@@ -18,3 +19,30 @@ class Evidence:
     expectation: Expectation
     history: pd.DataFrame
     policy: SystemPolicy = field(default_factory=SystemPolicy)
+    # Users the run changed (preferences, erasures, registrations), and when.
+    timeline: Timeline | None = None
+
+
+def expectation_from(
+    population: Population, history: pd.DataFrame, timeline: Timeline
+) -> Expectation:
+    """The oracle's expectation for a history: its accepted and indeterminate events, judged
+    by the population as the timeline changed it."""
+    injected = history[history["kind"] == "inject"]
+    indeterminate = history[history["kind"] == "inject_info"]
+    expectation = expected_deliveries(population, injected, timeline, indeterminate)
+    for (tenant, user), change in timeline.registrations.items():
+        for device in population.devices_of(tenant, user):
+            expectation.reregistered[(tenant, device.token)] = change.sent
+    return expectation
+
+
+def evidence_from(
+    population: Population,
+    history: pd.DataFrame,
+    policy: SystemPolicy | None = None,
+    bound_s: float = DEFAULT_BOUND_S,
+) -> Evidence:
+    timeline = from_history(population, history, bound_s)
+    expectation = expectation_from(population, history, timeline)
+    return Evidence(population, expectation, history, policy or SystemPolicy(), timeline)

@@ -1,8 +1,11 @@
 """Quiet hours: no delivery while the recipient is inside their local window, and every
 deferred notification delivered soon after the window ends.
 
+``deferred_never_released`` counts deferred notifications that never arrived by the end of the
+run's wait (a deferral that loses the job must not pass just because nothing arrived early).
 The windows' end instants come from the population (which placed them), never from the
-system's own quiet-hours code.
+system's own quiet-hours code. Users whose preferences the run changed are judged by the
+``preference_changes`` checker.
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ def check(
     expectation: Expectation,
     history: pd.DataFrame,
     release_bound_seconds: float = 30.0,
+    changed: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
 ) -> Verdict:
     rows = delivery_rows(history)
     whole_run_tokens = {
         (d.tenant_id, d.token)
         for u in population.users
-        if u.quiet_state == "whole_run"
+        if u.quiet_state == "whole_run" and (u.tenant_id, u.user_id) not in changed
         for d in population.devices_of(u.tenant_id, u.user_id)
     }
     suspects = rows[rows_with(history, "token", {k for _, k in whole_run_tokens})[rows]]
@@ -69,6 +73,7 @@ def check(
         "deferred_delivered": int(arrived.sum()),
         "delivered_inside_window": int(early.sum()) + inside_whole_run,
         "released_late": int(late.sum()),
+        "deferred_never_released": int((~arrived).sum()),
     }
     early_rows = expected[KEY].iloc[deferred[early][:5]].astype(object)
     early_examples = early_rows.assign(
@@ -81,7 +86,15 @@ def check(
         ),
         "early_examples": early_examples,
     }
-    valid = counts["delivered_inside_window"] == 0 and counts["released_late"] == 0
+    never_rows = expected[KEY].iloc[deferred[~arrived][:5]].astype(object)
+    details["never_released_examples"] = never_rows.assign(
+        quiet_until=quiet_until[~arrived][:5]
+    ).to_dict("records")
+    valid = (
+        counts["delivered_inside_window"] == 0
+        and counts["released_late"] == 0
+        and counts["deferred_never_released"] == 0
+    )
     return Verdict("quiet_hours", valid, counts, details)
 
 
@@ -96,4 +109,5 @@ def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
         evidence.expectation,
         evidence.history,
         release_bound_seconds=float(tolerance["release_bound_s"]),
+        changed=evidence.timeline.changed_users() if evidence.timeline else frozenset(),
     )

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+from ulid import ULID
 
 from harness.model.history import History
 from harness.model.population import Population, preferences_body
@@ -147,18 +148,26 @@ def post_event(
     object_id: str,
     event_id: str | None = None,
 ) -> str:
-    """POST one event; record it in the history as injected only once it is accepted."""
-    body = {"tenant_id": tenant_id, "author_id": author_id, "kind": kind, "object_id": object_id}
-    if event_id is not None:
-        body["event_id"] = event_id
+    """POST one event with an id minted here (or ``event_id``); recorded as ``inject`` once
+    accepted, or ``inject_info`` when the answer does not say (5xx, a cut connection: the
+    system may have taken it), before the error is raised."""
+    event_id = event_id or str(ULID())
+    body = {
+        "tenant_id": tenant_id,
+        "author_id": author_id,
+        "kind": kind,
+        "object_id": object_id,
+        "event_id": event_id,
+    }
     started = time.time()
-    accepted = _check(http.post("/v1/events", json=body), f"POST /v1/events {body}")
-    history.append(
-        "inject",
-        time=started,
-        tenant_id=tenant_id,
-        author_id=author_id,
-        notification_id=accepted["notification_id"],
-        detail=kind,
-    )
+    fields = {"time": started, "tenant_id": tenant_id, "author_id": author_id, "detail": kind}
+    try:
+        response = http.post("/v1/events", json=body)
+    except httpx.HTTPError:
+        history.append("inject_info", end=time.time(), notification_id=event_id, **fields)
+        raise
+    if response.status_code >= 500:
+        history.append("inject_info", end=time.time(), notification_id=event_id, **fields)
+    accepted = _check(response, f"POST /v1/events {body}")
+    history.append("inject", end=time.time(), notification_id=accepted["notification_id"], **fields)
     return accepted["notification_id"]

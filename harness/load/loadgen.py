@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.load.record import INJECTED_FILE, merge_worker_files
+
 ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILES = ROOT / "locustfiles"
-INJECTED_FILE = "injected.jsonl"
 
 
 def locustfile_path(name: str) -> Path:
@@ -88,10 +89,11 @@ def _stop_workers(procs: list[subprocess.Popen]) -> None:
             proc.wait(10)
 
 
-def _count_lines(path: Path) -> int:
+def _accepted(out: Path) -> int:
+    """Events the system accepted so far (the ``ok`` rows of injected.jsonl)."""
     try:
-        with open(path, "rb") as f:
-            return sum(1 for _ in f)
+        with open(out / INJECTED_FILE, "rb") as f:
+            return sum(1 for line in f if b'"op": "ok"' in line or b'"op"' not in line)
     except FileNotFoundError:
         return 0
 
@@ -176,13 +178,15 @@ def run(args: argparse.Namespace) -> int:
                     f"locust: {now - started:5.1f}s users={runner.user_count} "
                     f"requests={total.num_requests} failures={total.num_failures} "
                     f"rps={total.current_rps:.0f} "
-                    f"injected={_count_lines(args.out / INJECTED_FILE)}",
+                    f"injected={_accepted(args.out)}",
                     flush=True,
                 )
             gevent.sleep(0.2)
     finally:
         runner.quit()
         _stop_workers(workers)
+        # Rows a worker wrote but could not relay before it stopped.
+        merge_worker_files(args.out)
         csv_writer.close_files()
     (args.out / "locust_report.html").write_text(get_html_report(env, show_download_link=False))
     total = runner.stats.total
@@ -195,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
         "elapsed_s": round(time.monotonic() - started, 3),
         "requests": total.num_requests,
         "failures": total.num_failures,
-        "injected": _count_lines(args.out / INJECTED_FILE),
+        "injected": _accepted(args.out),
         "by_name": {
             e.name: {
                 "requests": e.num_requests,

@@ -4,10 +4,11 @@ The same code runs under plain ``locust -f locustfiles/<shape>.py --headless`` (
 stack file, or ``--host``) and under ``python -m harness run`` (``harness.load.loadgen`` drives it
 through Locust's library API, locally or with Locust's own master and workers).
 
-Each user records what it actually injected (accepted events: ids and times) for the oracle:
-locally into ``<out>/injected.jsonl``; on a Locust worker, as messages to the master, which
-writes the same file. Celebrities are claimed the same way, so two workers never post as the
-same celebrity.
+Each user records what it did for the oracle (:mod:`harness.load.record`): every event before
+it is sent and again when answered (``injected.jsonl``), every inbox page, read-all, per-item
+read and unread count it saw (``reads.jsonl``); locally into ``<out>/``; on a Locust worker into
+its own files and as messages to the master, which writes the same files. Celebrities are
+claimed the same way, so two workers never post as the same celebrity.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ from gevent.event import AsyncResult
 from locust import FastHttpUser, LoadTestShape, User, constant_throughput, events, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
+from ulid import ULID
 
-from harness.load.loadgen import INJECTED_FILE
+from harness.load.record import RecordFiles
 from harness.model.population import Author as PopulationAuthor
 from harness.model.population import Population, PopulationSpec, generate, preferences_body
 from harness.model.shapes import LoadPlan, celebrity_post_times, like_times, users_at
 
-_INJECTED_MESSAGE = "harness_injected"
+_RECORD_MESSAGE = "harness_record"
 _CLAIM_MESSAGE = "harness_claim"
 _CLAIMED_MESSAGE = "harness_claimed"
 
@@ -42,18 +44,24 @@ _CLAIMED_MESSAGE = "harness_claimed"
 class LoadContext:
     """What every user of this process shares: the plan, the population, where to record."""
 
-    def __init__(self, plan: LoadPlan, population: Population, record: Callable[[dict], None]):
+    def __init__(self, plan: LoadPlan, population: Population, record: Callable[[str, dict], None]):
         self.plan = plan
         self.population = population
         self.record = record
         self.regular = [a for a in population.authors if not a.celebrity]
         self.celebrities = [a for a in population.authors if a.celebrity]
+        # Readers are followers: their inboxes hold something to walk.
+        self.readers = sorted({(a.tenant_id, f) for a in population.authors for f in a.followers})
+        self._walks = itertools.count()
         self.started = time.monotonic()
         self._claims: dict[str, itertools.count] = {}
         self.claim: Callable[[str], int] = self._claim_locally
 
     def _claim_locally(self, what: str) -> int:
         return next(self._claims.setdefault(what, itertools.count()))
+
+    def walk_id(self) -> str:
+        return f"{os.getpid()}-{next(self._walks)}"
 
 
 _context: LoadContext | None = None
@@ -65,37 +73,21 @@ def context() -> LoadContext:
     return _context
 
 
-class InjectionFile:
-    """Append-only JSON lines, flushed per row: a crash keeps what was accepted."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed on quit
-
-    def write(self, rows: list[dict]) -> None:
-        for row in rows:
-            self._file.write(json.dumps(row) + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
-
-
 class WorkerRelay:
-    """On a Locust worker: injected rows batched to the master every 200 ms (and at stop)."""
+    """On a Locust worker: rows batched to the master every 200 ms (and at stop)."""
 
     def __init__(self, runner: WorkerRunner) -> None:
         self.runner = runner
-        self.pending: list[dict] = []
+        self.pending: list[tuple[str, dict]] = []
         self._loop = gevent.spawn(self._flush_forever)
 
-    def add(self, row: dict) -> None:
-        self.pending.append(row)
+    def add(self, stream: str, row: dict) -> None:
+        self.pending.append((stream, row))
 
     def flush(self) -> None:
         if self.pending:
             rows, self.pending = self.pending, []
-            self.runner.send_message(_INJECTED_MESSAGE, rows)
+            self.runner.send_message(_RECORD_MESSAGE, rows)
 
     def _flush_forever(self) -> None:
         while True:
@@ -173,20 +165,36 @@ def setup(environment: Environment, shape_name: str) -> LoadContext:
     out = Path(options.harness_out or "reports/locust")
 
     if isinstance(runner, WorkerRunner):
+        # The worker's own files first (nothing in flight is lost if the relay is cut short),
+        # then the relay to the master.
         relay = WorkerRelay(runner)
-        record: Callable[[dict], None] = relay.add
+        local = RecordFiles(out, worker=os.getpid())
+
+        def record(stream: str, row: dict) -> None:
+            local.write(stream, [row])
+            relay.add(stream, row)
+
         events.test_stopping.add_listener(lambda **_: relay.flush())
-        events.quitting.add_listener(lambda **_: relay.flush())
+        events.test_stop.add_listener(lambda **_: relay.flush())
+        events.quitting.add_listener(lambda **_: (relay.flush(), local.close()))
     else:
-        sink = InjectionFile(out / INJECTED_FILE)
-        record = lambda row: sink.write([row])  # noqa: E731
+        sink = RecordFiles(out)
+
+        def record(stream: str, row: dict) -> None:
+            sink.write(stream, [row])
+
         events.quitting.add_listener(lambda **_: sink.close())
     _context = LoadContext(plan, population, record)
     # Plan offsets count from the start of the load, not from process start.
     events.test_start.add_listener(lambda **_: setattr(_context, "started", time.monotonic()))
 
     if isinstance(runner, MasterRunner):
-        runner.register_message(_INJECTED_MESSAGE, lambda msg, **_: sink.write(msg.data))
+
+        def relayed(msg: Any, **_: Any) -> None:
+            for stream, row in msg.data:
+                sink.write(stream, [row])
+
+        runner.register_message(_RECORD_MESSAGE, relayed)
         runner.register_message(
             _CLAIM_MESSAGE,
             lambda msg, **_: runner.send_message(
@@ -233,32 +241,103 @@ class FanoutUser(FastHttpUser):
     host = default_host()
 
     def inject(self, author: PopulationAuthor, kind: str, object_id: str) -> str | None:
-        """POST one event; record it only once the API accepted it."""
+        """POST one event with an id minted here, recorded before it is sent and again with
+        its answer: an answer that never comes leaves the event indeterminate, never unknown."""
+        client_id = str(ULID())
+        row = {
+            "time": time.time(),
+            "tenant_id": author.tenant_id,
+            "author_id": author.user_id,
+            "notification_id": client_id,
+            "client_id": client_id,
+            "kind": kind,
+            "user_class": type(self).__name__,
+        }
+        record = context().record
+        record("injected", {**row, "op": "invoke"})
         body = {
             "tenant_id": author.tenant_id,
             "author_id": author.user_id,
             "kind": kind,
             "object_id": object_id,
+            "event_id": client_id,
         }
-        started = time.time()
-        with self.client.post(
-            "/v1/events", json=body, name="POST /v1/events", catch_response=True
-        ) as response:
-            if response.status_code != 202 and response.status_code != 200:
-                response.failure(f"HTTP {response.status_code}: {response.text[:200]}")
-                return None
-            notification_id = response.json()["notification_id"]
-        context().record(
-            {
-                "time": started,
-                "tenant_id": author.tenant_id,
-                "author_id": author.user_id,
-                "notification_id": notification_id,
-                "kind": kind,
-                "user_class": type(self).__name__,
-            }
-        )
-        return notification_id
+        answer: dict[str, Any] = {"op": "info"}
+        try:
+            with self.client.post(
+                "/v1/events", json=body, name="POST /v1/events", catch_response=True
+            ) as response:
+                status = response.status_code
+                if status in (200, 202):
+                    nid = response.json()["notification_id"]
+                    answer = {"op": "ok", "notification_id": nid, "status": status}
+                elif 400 <= status < 500:
+                    # A definite refusal: the event is not in the system.
+                    answer = {"op": "fail", "status": status}
+                    response.failure(f"HTTP {status}: {response.text[:200]}")
+                else:
+                    # 5xx or no answer (status 0): it may or may not have been taken.
+                    answer = {"op": "info", "status": status}
+                    response.failure(f"HTTP {status}: {response.text[:200]}")
+        finally:
+            # Also when the greenlet is killed mid-request: the answer then says "info".
+            record("injected", {**row, **answer, "end": time.time()})
+        return answer.get("notification_id") if answer["op"] == "ok" else None
+
+    def reader(self) -> tuple[str, str]:
+        return random.choice(context().readers)
+
+    def get_json(self, url: str, name: str) -> tuple[int, Any, float, float]:
+        """GET, with the instants sent and answered; the body when it is JSON."""
+        sent = time.time()
+        with self.client.get(url, name=name, catch_response=True) as response:
+            answered = time.time()
+            status = response.status_code
+            try:
+                body = response.json() if status == 200 else None
+            except ValueError:
+                body = None
+                response.failure("not JSON")
+            if status != 200:
+                response.failure(f"HTTP {status}")
+        return status, body, sent, answered
+
+    def post_ok(self, url: str, name: str) -> tuple[int, float, float]:
+        sent = time.time()
+        with self.client.post(url, name=name, catch_response=True) as response:
+            answered = time.time()
+            if not 200 <= response.status_code < 300:
+                response.failure(f"HTTP {response.status_code}")
+            return response.status_code, sent, answered
+
+    def walk(self, tenant: str, user: str, pages: int) -> list[dict[str, Any]]:
+        """Walk the inbox newest first by cursor, up to ``pages`` pages; each page recorded."""
+        plan = context().plan
+        base = f"/v1/tenants/{tenant}/users/{user}/inbox?limit={plan.page_limit}"
+        walk, cursor, seen = context().walk_id(), None, []
+        for page in range(pages):
+            url = base if cursor is None else f"{base}&cursor={quote(cursor, safe='')}"
+            name = "GET inbox" if page == 0 else "GET inbox (next page)"
+            status, body, sent, answered = self.get_json(url, name)
+            items = (body or {}).get("items") or []
+            next_cursor = (body or {}).get("next_cursor")
+            context().record(
+                "reads",
+                {
+                    "op": "page", "walk": walk, "page": page, "tenant_id": tenant,
+                    "user_id": user, "limit": plan.page_limit, "cursor": cursor,
+                    "next_cursor": next_cursor, "status": status, "time": sent,
+                    "end": answered,
+                    "ids": [i.get("notification_id") for i in items],
+                    "authors": [i.get("author_id") for i in items],
+                    "read": [bool(i.get("read")) for i in items],
+                },
+            )  # fmt: skip
+            seen += items
+            if status != 200 or not next_cursor:
+                break
+            cursor = next_cursor
+        return seen
 
     def pause_until(self, offset_s: float) -> None:
         delay = context().started + offset_s - time.monotonic()
@@ -333,7 +412,8 @@ class LikeStorm(FanoutUser):
 
 
 class InboxReader(FanoutUser):
-    """App open: the newest 20 (celebrity pointers merged), then the next page by cursor."""
+    """App open: a follower walks their inbox newest first (celebrity pointers merged), a small
+    page at a time by cursor, and every page is recorded for the read-side checkers."""
 
     weight = 3
 
@@ -342,21 +422,14 @@ class InboxReader(FanoutUser):
 
     @task
     def open_app(self) -> None:
-        user = random.choice(context().population.users)
-        base = f"/v1/tenants/{user.tenant_id}/users/{user.user_id}/inbox"
-        with self.client.get(f"{base}?limit=20", name="GET inbox", catch_response=True) as first:
-            if first.status_code != 200:
-                first.failure(f"HTTP {first.status_code}")
-                return
-            cursor = first.json().get("next_cursor")
-        if cursor:
-            self.client.get(
-                f"{base}?limit=20&cursor={quote(cursor, safe='')}", name="GET inbox (next page)"
-            )
+        tenant, user = self.reader()
+        self.walk(tenant, user, context().plan.max_pages)
 
 
 class ReadAllUser(FanoutUser):
-    """Users clearing large unread counts: read-all must be O(1) (seed 003)."""
+    """Users clearing their unread count (seed 003): the first page, read-all, then a while
+    later the newest page again, a few of its new items read one by one, and the unread count,
+    each recorded with the instants it was sent and answered."""
 
     weight = 1
 
@@ -365,10 +438,34 @@ class ReadAllUser(FanoutUser):
 
     @task
     def read_all(self) -> None:
-        user = random.choice(context().population.users)
-        base = f"/v1/tenants/{user.tenant_id}/users/{user.user_id}"
-        self.client.get(f"{base}/unread-count", name="GET unread-count")
-        self.client.post(f"{base}/inbox/read-all", name="POST inbox/read-all")
+        tenant, user = self.reader()
+        base = f"/v1/tenants/{tenant}/users/{user}"
+        self.walk(tenant, user, 1)
+        status, sent, answered = self.post_ok(f"{base}/inbox/read-all", "POST inbox/read-all")
+        self.note("read_all", tenant, user, status, sent, answered)
+        gevent.sleep(random.uniform(0.2, 1.5))  # new notifications arrive meanwhile
+        fresh = [i for i in self.walk(tenant, user, 1) if not i.get("read")]
+        for item in fresh[: context().plan.marks_per_visit]:
+            nid = str(item.get("notification_id"))
+            status, sent, answered = self.post_ok(
+                f"{base}/inbox/{quote(nid, safe='')}/read", "POST inbox/{id}/read"
+            )
+            self.note("mark_read", tenant, user, status, sent, answered, notification_id=nid)
+        status, body, sent, answered = self.get_json(f"{base}/unread-count", "GET unread-count")
+        self.note(
+            "unread", tenant, user, status, sent, answered,
+            unread=(body or {}).get("unread"), capped=(body or {}).get("capped"),
+        )  # fmt: skip
+
+    def note(
+        self, op: str, tenant: str, user: str, status: int, sent: float, answered: float,
+        **fields: Any,
+    ) -> None:  # fmt: skip
+        context().record(
+            "reads",
+            {"op": op, "tenant_id": tenant, "user_id": user, "status": status, "time": sent,
+             "end": answered, **fields},
+        )  # fmt: skip
 
 
 class PreferenceChanger(FanoutUser):

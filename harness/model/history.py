@@ -16,10 +16,16 @@ import pandas as pd
 
 COLUMNS = {
     "seq": "int64",
-    "kind": "string",  # inject | provider | fault | action | dlq | phase | sample | alarm
+    # inject | inject_info | provider | fault | action | dlq | phase | sample | alarm | audit |
+    # receive | read | change | channel
+    "kind": "string",
     "time": "float64",
+    # When the operation completed (its answer came back): inject, read and change rows.
+    "end": "float64",
     "mono": "float64",
     "tenant_id": "string",
+    # The user an operation acted for: a reader, a changed or erased user.
+    "user_id": "string",
     "author_id": "string",
     "notification_id": "string",
     "token": "string",
@@ -54,6 +60,7 @@ class History:
             self.append(
                 "provider",
                 time=row["received_at"],
+                end=row.get("answered_at"),
                 mono=float("nan"),
                 tenant_id=row.get("tenant_id"),
                 notification_id=row.get("notification_id"),
@@ -85,4 +92,9 @@ def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def read(path: Path) -> pd.DataFrame:
-    return pd.read_parquet(path).astype(COLUMNS)
+    """A history file; columns added since it was written are there, empty."""
+    frame = pd.read_parquet(path)
+    for column in COLUMNS:
+        if column not in frame:
+            frame[column] = pd.Series([None] * len(frame), dtype=COLUMNS[column], index=frame.index)
+    return frame[list(COLUMNS)].astype(COLUMNS)

@@ -9,27 +9,79 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from harness.model.population import Population, connection_id
+from harness.model.timeline import Timeline
 
 EXPECTED_COLUMNS = ["tenant_id", "notification_id", "token", "user_id", "quiet_until"]
+OPTIONAL_COLUMNS = ["tenant_id", "notification_id", "token", "user_id", "why"]
+
+
+def _empty(columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
 
 
 @dataclass
 class Expectation:
-    """One row per (notification, device) that must be delivered exactly once by run end."""
+    """What the oracle expects of every (notification, device):
+
+    * ``deliveries``: must be delivered exactly once by run end (after ``quiet_until`` when set);
+    * ``optional``: may be delivered, at most once, or not at all: the event's acceptance is
+      unknown (its request was cut off), or the recipient changed during the run and a correct
+      system could have acted on either state (``why`` says which);
+    * the rest must not be delivered: ``suppressed`` counts them by the oracle's reason for users
+      the run did not change (the audit checker cross-checks these), ``changed_suppressed`` for
+      users it did.
+    """
 
     deliveries: pd.DataFrame
     suppressed: Counter[str] = field(default_factory=Counter)
+    optional: pd.DataFrame = field(default_factory=lambda: _empty(OPTIONAL_COLUMNS))
+    changed_suppressed: Counter[str] = field(default_factory=Counter)
+    # (tenant, token) of an erased user's device registered again -> when that was sent: the
+    # erasure checker judges its deliveries from then on.
+    reregistered: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
-def expected_deliveries(population: Population, injected: pd.DataFrame) -> Expectation:
-    """``injected``: one row per accepted event with tenant_id, author_id, notification_id."""
+def expected_deliveries(
+    population: Population,
+    injected: pd.DataFrame,
+    timeline: Timeline | None = None,
+    indeterminate: pd.DataFrame | None = None,
+) -> Expectation:
+    """``injected``: one row per accepted event with tenant_id, author_id, notification_id (and
+    ``time``, the instant it was sent, when a ``timeline`` of changed users is given);
+    ``indeterminate``: events whose acceptance is unknown (same columns)."""
     rows: list[tuple[str, str, str, str, float | None]] = []
+    optional: list[tuple[str, str, str, str, str]] = []
     suppressed: Counter[str] = Counter()
-    for event in injected.itertuples(index=False):
+    changed_suppressed: Counter[str] = Counter()
+    events = [(e, False) for e in injected.itertuples(index=False)]
+    if indeterminate is not None:
+        events += [(e, True) for e in indeterminate.itertuples(index=False)]
+    for event, unknown in events:
         author = population.author(event.tenant_id, event.author_id)
+        author_key = (event.tenant_id, event.author_id)
         for follower in author.followers:
-            user = population.user(event.tenant_id, follower)
             devices = population.devices_of(event.tenant_id, follower)
+            if timeline is not None and timeline.changed(event.tenant_id, follower):
+                states = timeline.seen_from(event.tenant_id, follower, float(event.time))
+                for device in devices or [None]:
+                    decisions = [
+                        timeline.decision(s, author_key, device, float(event.time)) for s in states
+                    ]
+                    kinds = {kind for kind, _ in decisions}
+                    if kinds == {"suppress"}:
+                        changed_suppressed[str(decisions[-1][1])] += 1
+                        continue
+                    assert device is not None  # "no device" always suppresses
+                    key = (event.tenant_id, event.notification_id, device.token, follower)
+                    if "suppress" in kinds or unknown:
+                        optional.append((*key, "indeterminate" if unknown else "changed"))
+                        continue
+                    ends = {v for kind, v in decisions if kind == "defer"}
+                    until = float(max(ends)) if ends else None  # type: ignore[type-var]
+                    rows.append((*key, until))
+                continue
+            user = population.user(event.tenant_id, follower)
             if not devices:
                 suppressed["no_device"] += 1
                 continue
@@ -40,6 +92,11 @@ def expected_deliveries(population: Population, injected: pd.DataFrame) -> Expec
                     suppressed["quiet_hours_pending"] += 1
                 elif device.dead:
                     suppressed["dead_token"] += 1
+                elif unknown:
+                    optional.append(
+                        (event.tenant_id, event.notification_id, device.token, follower,
+                         "indeterminate")
+                    )  # fmt: skip
                 else:
                     rows.append(
                         (
@@ -50,7 +107,12 @@ def expected_deliveries(population: Population, injected: pd.DataFrame) -> Expec
                             user.quiet_until,
                         )
                     )
-    return Expectation(pd.DataFrame(rows, columns=EXPECTED_COLUMNS), suppressed)
+    return Expectation(
+        pd.DataFrame(rows, columns=EXPECTED_COLUMNS),
+        suppressed,
+        pd.DataFrame(optional, columns=OPTIONAL_COLUMNS) if optional else _empty(OPTIONAL_COLUMNS),
+        changed_suppressed,
+    )
 
 
 CHANNEL_EXPECTED_COLUMNS = ["tenant_id", "notification_id", "token", "channel"]

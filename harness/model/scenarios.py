@@ -17,7 +17,9 @@ import yaml
 from harness.model.population import PopulationSpec
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
-KNOWN_ACTIONS = ("redrive-dlq",)
+CONFIGURATION_KEYS = frozenset(
+    {"durable_redis", "population", "preference_bound_s", "reference", "timeout_s"}
+)
 
 
 class ScenarioError(ValueError):
@@ -87,6 +89,10 @@ class Scenario:
     reference: dict[str, Any] = field(default_factory=dict)
     durable_redis: bool = False
     timeout_seconds: float = 90.0
+    # How soon a changed preference (consent, quiet hours, zone) or an erasure must take effect
+    # after the system acknowledged it (seed 000: invalidation now; the 5-minute TTL is only a
+    # backstop).
+    preference_bound_s: float = 5.0
 
     @property
     def regular_posts(self) -> int:
@@ -158,6 +164,12 @@ def parse(data: Any, name: str) -> Scenario:
 
     data = _mapping(data, f"scenario {name}")
     config = _mapping(data.get("configuration"), "configuration")
+    unknown_config = sorted(set(config) - CONFIGURATION_KEYS)
+    if unknown_config:
+        raise ScenarioError(
+            f"configuration: unknown key(s) {', '.join(unknown_config)}; "
+            f"allowed: {', '.join(sorted(CONFIGURATION_KEYS))}"
+        )
     population = _dataclass_from(
         PopulationSpec,
         _mapping(config.get("population"), "configuration.population"),
@@ -244,6 +256,7 @@ def parse(data: Any, name: str) -> Scenario:
         reference=dict(_mapping(config.get("reference"), "configuration.reference")),
         durable_redis=bool(config.get("durable_redis", False)),
         timeout_seconds=float(timeout),
+        preference_bound_s=_number(config, "preference_bound_s", "configuration", 5.0),
     )
 
 
@@ -267,13 +280,14 @@ def _locust_step(step: dict[str, Any], where: str) -> LocustLoad:
 
 
 def _action(step: dict[str, Any], where: str) -> ActionStep:
-    if step.get("name") not in KNOWN_ACTIONS:
-        raise ScenarioError(
-            f"{where}: unknown action {step.get('name')!r}; known: {', '.join(KNOWN_ACTIONS)}"
-        )
-    return ActionStep(
-        step["name"], _number(step, "offset_s", where, 0), dict(step.get("params") or {})
-    )
+    from harness.run.actions import ActionError, validate
+
+    params = dict(_mapping(step.get("params"), f"{where}.params"))
+    try:
+        validate(str(step.get("name")), params)
+    except ActionError as exc:
+        raise ScenarioError(f"{where}: {exc}") from exc
+    return ActionStep(step["name"], _number(step, "offset_s", where, 0), params)
 
 
 def load_file(path: Path) -> Scenario:

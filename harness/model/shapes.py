@@ -50,6 +50,11 @@ class LoadPlan:
     likes: int = 0
     # After the burst, readers open the app: the background grows by this factor (game day).
     after_burst_factor: float = 1.0
+    # Inbox readers walk newest first, ``page_limit`` items a page, up to ``max_pages`` pages
+    # by cursor; read-all users then mark up to ``marks_per_visit`` new items read one by one.
+    page_limit: int = 20
+    max_pages: int = 2
+    marks_per_visit: int = 2
     weights: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
 
     def to_json(self) -> str:
@@ -102,7 +107,11 @@ def validate(plan: LoadPlan) -> None:
     for name in ("duration_s", "spawn_rate", "author_rate", "reader_rate"):
         if getattr(plan, name) <= 0:
             problems.append(f"{name} must be positive")
-    for name in ("background_users", "celebrities", "posts_per_celebrity", "likes"):
+    for name in ("page_limit", "max_pages"):
+        if not 1 <= getattr(plan, name) <= 100:
+            problems.append(f"{name} must be between 1 and 100")
+    for name in ("background_users", "celebrities", "posts_per_celebrity", "likes",
+                 "marks_per_visit"):  # fmt: skip
         if getattr(plan, name) < 0:
             problems.append(f"{name} must not be negative")
     if plan.burst_at_s < 0 or plan.burst_window_s < 0:

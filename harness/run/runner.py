@@ -23,21 +23,32 @@ from ulid import ULID
 
 from chaos.faults import DEDUP_PROXY, ChaosTargets, make_fault
 from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
-from harness.checkers import Evidence, run_probe
+from harness.checkers import run_probe
+from harness.checkers.evidence import evidence_from
 from harness.checkers.verdict import Verdict
 from harness.load.loader import load_population, post_event
-from harness.load.loadgen import INJECTED_FILE, ROOT
+from harness.load.loadgen import ROOT
+from harness.load.record import (
+    INJECTED_FILE,
+    READS_FILE,
+    Injected,
+    append_read,
+    fold_injected,
+    read_rows,
+)
 from harness.model import history as history_mod
 from harness.model.history import History
-from harness.model.oracle import expected_channel_deliveries, expected_deliveries
+from harness.model.oracle import expected_channel_deliveries
 from harness.model.population import Population, generate
 from harness.model.scenarios import Scenario
 from harness.model.system import SystemPolicy
+from harness.run.actions import ACTIONS, ActionContext
 from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
 from harness.run.audit_trail import collect_audit
 from harness.run.channel_ledgers import ChannelLedgers, register_online_users
 from harness.run.dlq import redrive_all
 from harness.run.provider_control import SimulatorControl
+from harness.stack.reference_table import write_preferences
 from harness.stack.supervisor import WORKER_PARTS, Stack, StackInfo, stop_process
 from harness.stack.target import Target
 from reference_impl.config import CHANNELS, PAGES_QUEUE, Config
@@ -322,6 +333,14 @@ def _chaos_targets(stack: Stack, info: StackInfo) -> ChaosTargets:
     )
 
 
+def _bind(
+    action: Callable[[ActionContext, dict[str, Any]], str],
+    context: ActionContext,
+    params: dict[str, Any],
+) -> Callable[[], str]:
+    return lambda: action(context, params)
+
+
 def _redrive_all(info: StackInfo) -> str:
     moved = redrive_all(info.aws_client("sqs"), Config.load(info.reference_config))
     return f"moved {sum(moved.values())} message(s) back ({moved})"
@@ -444,15 +463,7 @@ def _inject_with_locust(
                 stop_process(proc)
     if not started:
         on_start()  # faults and rollbacks still run, so the run says what happened
-    for row in read_injected(out / INJECTED_FILE):
-        history.append(
-            "inject",
-            time=row["time"],
-            tenant_id=row["tenant_id"],
-            author_id=row["author_id"],
-            notification_id=row["notification_id"],
-            detail=row["kind"],
-        )
+    record_load(out, history)
     if proc.returncode != 0:
         raise RuntimeError(
             f"the Locust load exited with code {proc.returncode}; log {out / 'loadgen.log'}"
@@ -460,16 +471,29 @@ def _inject_with_locust(
 
 
 def read_injected(path: Path) -> list[dict[str, Any]]:
-    """Rows of injected.jsonl; a line cut short by a crash is skipped, the rest kept."""
-    rows = []
-    if not path.exists():
-        return rows
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+    """The accepted events of an injected.jsonl (folded per event: sent ``time``, answered
+    ``end``); a line cut short by a crash is skipped, the rest kept."""
+    return fold_injected(read_rows(path)).accepted
+
+
+def record_load(out: Path, history: History) -> Injected:
+    """What the load recorded (``out``: its output directory), as history rows: ``inject``
+    (accepted), ``inject_info`` (acceptance unknown) and ``read`` (what readers saw)."""
+    folded = fold_injected(read_rows(out / INJECTED_FILE))
+    for kind, rows in (("inject", folded.accepted), ("inject_info", folded.indeterminate)):
+        for row in rows:
+            history.append(
+                kind,
+                time=row["time"],
+                end=row.get("end"),
+                tenant_id=row["tenant_id"],
+                author_id=row["author_id"],
+                notification_id=row["notification_id"],
+                detail=row.get("kind"),
+            )
+    for row in read_rows(out / READS_FILE):
+        append_read(history, row)
+    return folded
 
 
 def _wait_for_channels(
@@ -551,6 +575,18 @@ def execute(
         sampler = QueueSampler(info, history)
         sampler.start()
         targets = _chaos_targets(stack, info)
+        actions = ActionContext(
+            api_url=info.url("event-api"),
+            population=population,
+            history=history,
+            seed=seed,
+            table_writer=(
+                (lambda t, u, prefs: write_preferences(info, t, u, prefs))
+                if target is None
+                else None
+            ),
+            redrive=lambda: _redrive_all(info),
+        )
         nemesis = Nemesis(
             [
                 ScheduledFault(make_fault(f.name, f.params), f.offset_s, f.duration_s)
@@ -560,10 +596,11 @@ def execute(
             history,
             log=lambda line: progress("nemesis", line),
             actions=[
-                ScheduledAction(a.name, a.offset_s, lambda: _redrive_all(info))
+                ScheduledAction(a.name, a.offset_s, _bind(ACTIONS[a.name], actions, a.params))
                 for a in scenario.actions
             ],
         )
+        actions.stop = nemesis.stopping
         if scenario.locust is not None:
             _inject_with_locust(
                 scenario, run_dir, info.url("event-api"), seed, locust_workers, history,
@@ -572,29 +609,35 @@ def execute(
         else:
             nemesis.start()
             _inject(scenario, population, history, info.url("event-api"), seed)
+        policy = policy_from_config(
+            Config.load(info.reference_config), durable=scenario.durable_redis or target is not None
+        )
+        collector = Collector(history, [apns, fcm])
+        channel_urls = {p: info.url(p) for p in ("ses", "inapp") if p in info.parts}
+        channels = ChannelLedgers.for_stack(history, channel_urls)
+        deadline = time.monotonic() + scenario.timeout_seconds
+        # The schedule's actions (erasures, changes, probes posted again) belong to the load.
+        nemesis.wait(max(0.0, deadline - time.monotonic()))
         injected = history.frame().query("kind == 'inject'")
-        expectation = expected_deliveries(population, injected)
+        expectation = evidence_from(
+            population, history.frame(), policy, scenario.preference_bound_s
+        ).expectation
         expected = set(
             expectation.deliveries[["tenant_id", "notification_id", "token"]].itertuples(
                 index=False, name=None
             )
         )
         progress("inject", f"{len(injected)} events accepted, {len(expected)} deliveries expected")
-        collector = Collector(history, [apns, fcm])
-        channel_urls = {p: info.url(p) for p in ("ses", "inapp") if p in info.parts}
-        channels = ChannelLedgers.for_stack(history, channel_urls)
-        deadline = time.monotonic() + scenario.timeout_seconds
         last_window_end = expectation.deliveries["quiet_until"].max()
         release_by = (0.0 if pd.isna(last_window_end) else float(last_window_end)) + 1.0
-        nemesis.wait(max(0.0, deadline - time.monotonic()))
         outcome = wait_for_outcome(collector, expected, info, deadline, progress, release_by)
         undone = nemesis.rollback()
         if undone:
             progress("rollback", f"undid {', '.join(undone)}")
         for rollback in scenario.rollbacks:
-            result = _redrive_all(info)
+            result = ACTIONS[rollback.name](actions, rollback.params)
             progress("rollback", f"{rollback.name}: {result}")
-            if not result.startswith("moved 0 "):
+            if rollback.name == "redrive-dlq" and not result.startswith("moved 0 "):
                 outcome = wait_for_outcome(
                     collector, expected, info, deadline, progress, release_by
                 )
@@ -628,10 +671,7 @@ def execute(
         if audited:
             progress("collect", f"{audited} audit record(s) read from the WORM bucket")
         errors += nemesis.errors
-        policy = policy_from_config(
-            Config.load(info.reference_config), durable=scenario.durable_redis or target is not None
-        )
-        evidence = Evidence(population, expectation, history.frame(), policy)
+        evidence = evidence_from(population, history.frame(), policy, scenario.preference_bound_s)
         verdicts = [run_probe(p.name, p.tolerance, evidence) for p in scenario.probes]
         return history, population, verdicts, "; ".join(errors) or None
     except BaseException as exc:  # the run still leaves its history and says what failed
@@ -688,6 +728,7 @@ def run(
         "verdict": verdict,
         "checkers": checkers,
         "history_rows": len(history),
+        "preference_bound_s": scenario.preference_bound_s,
         "error": error,
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))

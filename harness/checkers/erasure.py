@@ -1,0 +1,162 @@
+"""GDPR erasure, checked from outside (seed 000: "Right-to-erasure purges ... the dedup keys, the
+preference cache, and the audit log").
+
+The run erases some users mid-run (retrying an erasure the system could not finish, for example
+while its dedup store is cut), reads their inbox, registers them again with the same id and
+device, follows the same authors, and posts again an event they had received before the erasure
+(same id, same content: an idempotent retry to the system). Then:
+
+* ``delivered_after_erasure``: no delivery to an erased user's devices once the erasure was
+  acknowledged (``bound_s`` after it), until they registered again;
+* ``inbox_items_after_erasure`` / ``unread_after_erasure``: their inbox reads come back empty;
+* ``reused_id_lost``: the event posted again reaches the person registered again (a dedup key
+  that survived the erasure would suppress it: the system remembered the old person);
+  ``reused_id_duplicated``: and only once;
+* ``erasures_unfinished``: every erasure the run asked for was acknowledged in the end.
+
+Deliveries to the re-registered devices are judged here from the registration on (the same ids,
+a new person in law); the ``effectively_once`` checker leaves them out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from harness.checkers.evidence import Evidence
+from harness.checkers.preference_changes import judge_deliveries
+from harness.checkers.registry import checker
+from harness.checkers.verdict import Verdict
+from harness.checkers.windows import delivery_rows
+
+EXAMPLES = 5
+
+
+def _reads_after_erasure(evidence: Evidence) -> tuple[int, int, int]:
+    """(reads judged, inbox items seen, non-zero unread counts) of erased users between their
+    erasure taking effect and their registration again."""
+    timeline = evidence.timeline
+    assert timeline is not None
+    history = evidence.history
+    rows = history[(history["kind"] == "read") & (history["status"] == 200)]
+    judged = items = unread = 0
+    for row in rows.itertuples(index=False):
+        key = (str(row.tenant_id), str(row.user_id))
+        erasure = timeline.erasures.get(key)
+        if erasure is None or float(row.time) <= erasure.acked + timeline.bound_s:
+            continue
+        registration = timeline.registrations.get(key)
+        if registration is not None and float(row.time) >= registration.sent:
+            continue
+        detail = json.loads(row.detail) if isinstance(row.detail, str) else {}
+        if row.reason == "page":
+            judged += 1
+            items += len(detail.get("ids") or [])
+        elif row.reason == "unread":
+            judged += 1
+            unread += int(bool(detail.get("unread")))
+    return judged, items, unread
+
+
+def _reused_ids(evidence: Evidence) -> tuple[int, int, int, list[dict[str, Any]]]:
+    """(required, lost, duplicated, examples) for events posted again after a registration."""
+    timeline = evidence.timeline
+    assert timeline is not None
+    history = evidence.history
+    injected = history[history["kind"] == "inject"]
+    got = history.iloc[delivery_rows(history)]
+    required = lost = duplicated = 0
+    examples: list[dict[str, Any]] = []
+    for (tenant, user), registration in timeline.registrations.items():
+        devices = evidence.population.devices_of(tenant, user)
+        earlier = set(
+            injected.loc[
+                (injected["tenant_id"] == tenant) & (injected["time"] < registration.sent),
+                "notification_id",
+            ]
+        )
+        again = injected[
+            (injected["tenant_id"] == tenant)
+            & (injected["time"] >= registration.sent)
+            & injected["notification_id"].isin(earlier)
+        ]
+        mine = got[(got["tenant_id"] == tenant) & (got["time"] >= registration.sent)]
+        for event in again.itertuples(index=False):
+            author = (tenant, str(event.author_id))
+            for device in devices:
+                states = timeline.seen_from(tenant, user, float(event.time))
+                decisions = {timeline.decision(s, author, device, float(event.time))[0]
+                             for s in states}  # fmt: skip
+                if decisions - {"deliver", "defer"}:
+                    continue
+                required += 1
+                n = int(
+                    (
+                        (mine["notification_id"] == event.notification_id)
+                        & (mine["token"] == device.token)
+                    ).sum()
+                )
+                lost += n == 0
+                duplicated += max(0, n - 1)
+                if n != 1 and len(examples) < EXAMPLES:
+                    examples.append({"tenant_id": tenant, "user_id": user,
+                                     "notification_id": str(event.notification_id),
+                                     "deliveries": n})  # fmt: skip
+    return required, lost, duplicated, examples
+
+
+def check(evidence: Evidence) -> Verdict:
+    timeline = evidence.timeline
+    if timeline is None or not timeline.erasures:
+        return Verdict("erasure", True, {"erasures": 0})
+    history = evidence.history
+    asked = history[history["kind"] == "change"]
+    attempts: Counter[tuple[str, str]] = Counter()
+    finished: set[tuple[str, str]] = set()
+    for row in asked.itertuples(index=False):
+        detail = json.loads(row.detail) if isinstance(row.detail, str) else {}
+        if detail.get("change") != "erasure":
+            continue
+        key = (str(row.tenant_id), str(row.user_id))
+        attempts[key] += 1
+        if detail.get("ok") is not False and pd.notna(row.end):
+            finished.add(key)
+    violations, examples, judged = judge_deliveries(evidence, set(timeline.erasures))
+    reads, items, unread = _reads_after_erasure(evidence)
+    required, lost, duplicated, reuse_examples = _reused_ids(evidence)
+    counts = {
+        "erasures": len(attempts),
+        "erasure_attempts": sum(attempts.values()),
+        "erasures_unfinished": len(set(attempts) - finished),
+        "registered_again": len(timeline.registrations),
+        "deliveries_judged": judged,
+        "delivered_after_erasure": sum(violations.values()),
+        "reads_after_erasure": reads,
+        "inbox_items_after_erasure": items,
+        "unread_after_erasure": unread,
+        "reused_id_required": required,
+        "reused_id_lost": lost,
+        "reused_id_duplicated": duplicated,
+    }
+    valid = (
+        not violations
+        and items == 0
+        and unread == 0
+        and lost == 0
+        and duplicated == 0
+        and counts["erasures_unfinished"] == 0
+    )
+    details = {"bound_s": timeline.bound_s, "examples": examples, "reuse_examples": reuse_examples}
+    return Verdict("erasure", valid, counts, details)
+
+
+@checker(
+    "erasure",
+    summary="nothing of an erased user survives: no delivery, an empty inbox, no dedup key",
+)
+def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    return check(evidence)

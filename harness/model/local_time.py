@@ -1,0 +1,59 @@
+"""Quiet windows evaluated in a user's own IANA zone: the oracle's own evaluation, written from
+the design's rule (seed 000: quiet hours are local wall-clock times in the user's zone, never
+UTC), independent of any system's code.
+
+A window ``{"start": "22:00", "end": "07:00"}`` covers local times in ``[start, end)``, wrapping
+midnight when start > end; start == end covers nothing. Seconds are optional (``HH:MM`` or
+``HH:MM:SS``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, time, timedelta
+from functools import cache
+from zoneinfo import ZoneInfo
+
+# Bounded: a window's end is at most a day and a DST shift away.
+_MAX_DAYS_AHEAD = 3
+
+
+def parse_clock(value: str) -> time:
+    parts = [int(p) for p in value.split(":")]
+    if len(parts) not in (2, 3):
+        raise ValueError(f"a local time is HH:MM or HH:MM:SS, not {value!r}")
+    return time(*parts)
+
+
+@cache
+def _zone(name: str) -> ZoneInfo:
+    return ZoneInfo(name)
+
+
+def inside(window: dict[str, str] | None, zone: str, instant: float) -> bool:
+    """Whether ``instant`` (epoch seconds) falls inside the window, in the zone's local time."""
+    if not window:
+        return False
+    start, end = parse_clock(window["start"]), parse_clock(window["end"])
+    local = datetime.fromtimestamp(instant, _zone(zone)).time().replace(tzinfo=None)
+    if start == end:
+        return False
+    if start < end:
+        return start <= local < end
+    return local >= start or local < end
+
+
+def window_end(window: dict[str, str] | None, zone: str, instant: float) -> float | None:
+    """The epoch second the window containing ``instant`` ends at, or None when ``instant`` is
+    outside it. A wall-clock end that a DST gap skips ends at the first instant after the gap."""
+    if not inside(window, zone, instant):
+        return None
+    assert window is not None
+    end = parse_clock(window["end"])
+    tz = _zone(zone)
+    local = datetime.fromtimestamp(instant, tz)
+    for days in range(_MAX_DAYS_AHEAD):
+        candidate = datetime.combine(local.date() + timedelta(days=days), end, tzinfo=tz)
+        at = candidate.timestamp()
+        if at > instant:
+            return float(at)
+    raise ValueError(f"no end of {window} in {zone} within {_MAX_DAYS_AHEAD} days")  # unreachable

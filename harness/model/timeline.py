@@ -1,0 +1,228 @@
+"""Users whose record changed during the run: the oracle's view of time.
+
+The population says what every user is at the start. During a run the harness itself changes
+some of them (it withdraws or grants push consent, moves quiet hours or the zone, erases a user,
+registers an erased user again) and records each change as a ``change`` history row with the
+instant it was sent (``time``) and the instant the system acknowledged it (``end``). A change
+the system took may become visible to it any time from when it was sent; the state before it
+may still be acted on until ``bound_s`` after the acknowledgement (the promise under test: a
+withdrawn consent takes effect now, not after a cache's TTL).
+
+From that, for any instant, the states a correct system may act on; and for a notification
+injected at ``t``, the states it may be judged by at any later processing time. The oracle
+(:mod:`harness.model.oracle`) turns that into must / may / must-not deliveries, and the
+``preference_changes`` and ``erasure`` checkers judge each delivery by the states possible at its
+instant.
+
+Windows of changed users are evaluated with :mod:`harness.model.local_time` at the injection
+instant: the harness draws changes whose windows neither start nor end during the run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import pandas as pd
+
+from harness.model import local_time
+from harness.model.population import Device, Population, QuietState, User
+
+DEFAULT_BOUND_S = 5.0
+# A deferral that ends later than this after the population's start is not released in a run.
+PENDING_AFTER_S = 3600.0
+
+ChangeKind = Literal["preferences", "erasure", "registration"]
+Decision = tuple[Literal["deliver", "defer", "suppress"], float | str | None]
+UserKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class State:
+    """What a user is between two changes."""
+
+    since: float  # the change that made it was sent (-inf: the population's own)
+    until: float  # the next change was acknowledged (+inf: still current)
+    consent: bool
+    zone: str
+    quiet_hours: dict[str, str] | None
+    # The population's planned quiet state (initial state only); None: evaluate the window.
+    planned: QuietState | None
+    quiet_until: float | None
+    erased: bool = False
+    # Authors (tenant, id) followed; None: as the population says.
+    follows: frozenset[UserKey] | None = None
+
+
+@dataclass(frozen=True)
+class Change:
+    tenant_id: str
+    user_id: str
+    kind: ChangeKind
+    sent: float
+    acked: float
+    preferences: dict[str, Any] | None = None
+    follows: tuple[UserKey, ...] = ()
+    via: str = "api"
+
+
+@dataclass
+class Timeline:
+    population: Population
+    bound_s: float = DEFAULT_BOUND_S
+    states: dict[UserKey, list[State]] = field(default_factory=dict)
+    erasures: dict[UserKey, Change] = field(default_factory=dict)
+    registrations: dict[UserKey, Change] = field(default_factory=dict)
+
+    @property
+    def horizon(self) -> float:
+        return self.population.started_at + PENDING_AFTER_S
+
+    def changed(self, tenant: str, user: str) -> bool:
+        return (tenant, user) in self.states
+
+    def changed_users(self) -> set[UserKey]:
+        return set(self.states)
+
+    def seen_at(self, tenant: str, user: str, instant: float) -> list[State]:
+        """States a correct system may act on at ``instant``."""
+        return [
+            s for s in self.states[(tenant, user)] if s.since <= instant <= s.until + self.bound_s
+        ]
+
+    def seen_from(self, tenant: str, user: str, instant: float) -> list[State]:
+        """States a correct system may act on at ``instant`` or any time after."""
+        return [s for s in self.states[(tenant, user)] if instant <= s.until + self.bound_s]
+
+    def decision(
+        self, state: State, author: UserKey, device: Device | None, instant: float
+    ) -> Decision:
+        """What a correct system does with a notification of ``author`` for ``device`` (None:
+        the user has none) when it acts on ``state`` at ``instant``."""
+        if state.erased:
+            return ("suppress", "erased")
+        if state.follows is not None and author not in state.follows:
+            return ("suppress", "not_following")
+        if device is None:
+            return ("suppress", "no_device")
+        if not state.consent:
+            return ("suppress", "no_consent")
+        if state.planned is not None:
+            if state.planned == "whole_run":
+                return ("suppress", "quiet_hours_pending")
+            if state.planned == "ends_during_run" and state.quiet_until is not None:
+                return (
+                    ("defer", state.quiet_until)
+                    if instant < state.quiet_until
+                    else (
+                        "deliver",
+                        None,
+                    )
+                )
+        else:
+            end = local_time.window_end(state.quiet_hours, state.zone, instant)
+            if end is not None:
+                return ("suppress", "quiet_hours_pending") if end > self.horizon else ("defer", end)
+        if device.dead:
+            return ("suppress", "dead_token")
+        return ("deliver", None)
+
+    def allowed_at(
+        self, tenant: str, user: str, author: UserKey, device: Device | None, instant: float
+    ) -> tuple[bool, str | None]:
+        """Whether a delivery at ``instant`` is one a correct system could have made, and if
+        not, why (the reason of the states it could have acted on)."""
+        reasons = []
+        for state in self.seen_at(tenant, user, instant):
+            kind, value = self.decision(state, author, device, instant)
+            if kind == "deliver" or (
+                kind == "defer" and isinstance(value, float) and value <= instant
+            ):
+                return True, None
+            reasons.append(str(value) if kind == "suppress" else "quiet_hours")
+        return False, (reasons[-1] if reasons else "no_state")
+
+
+def initial_state(user: User) -> State:
+    return State(
+        since=-math.inf,
+        until=math.inf,
+        consent=user.consent is not None,
+        zone=user.zone,
+        quiet_hours=user.quiet_hours,
+        planned=user.quiet_state,
+        quiet_until=user.quiet_until,
+    )
+
+
+def _next_state(previous: State, change: Change, original: User) -> State:
+    base = replace(previous, since=change.sent, until=math.inf)
+    if change.kind == "erasure":
+        return replace(base, erased=True, follows=frozenset())
+    if change.kind == "registration":
+        fresh = initial_state(original)
+        return replace(fresh, since=change.sent, follows=frozenset(change.follows))
+    prefs = change.preferences or {}
+    consent = prefs.get("push_consent", "absent")
+    return replace(
+        base,
+        consent=previous.consent if consent == "absent" else consent is not None,
+        zone=str(prefs.get("zone", previous.zone)),
+        quiet_hours=prefs.get("quiet_hours", previous.quiet_hours),
+        # A changed window is evaluated, no longer planned.
+        planned=None if ("quiet_hours" in prefs or "zone" in prefs) else previous.planned,
+    )
+
+
+def build(
+    population: Population, changes: Iterable[Change], bound_s: float = DEFAULT_BOUND_S
+) -> Timeline:
+    """The timeline of every changed user; ``changes`` in any order, failed ones left out."""
+    timeline = Timeline(population, bound_s)
+    ordered = sorted(changes, key=lambda c: (c.sent, c.acked))
+    for change in ordered:
+        key = (change.tenant_id, change.user_id)
+        original = population.user(*key)
+        states = timeline.states.setdefault(key, [initial_state(original)])
+        previous = states[-1]
+        states[-1] = replace(previous, until=change.acked)
+        states.append(_next_state(previous, change, original))
+        if change.kind == "erasure":
+            timeline.erasures.setdefault(key, change)
+        elif change.kind == "registration":
+            timeline.registrations[key] = change
+    return timeline
+
+
+def changes_from_history(history: pd.DataFrame) -> list[Change]:
+    """The acknowledged ``change`` rows (a change the system refused never happened; one left
+    unacknowledged by a crash is taken as happened, from when it was sent)."""
+    rows = history[history["kind"] == "change"]
+    out = []
+    for row in rows.itertuples(index=False):
+        detail = json.loads(row.detail) if isinstance(row.detail, str) else {}
+        if detail.get("ok") is False:
+            continue
+        acked = row.end if isinstance(row.end, float) and not math.isnan(row.end) else math.inf
+        out.append(
+            Change(
+                tenant_id=str(row.tenant_id),
+                user_id=str(row.user_id),
+                kind=detail["change"],
+                sent=float(row.time),
+                acked=acked,
+                preferences=detail.get("preferences"),
+                follows=tuple(tuple(a) for a in detail.get("follows", [])),  # type: ignore[misc]
+                via=str(detail.get("via", "api")),
+            )
+        )
+    return out
+
+
+def from_history(
+    population: Population, history: pd.DataFrame, bound_s: float = DEFAULT_BOUND_S
+) -> Timeline:
+    return build(population, changes_from_history(history), bound_s)

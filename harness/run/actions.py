@@ -1,0 +1,350 @@
+"""Timed actions of a scenario's method, beside the faults: what an operator or the users do
+mid-run, each recorded in the history with the instant it was sent and the instant the system
+acknowledged it, so that the oracle knows what should hold from when.
+
+* ``redrive-dlq``: the runbook's DLQ redrive (every channel queue and the page queue);
+* ``change-preferences``: some users withdraw or grant push consent, move their quiet hours
+  over the present, or move to a zone where their window covers the present; through the API,
+  or written straight to the system's preferences table (``via``: api, table, mixed);
+* ``post-probes``: one event per chosen author, remembered for ``reregister-users``;
+* ``erase-users``: erase some followers of the probe authors (retrying while the system cannot
+  finish, e.g. with its dedup store cut), then read their inbox and unread count;
+* ``reregister-users``: register the erased users again (same id, same devices), follow the
+  probe authors again, and post the probes again with the same id and content.
+
+The users each action picks come from the run's seed. Every load loop is bounded in count and
+time; an action stops retrying when the run rolls back.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+from zoneinfo import ZoneInfo, available_timezones
+
+import httpx
+
+from harness.load.loader import post_event
+from harness.load.record import append_read
+from harness.model import local_time
+from harness.model.history import History
+from harness.model.population import Author, Population, User, preferences_body
+from harness.model.timeline import PENDING_AFTER_S
+
+PREFERENCE_CHANGES = ("withdraw_consent", "grant_consent", "enter_quiet_hours", "change_zone")
+CONSENT = {"granted_at": "2026-11-01T00:00:00+00:00", "version": "2026-11"}
+MAX_RETRY_S = 120.0
+
+
+class ActionError(ValueError):
+    """An action or its parameters are not valid."""
+
+
+@dataclass
+class ActionContext:
+    """What the actions of one run share."""
+
+    api_url: str
+    population: Population
+    history: History
+    seed: int
+    stop: threading.Event = field(default_factory=threading.Event)
+    # Writes the system's preferences table directly; None: the target offers no such writer.
+    table_writer: Callable[[str, str, dict[str, Any]], None] | None = None
+    redrive: Callable[[], str] | None = None
+    probes: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    erased: list[tuple[str, str]] = field(default_factory=list)
+    chosen: set[tuple[str, str]] = field(default_factory=set)
+
+    def rng(self, name: str) -> random.Random:
+        return random.Random(f"{self.seed}:{name}")
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.api_url, timeout=10)
+
+
+# -- choosing users ---------------------------------------------------------------------------
+
+
+def _followers(population: Population, authors: list[Author] | None = None) -> list[User]:
+    wanted = authors if authors is not None else population.authors
+    keys = sorted({(a.tenant_id, f) for a in wanted for f in a.followers})
+    return [population.user(t, u) for t, u in keys]
+
+
+def _live_devices(population: Population, user: User) -> bool:
+    return any(not d.dead for d in population.devices_of(user.tenant_id, user.user_id))
+
+
+def _pick(ctx: ActionContext, name: str, users: list[User], count: int) -> list[User]:
+    free = [u for u in users if (u.tenant_id, u.user_id) not in ctx.chosen]
+    chosen = ctx.rng(name).sample(free, min(count, len(free)))
+    ctx.chosen.update((u.tenant_id, u.user_id) for u in chosen)
+    return chosen
+
+
+# -- preference changes -----------------------------------------------------------------------
+
+
+def _window_now(zone: str, now: float) -> dict[str, str]:
+    """A window in ``zone``'s wall clock that covers the present and the next hours."""
+    local = datetime.fromtimestamp(now, ZoneInfo(zone))
+    start, end = local - timedelta(hours=2), local + timedelta(hours=5)
+    return {"start": start.strftime("%H:%M"), "end": end.strftime("%H:%M")}
+
+
+def zone_covering(window: dict[str, str], now: float, horizon: float) -> str | None:
+    """An IANA zone whose wall clock puts ``now`` inside ``window`` until past ``horizon`` (and
+    since some minutes before now), or None."""
+    for zone in sorted(available_timezones()):
+        if zone in ("Factory", "localtime", "posixrules") or zone.startswith(("Etc/", "SystemV")):
+            continue
+        try:
+            if not local_time.inside(window, zone, now - 600):
+                continue
+            end = local_time.window_end(window, zone, now)
+        except (ValueError, KeyError):
+            continue
+        if end is not None and end > horizon:
+            return zone
+    return None
+
+
+def preference_change(kind: str, user: User, now: float, horizon: float) -> dict[str, Any] | None:
+    """The preferences body after ``kind``, or None when the user cannot make that change
+    observable (the oracle could not tell it from the state before)."""
+    body = preferences_body(user)
+    calm = user.quiet_state in ("none", "outside")
+    if kind == "withdraw_consent" and user.consent is not None and calm:
+        return {**body, "push_consent": None}
+    if kind == "grant_consent" and user.consent is None and calm:
+        return {**body, "push_consent": CONSENT}
+    if kind == "enter_quiet_hours" and user.consent is not None and calm:
+        return {**body, "quiet_hours": _window_now(user.zone, now)}
+    if kind == "change_zone" and user.consent is not None and user.quiet_state == "outside":
+        zone = zone_covering(user.quiet_hours or {}, now, horizon)
+        return None if zone is None else {**body, "zone": zone}
+    return None
+
+
+def change_preferences(ctx: ActionContext, params: dict[str, Any]) -> str:
+    kinds = list(params.get("kinds") or PREFERENCE_CHANGES)
+    count = int(params.get("count", 8))
+    via = str(params.get("via", "mixed"))
+    spread = float(params.get("spread_s", 0.0))
+    if via in ("table", "mixed") and ctx.table_writer is None:
+        raise ActionError("this target offers no direct write to its preferences table")
+    now = time.time()
+    horizon = ctx.population.started_at + PENDING_AFTER_S
+    candidates = [u for u in _followers(ctx.population) if _live_devices(ctx.population, u)]
+    plan: list[tuple[User, str, dict[str, Any]]] = []
+    for i, kind in enumerate(kinds * count):
+        if len(plan) >= count:
+            break
+        eligible = [u for u in candidates if preference_change(kind, u, now, horizon)]
+        for user in _pick(ctx, f"change-{kind}-{i}", eligible, 1):
+            body = preference_change(kind, user, now, horizon)
+            assert body is not None
+            plan.append((user, kind, body))
+    done = 0
+    gap = spread / max(1, len(plan) - 1) if len(plan) > 1 else 0.0
+    with ctx.client() as http:
+        for i, (user, kind, body) in enumerate(plan):
+            if ctx.stop.wait(gap if i else 0.0):
+                break
+            how = via if via != "mixed" else ("api" if i % 2 == 0 else "table")
+            sent = time.time()
+            ok = True
+            try:
+                if how == "api":
+                    path = f"/v1/tenants/{user.tenant_id}/users/{user.user_id}/preferences"
+                    ok = http.put(path, json=body).status_code < 300
+                else:
+                    assert ctx.table_writer is not None
+                    ctx.table_writer(user.tenant_id, user.user_id, body)
+            except (httpx.HTTPError, OSError, RuntimeError):
+                ok = False
+            record_change(ctx.history, user.tenant_id, user.user_id, sent, ok,
+                          change="preferences", what=kind, via=how, preferences=body)  # fmt: skip
+            done += ok
+    return f"{done}/{len(plan)} preference change(s) acknowledged"
+
+
+def record_change(
+    history: History, tenant: str, user: str, sent: float, ok: bool, **detail: Any
+) -> None:
+    history.append(
+        "change",
+        time=sent,
+        end=time.time() if ok else None,
+        tenant_id=tenant,
+        user_id=user,
+        detail=json.dumps({**detail, "ok": ok}),
+    )
+
+
+# -- erasure ----------------------------------------------------------------------------------
+
+
+def _probe_authors(population: Population, which: str) -> list[Author]:
+    out = []
+    for tenant in sorted({a.tenant_id for a in population.authors}):
+        mine = [a for a in population.authors if a.tenant_id == tenant]
+        if which in ("regular", "both"):
+            out += [a for a in mine if not a.celebrity][:1]
+        if which in ("celebrity", "both"):
+            out += [a for a in mine if a.celebrity][:1]
+    return out
+
+
+def post_probes(ctx: ActionContext, params: dict[str, Any]) -> str:
+    authors = _probe_authors(ctx.population, str(params.get("authors", "both")))
+    with ctx.client() as http:
+        for author in authors:
+            object_id = f"probe-{author.user_id}-{ctx.seed}"
+            nid = post_event(http, ctx.history, author.tenant_id, author.user_id, "post", object_id)
+            ctx.probes[(author.tenant_id, author.user_id)] = {
+                "event_id": nid, "kind": "post", "object_id": object_id,
+            }  # fmt: skip
+    return f"{len(authors)} probe event(s) posted"
+
+
+def _retrying(ctx: ActionContext, attempt: Callable[[], bool], for_s: float) -> bool:
+    deadline = time.monotonic() + min(for_s, MAX_RETRY_S)
+    while True:
+        if attempt():
+            return True
+        if time.monotonic() >= deadline or ctx.stop.wait(0.5):
+            return False
+
+
+def erase_users(ctx: ActionContext, params: dict[str, Any]) -> str:
+    if not ctx.probes:
+        raise ActionError("erase-users needs post-probes earlier in the method")
+    count = int(params.get("count", 2))
+    retry_for = float(params.get("retry_for_s", 30.0))
+    authors = [ctx.population.author(t, a) for t, a in ctx.probes]
+    # Users who surely got a probe: consent, no quiet window, a live device.
+    eligible = [
+        u
+        for u in _followers(ctx.population, authors)
+        if u.consent is not None
+        and u.quiet_state in ("none", "outside")
+        and _live_devices(ctx.population, u)
+    ]
+    erased = 0
+    with ctx.client() as http:
+        for user in _pick(ctx, "erase", eligible, count):
+            base = f"/v1/tenants/{user.tenant_id}/users/{user.user_id}"
+
+            def attempt(user: User = user, base: str = base) -> bool:
+                sent = time.time()
+                try:
+                    ok = http.delete(base).status_code < 300
+                except httpx.HTTPError:
+                    ok = False
+                record_change(ctx.history, user.tenant_id, user.user_id, sent, ok,
+                              change="erasure")  # fmt: skip
+                return ok
+
+            if not _retrying(ctx, attempt, retry_for):
+                continue
+            erased += 1
+            ctx.erased.append((user.tenant_id, user.user_id))
+            read_after_erasure(http, ctx.history, user.tenant_id, user.user_id)
+    return f"{erased} user(s) erased"
+
+
+def read_after_erasure(http: httpx.Client, history: History, tenant: str, user: str) -> None:
+    """Their inbox and unread count, as read rows the erasure checker judges."""
+    base = f"/v1/tenants/{tenant}/users/{user}"
+    sent = time.time()
+    page = http.get(f"{base}/inbox?limit=20")
+    body = page.json() if page.status_code == 200 else {}
+    items = body.get("items") or []
+    append_read(history, {
+        "op": "page", "walk": f"erasure-{tenant}-{user}", "page": 0, "tenant_id": tenant,
+        "user_id": user, "limit": 20, "cursor": None, "next_cursor": body.get("next_cursor"),
+        "status": page.status_code, "time": sent, "end": time.time(),
+        "ids": [i.get("notification_id") for i in items],
+        "authors": [i.get("author_id") for i in items], "read": [False] * len(items),
+    })  # fmt: skip
+    sent = time.time()
+    count = http.get(f"{base}/unread-count")
+    append_read(history, {
+        "op": "unread", "tenant_id": tenant, "user_id": user, "status": count.status_code,
+        "time": sent, "end": time.time(),
+        "unread": (count.json() if count.status_code == 200 else {}).get("unread"),
+    })  # fmt: skip
+
+
+def reregister_users(ctx: ActionContext, params: dict[str, Any]) -> str:
+    done = 0
+    with ctx.client() as http:
+        for tenant, user_id in list(ctx.erased):
+            user = ctx.population.user(tenant, user_id)
+            follows = [
+                (t, a) for (t, a) in ctx.probes
+                if t == tenant and user_id in ctx.population.author(t, a).followers
+            ]  # fmt: skip
+            base = f"/v1/tenants/{tenant}/users/{user_id}"
+            sent = time.time()
+            ok = http.put(f"{base}/preferences", json=preferences_body(user)).status_code < 300
+            for device in ctx.population.devices_of(tenant, user_id):
+                path = f"{base}/devices/{quote(device.token, safe='')}"
+                ok &= http.put(path, json={"platform": device.platform}).status_code < 300
+            for _, author in follows:
+                path = f"/v1/tenants/{tenant}/users/{author}/followers:batch"
+                ok &= http.post(path, json={"followers": [user_id]}).status_code < 300
+            record_change(ctx.history, tenant, user_id, sent, ok, change="registration",
+                          follows=[list(f) for f in follows])  # fmt: skip
+            if not ok:
+                continue
+            done += 1
+            for key in follows:
+                probe = ctx.probes[key]
+                post_event(http, ctx.history, tenant, key[1], probe["kind"], probe["object_id"],
+                           probe["event_id"])  # fmt: skip
+    return f"{done} user(s) registered again; their probes posted again"
+
+
+def redrive_dlq(ctx: ActionContext, params: dict[str, Any]) -> str:
+    if ctx.redrive is None:
+        raise ActionError("this target has no dead-letter queues the harness can redrive")
+    return ctx.redrive()
+
+
+ACTIONS: dict[str, Callable[[ActionContext, dict[str, Any]], str]] = {
+    "redrive-dlq": redrive_dlq,
+    "change-preferences": change_preferences,
+    "post-probes": post_probes,
+    "erase-users": erase_users,
+    "reregister-users": reregister_users,
+}
+
+
+def validate(name: str, params: dict[str, Any]) -> None:
+    """Raise ActionError for an unknown action or bad parameters."""
+    if name not in ACTIONS:
+        raise ActionError(f"unknown action {name!r}; known: {', '.join(sorted(ACTIONS))}")
+    if name == "change-preferences":
+        kinds = params.get("kinds") or PREFERENCE_CHANGES
+        unknown = sorted(set(kinds) - set(PREFERENCE_CHANGES))
+        if unknown:
+            raise ActionError(
+                f"unknown preference change(s) {', '.join(unknown)}; "
+                f"known: {', '.join(PREFERENCE_CHANGES)}"
+            )
+        if params.get("via", "mixed") not in ("api", "table", "mixed"):
+            raise ActionError("via must be api, table or mixed")
+    for key in ("count",):
+        value = params.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= 1000:
+            raise ActionError(f"{name}: {key} must be a whole number from 1 to 1000")
