@@ -316,6 +316,7 @@ def _chaos_targets(stack: Stack, info: StackInfo) -> ChaosTargets:
         apns_ca_file=info.tls_ca,
         fcm_url=info.url("fcm"),
         sqs_url=parts["sqs"].url if "sqs" in parts else None,
+        kinesis_proxy_url=parts["kinesis-proxy"].url if "kinesis-proxy" in parts else None,
         # A target's processes are not the harness's to kill.
         processes=stack if target is None else None,
         dedup_proxy=target.dedup_proxy if target is not None else DEDUP_PROXY,
