@@ -24,6 +24,7 @@ from ulid import ULID
 
 from chaos.faults import ChaosTargets, FaultError, make_fault
 from chaos.nemesis import Nemesis, ScheduledFault
+from emulators.ports import free_port
 from harness.checkers.windows import fault_windows
 from harness.model.history import History
 from harness.stack.supervisor import Stack, _pid_alive, wait_until
@@ -121,6 +122,31 @@ def test_the_chaos_fault_names_what_is_missing_or_wrong(kinesis_stack):
             ChaosTargets(kinesis_proxy_url=url), None
         )
     assert _active_holds(url) == []
+
+
+def test_a_target_that_names_its_kinesis_consumer_gets_the_proxy_there(kinesis_stack, tmp_path):
+    from harness.run.runner import _chaos_targets
+    from harness.stack.target import parse
+
+    their_kinesis = kinesis_stack.info.parts["kinesis"].url
+    listen = free_port()
+    base = {"name": "theirs", "event_api": "http://127.0.0.1:1", "fcm_listen": f"127.0.0.1:{free_port()}",
+            "apns_listen": f"127.0.0.1:{free_port()}"}  # fmt: skip
+    keyed = parse(
+        {**base, "kinesis_listen": f"127.0.0.1:{listen}", "kinesis_upstream": their_kinesis}, "t"
+    )
+    with Stack(tmp_path / "with", target=keyed) as stack:
+        assert stack.info.parts["kinesis-proxy"].port == listen
+        health = httpx.get(f"http://127.0.0.1:{listen}/_proxy/health").json()
+        assert health["upstream"] == their_kinesis
+        targets = _chaos_targets(stack, stack.info)
+        assert targets.kinesis_proxy_url == f"http://127.0.0.1:{listen}"
+        make_fault("kinesis-shard-hold").start(targets, None)
+        assert len(_active_holds(targets.kinesis_proxy_url)) == 1
+    with Stack(tmp_path / "without", target=parse(base, "t")) as stack:
+        assert "kinesis-proxy" not in stack.info.parts
+        with pytest.raises(FaultError, match="no Kinesis fault proxy"):
+            make_fault("kinesis-shard-hold").start(_chaos_targets(stack, stack.info), None)
 
 
 def _client(url: str) -> Any:
