@@ -523,10 +523,10 @@ def execute(
         if target is None:
             progress(
                 "stack",
-                "starting redis, fault proxy, dynalite, kinesalite, SQS, simulators, workers",
+                "starting redis, fault proxies, dynalite, kinesalite, SQS, simulators, workers",
             )
         else:
-            progress("stack", f"target {target.name}: starting the fault proxy and simulators")
+            progress("stack", f"target {target.name}: starting the fault proxies and simulators")
             if scenario.reference or scenario.durable_redis:
                 progress("stack", "the scenario's reference settings do not apply to a target")
         info = stack.up()
