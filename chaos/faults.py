@@ -1,7 +1,8 @@
 """The fault catalogue (the nemesis's vocabulary): named faults with parameters, start and stop.
 
 Every fault acts on the outside of the system under test only: the fault proxy in front of the
-dedup store, the provider simulators, the SQS endpoint, and the worker processes. Each start and
+dedup store, the AWS fault proxy in front of Kinesis, the provider simulators, the SQS endpoint,
+and the worker processes. Each start and
 stop is recorded in the run history as a ``fault`` row, so checkers can see the window.
 
 The proxy is driven through ``toxiproxy-python`` (the PyPI client), so the same faults work
@@ -45,6 +46,8 @@ class ChaosTargets:
     apns_ca_file: str | None = None
     fcm_url: str | None = None
     sqs_url: str | None = None
+    # The AWS fault proxy (emulators/aws_proxy) the system's Kinesis consumer reads through.
+    kinesis_proxy_url: str | None = None
     processes: ProcessControl | None = None
     dedup_proxy: str = DEDUP_PROXY
 
@@ -149,6 +152,30 @@ def _sqs_fault(fault: str) -> Callable[..., Callable[[], None]]:
         return undo
 
     return start
+
+
+def _kinesis_shard_hold(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
+    """The consumer of one shard gets no records (and its own iterator back) until the stop,
+    then every held record in order: what a slow or stuck shard looks like from the fan-out."""
+    unknown = sorted(set(params) - {"shard", "stream"})
+    if unknown:
+        raise FaultError(f"kinesis-shard-hold: unknown parameter(s) {', '.join(unknown)}")
+    client = _http(targets.kinesis_proxy_url, "Kinesis fault proxy (kinesis_listen)")
+    body = {
+        "fault": "hold_shard",
+        "params": {"shard": params.get("shard", 0), "stream": params.get("stream")},
+    }
+    response = client.post("/_proxy/faults", json=body)
+    if response.status_code != 200:
+        client.close()
+        raise FaultError(f"Kinesis fault proxy refused {body}: {response.text}")
+    fault_id = response.json()["id"]
+
+    def undo() -> None:
+        client.delete(f"/_proxy/faults/{fault_id}").raise_for_status()
+        client.close()
+
+    return undo
 
 
 def _dedup_outage(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
@@ -260,6 +287,11 @@ CATALOGUE: dict[str, FaultSpec] = {
     ),
     "sqs-errors": FaultSpec("SQS throttles or fails calls", _sqs_fault("errors"), ("p",)),
     "sqs-latency": FaultSpec("SQS answers late", _sqs_fault("latency"), ("ms",)),
+    "kinesis-shard-hold": FaultSpec(
+        "one Kinesis shard's records are held from its consumer (params: shard index, default 0;"
+        " optional stream), then all delivered in order at the stop",
+        _kinesis_shard_hold,
+    ),
 }
 
 

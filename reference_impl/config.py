@@ -39,6 +39,7 @@ DEFECTS = (
     "quiet_hours_in_utc",  # the classic bug: the window compared with UTC wall-clock time
     "dedup_key_without_tenant",  # two tenants' same ULID and device suppress each other
     "rate_limit_counts_redeliveries",  # the limits count receives, not notification ids
+    "partition_key_per_event",  # Kinesis key = event id: one author's posts spread over shards
 )
 
 

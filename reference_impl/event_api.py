@@ -189,7 +189,9 @@ class EventApi:
         self.kinesis.put_record(
             StreamName=self.config.stream_name,
             Data=json.dumps(record).encode(),
-            PartitionKey=user_key(body["tenant_id"], body["author_id"]),
+            PartitionKey=notification_id
+            if "partition_key_per_event" in self.config.defects
+            else user_key(body["tenant_id"], body["author_id"]),
         )
         return _response(202, {"notification_id": notification_id, "accepted_at": accepted_at})
 

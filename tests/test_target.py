@@ -36,6 +36,19 @@ def test_the_shipped_example_parses():
         ({"dedup_redis": "127.0.0.1:6379"}, "dedup_redis and dedup_listen go together"),
         ({"apns_listen": "127.0.0.1"}, "apns_listen: expected host:port"),
         ({"apns_listen": "10.0.0.1:443", "allow_remote": True}, "apns_listen must be a loopback"),
+        ({"kinesis_listen": "127.0.0.1:4568"}, "kinesis_listen and kinesis_upstream go together"),
+        (
+            {"kinesis_listen": "127.0.0.1:4568", "kinesis_upstream": "127.0.0.1:4567"},
+            "kinesis_upstream must be an http(s) URL",
+        ),
+        (
+            {"kinesis_listen": "127.0.0.1:4568", "kinesis_upstream": "https://kinesis.aws"},
+            "kinesis_upstream (kinesis.aws) not on loopback",
+        ),
+        (
+            {"kinesis_listen": "10.0.0.1:4568", "kinesis_upstream": "http://127.0.0.1:4567"},
+            "kinesis_listen must be a loopback",
+        ),
     ],
 )
 def test_mistakes_are_named(change, message):

@@ -327,6 +327,7 @@ def _chaos_targets(stack: Stack, info: StackInfo) -> ChaosTargets:
         apns_ca_file=info.tls_ca,
         fcm_url=info.url("fcm"),
         sqs_url=parts["sqs"].url if "sqs" in parts else None,
+        kinesis_proxy_url=parts["kinesis-proxy"].url if "kinesis-proxy" in parts else None,
         # A target's processes are not the harness's to kill.
         processes=stack if target is None else None,
         dedup_proxy=target.dedup_proxy if target is not None else DEDUP_PROXY,
@@ -546,10 +547,10 @@ def execute(
         if target is None:
             progress(
                 "stack",
-                "starting redis, fault proxy, dynalite, kinesalite, SQS, simulators, workers",
+                "starting redis, fault proxies, dynalite, kinesalite, SQS, simulators, workers",
             )
         else:
-            progress("stack", f"target {target.name}: starting the fault proxy and simulators")
+            progress("stack", f"target {target.name}: starting the fault proxies and simulators")
             if scenario.reference or scenario.durable_redis:
                 progress("stack", "the scenario's reference settings do not apply to a target")
         info = stack.up()

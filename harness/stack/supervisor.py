@@ -42,6 +42,9 @@ PARTS = (
     "toxiproxy",
     "dynamodb",
     "kinesis",
+    # The fault proxy in front of kinesalite: the reference's Kinesis calls all go through it,
+    # so chaos can hold one shard's records (per-author ordering made observable).
+    "kinesis-proxy",
     "sqs",
     "aws",
     "apns",
@@ -54,8 +57,8 @@ PARTS = (
     "email-consumer",
     "in-app-consumer",
 )
-INFRA_PARTS = PARTS[:10]
 WORKER_PARTS = ("event-api", "fanout-worker", "push-consumer", "email-consumer", "in-app-consumer")
+INFRA_PARTS = tuple(p for p in PARTS if p not in WORKER_PARTS)
 # Worker part -> the channel its reference_impl.channel_consumer process drains.
 CHANNEL_CONSUMERS = {"email-consumer": "email", "in-app-consumer": "in_app"}
 
@@ -217,11 +220,15 @@ class Stack:
         self.with_workers = with_workers
         self.stack_file = stack_file
         self.target = target
+        # What the kinesis-proxy part forwards to when the stack has no kinesis part of its
+        # own (a target's Kinesis, or `harness serve kinesis-proxy --upstream URL`).
+        self.kinesis_upstream = target.kinesis_upstream if target is not None else None
         if target is not None:
-            # The system under test runs elsewhere: the harness starts only the fault proxy (if
-            # the target has no Toxiproxy of its own) and the provider simulators.
+            # The system under test runs elsewhere: the harness starts only the fault proxies
+            # (if the target has no Toxiproxy of its own) and the provider simulators.
             parts = [p for p, wanted in (
                 ("toxiproxy", bool(target.dedup_listen and not target.toxiproxy_url)),
+                ("kinesis-proxy", bool(target.kinesis_listen)),
                 ("apns", bool(target.apns_listen)),
                 ("fcm", bool(target.fcm_listen)),
             ) if wanted]  # fmt: skip
@@ -313,7 +320,8 @@ class Stack:
         values: dict[str, Any] = {
             "region": REGION,
             "dynamodb_endpoint": url("dynamodb"),
-            "kinesis_endpoint": url("kinesis"),
+            # Through the fault proxy when the stack has one (Event API and fan-out alike).
+            "kinesis_endpoint": url("kinesis-proxy") or url("kinesis"),
             "sqs_endpoint": url("sqs"),
             "s3_endpoint": url("aws"),
             # The WORM audit trail lives in moto's S3; without that part it stays in the logs.
@@ -380,6 +388,19 @@ class Stack:
             ]
         if part == "aws":
             return [py, "-m", "moto.server", "-H", LOOPBACK, "-p", str(port)]
+        if part == "kinesis-proxy":
+            upstream = self.kinesis_upstream
+            if upstream is None and "kinesis" in self.info.parts:
+                upstream = self.info.parts["kinesis"].url
+            if not upstream:
+                raise StackError(
+                    "kinesis-proxy needs an upstream: the kinesis part, a target's "
+                    "kinesis_upstream, or --upstream URL"
+                )
+            return [
+                py, "-m", "emulators.aws_proxy", "--upstream", upstream,
+                "--host", LOOPBACK, "--port", str(port),
+            ]  # fmt: skip
         if part == "sqs":
             return [py, "-m", "emulators.sqs", "--host", LOOPBACK, "--port", str(port)]
         if part == "toxiproxy":
@@ -469,6 +490,8 @@ class Stack:
             return _http_ok(f"{info.url}/health")
         if part == "toxiproxy":
             return _http_ok(f"{info.url}/proxies/{DEDUP_PROXY}")
+        if part == "kinesis-proxy":
+            return _http_ok(f"{info.url}/_proxy/health")
         return (self.workdir / f"{part}.ready").exists()
 
     def _tls_ready(self, info: PartInfo) -> bool:
@@ -581,9 +604,9 @@ class Stack:
     def _spawn(self, part: str, port: int | None) -> tuple[PartInfo, subprocess.Popen[bytes]]:
         if part == "toxiproxy":
             self._write_proxy_config()
-        if port is None and self.target is not None and part in ("apns", "fcm"):
-            listen = self.target.apns_listen if part == "apns" else self.target.fcm_listen
-            port = port_of(listen or "", f"{part}_listen")
+        if port is None and self.target is not None and part in ("apns", "fcm", "kinesis-proxy"):
+            key = {"apns": "apns_listen", "fcm": "fcm_listen", "kinesis-proxy": "kinesis_listen"}
+            port = port_of(getattr(self.target, key[part]) or "", key[part])
         if port is None and part not in ("fanout-worker", "push-consumer"):
             port = free_port()
         argv = self.part_argv(part, port)

@@ -45,6 +45,11 @@ class Target:
     apns_listen: str | None = None
     apns_tls: bool = False
     fcm_listen: str | None = None
+    # Optional: host:port where the system's Kinesis consumer was told to find Kinesis (the
+    # harness serves its AWS fault proxy there) and the URL of the Kinesis it forwards to.
+    # Without them the kinesis-shard-hold fault is not available on this target.
+    kinesis_listen: str | None = None
+    kinesis_upstream: str | None = None
     allow_remote: bool = False
 
 
@@ -92,11 +97,18 @@ def parse(data: Any, where: str) -> Target:
         hosts.append(("toxiproxy_url", urlsplit(target.toxiproxy_url).hostname or ""))
     elif bool(target.dedup_redis) != bool(target.dedup_listen):
         raise TargetError(f"{where}: dedup_redis and dedup_listen go together")
-    for key in ("dedup_redis", "dedup_listen", "apns_listen", "fcm_listen"):
+    if bool(target.kinesis_listen) != bool(target.kinesis_upstream):
+        raise TargetError(f"{where}: kinesis_listen and kinesis_upstream go together")
+    if target.kinesis_upstream:
+        upstream = urlsplit(target.kinesis_upstream)
+        if upstream.scheme not in ("http", "https") or not upstream.hostname:
+            raise TargetError(f"{where}: kinesis_upstream must be an http(s) URL")
+        hosts.append(("kinesis_upstream", upstream.hostname))
+    for key in ("dedup_redis", "dedup_listen", "apns_listen", "fcm_listen", "kinesis_listen"):
         value = getattr(target, key)
         if value:
             hosts.append((key, _host_port(value, key)[0]))
-    for key in ("dedup_listen", "apns_listen", "fcm_listen"):
+    for key in ("dedup_listen", "apns_listen", "fcm_listen", "kinesis_listen"):
         value = getattr(target, key)
         if value and not _is_loopback(_host_port(value, key)[0]):
             raise TargetError(f"{where}: {key} must be a loopback address the harness can bind")

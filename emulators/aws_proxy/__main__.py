@@ -1,0 +1,5 @@
+import sys
+
+from emulators.aws_proxy.server import main
+
+sys.exit(main())
