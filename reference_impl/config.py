@@ -40,6 +40,13 @@ DEFECTS = (
     "dedup_key_without_tenant",  # two tenants' same ULID and device suppress each other
     "rate_limit_counts_redeliveries",  # the limits count receives, not notification ids
     "partition_key_per_event",  # Kinesis key = event id: one author's posts spread over shards
+    "inbox_cursor_skips",  # next cursor = the oldest row any source fetched: a merge gap
+    "unread_ignores_item_reads",  # the unread count forgets items read one by one
+    "fcm_project_random",  # each send picks an FCM project by notification, not by user
+    "no_cache_invalidation",  # a preference change through the API leaves the cached copy
+    "erasure_rows_first",  # erasure deletes rows before dedup keys: a retry cannot find them
+    "deferral_acks_without_requeue",  # quiet hours: the job is acknowledged, never re-enqueued
+    "dead_token_kept",  # a 410 / UNREGISTERED never deactivates the device
 )
 
 

@@ -104,27 +104,39 @@ def erase_user(config: Config, ddb: Any, redis: Any, tenant: str, user: str) -> 
     following = list(_query_all(ddb, config.table("following"), pk))
     authors = {f["sk"]["S"] for f in following} | set(inbox.followed_celebrities(tenant, user))
 
-    # Redis first: an error here raises before any row is gone.
-    removed_keys = 0
-    for start in range(0, len(keys), 500):
-        removed_keys += int(redis.delete(*keys[start : start + 500]))
-    redis.delete(preferences_cache_key(tenant, user), f"{tenant}:celebs-followed:{user}")
+    counts: dict[str, int] = {"devices": len(device_ids)}  # they go with the record
 
-    fallback = config.table("dedup_fallback")
-    _delete_rows(ddb, fallback, [{"pk": {"S": k}} for k in keys])
-    unfollowed = sum(inbox.pages.remove(tenant, author, user) for author in sorted(authors))
-    _delete_rows(
-        ddb, config.table("following"), [{"pk": {"S": pk}, "sk": f["sk"]} for f in following]
-    )
-    counts = {
-        "dedup_keys": removed_keys,
-        "devices": len(device_ids),  # they go with the record, below
-        "follows": unfollowed,
-    }
-    for table in ("inbox", "reads"):
-        rows = [{"pk": {"S": pk}, "sk": r["sk"]} for r in _query_all(ddb, config.table(table), pk)]
-        counts[f"{table}_rows"] = _delete_rows(ddb, config.table(table), rows)
-    for table in ("preferences", "read_state"):
-        ddb.delete_item(TableName=config.table(table), Key={"pk": {"S": pk}})
+    def drop_keys() -> None:
+        removed = 0
+        for start in range(0, len(keys), 500):
+            removed += int(redis.delete(*keys[start : start + 500]))
+        redis.delete(preferences_cache_key(tenant, user), f"{tenant}:celebs-followed:{user}")
+        counts["dedup_keys"] = removed
+
+    def drop_rows() -> None:
+        _delete_rows(ddb, config.table("dedup_fallback"), [{"pk": {"S": k}} for k in keys])
+        counts["follows"] = sum(
+            inbox.pages.remove(tenant, author, user) for author in sorted(authors)
+        )
+        _delete_rows(
+            ddb, config.table("following"), [{"pk": {"S": pk}, "sk": f["sk"]} for f in following]
+        )
+        for table in ("inbox", "reads"):
+            rows = [
+                {"pk": {"S": pk}, "sk": r["sk"]} for r in _query_all(ddb, config.table(table), pk)
+            ]
+            counts[f"{table}_rows"] = _delete_rows(ddb, config.table(table), rows)
+        for table in ("preferences", "read_state"):
+            ddb.delete_item(TableName=config.table(table), Key={"pk": {"S": pk}})
+
+    if "erasure_rows_first" in config.defects:
+        # The defect: the rows that name the keys go first; a Redis error then leaves keys that
+        # a retry can no longer compute.
+        drop_rows()
+        drop_keys()
+    else:
+        # Redis first: an error here raises before any row is gone.
+        drop_keys()
+        drop_rows()
     counts["notifications_seen"] = len(notifications)
     return counts

@@ -262,7 +262,11 @@ class EventApi:
                 ":t": {"S": datetime.now(UTC).isoformat()},
             },
         )
-        invalidated = self._invalidate([preferences_cache_key(tenant, user)])
+        invalidated = (
+            False
+            if "no_cache_invalidation" in self.config.defects
+            else self._invalidate([preferences_cache_key(tenant, user)])
+        )
         return _response(200, {"stored": True, "cache_invalidated": invalidated})
 
     def put_device(

@@ -185,22 +185,26 @@ class Inbox:
 
     def page(self, tenant: str, user: str, limit: int, cursor: str | None) -> dict[str, Any]:
         before = parse_cursor(cursor)
-        items = merge_newest_first(self._sources(tenant, user, before, limit), limit)
+        sources = self._sources(tenant, user, before, limit)
+        items = merge_newest_first(sources, limit)
         watermark, reads = self.read_state(tenant, user)
         marked = [
             InboxItem(**{**i.__dict__, "read": not is_unread(i.notification_id, watermark, reads)})
             for i in items
         ]
-        return {
-            "items": [i.to_json() for i in marked],
-            "next_cursor": items[-1].notification_id if len(items) == limit else None,
-        }
+        next_cursor = items[-1].notification_id if len(items) == limit else None
+        if next_cursor and "inbox_cursor_skips" in self.config.defects:
+            # The defect: the oldest row any source fetched, not the last one merged in.
+            next_cursor = min(s[-1].notification_id for s in sources if s)
+        return {"items": [i.to_json() for i in marked], "next_cursor": next_cursor}
 
     def unread_count(self, tenant: str, user: str) -> dict[str, Any]:
         watermark, reads = self.read_state(tenant, user)
         items = merge_newest_first(
             self._sources(tenant, user, None, UNREAD_CAP + 1, after=watermark), UNREAD_CAP + 1
         )
+        if "unread_ignores_item_reads" in self.config.defects:
+            reads = set()
         count = sum(1 for i in items if i.notification_id not in reads)
         return {"unread": min(count, UNREAD_CAP), "capped": count > UNREAD_CAP}
 

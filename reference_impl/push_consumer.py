@@ -176,6 +176,8 @@ class PushConsumer(JobConsumer):
 
     def deactivate(self, tenant_id: str, user_id: str, device_id: str) -> None:
         """Mark the device dead in its user's record; a device erased meanwhile stays gone."""
+        if "dead_token_kept" in self.defects:
+            return
         try:
             self.ddb.update_item(
                 TableName=self.config.table("preferences"),
@@ -196,6 +198,8 @@ class PushConsumer(JobConsumer):
         """Re-enqueue with a delay (SQS caps it at 15 minutes; a longer wait hops again)."""
         seconds = math.ceil((release_at - self.clock()).total_seconds())
         delay = max(1, min(MAX_SQS_DELAY_SECONDS, seconds))
+        if "deferral_acks_without_requeue" in self.defects:
+            return  # the defect: the job is acknowledged and nothing comes back
         self.sqs.send_message(
             QueueUrl=self.queue,
             MessageBody=json.dumps({**job, "deferred_until": release_at.isoformat()}),
@@ -223,10 +227,16 @@ class PushConsumer(JobConsumer):
 
     # -- delivery ---------------------------------------------------------------------------
 
+    def fcm_project(self, job: dict[str, Any]) -> str:
+        if "fcm_project_random" in self.defects:
+            # The defect: sharded by notification, so one device hops between projects.
+            return fcm_project_for(job["notification_id"], self.config.fcm_projects)
+        return fcm_project_for(job["recipient_user_id"], self.config.fcm_projects)
+
     def scope(self, job: dict[str, Any], device: dict[str, Any]) -> str:
         if device["platform"] == "apns":
             return "apns"
-        return "fcm/" + fcm_project_for(job["recipient_user_id"], self.config.fcm_projects)
+        return "fcm/" + self.fcm_project(job)
 
     def send(
         self, job: dict[str, Any], device: dict[str, Any], digest: tuple[str, str] | None = None
@@ -251,8 +261,7 @@ class PushConsumer(JobConsumer):
         if "no_collapse_id" not in self.defects:
             message["android"] = {"collapse_key": collapse_id}
             message["apns"] = {"headers": {"apns-collapse-id": collapse_id}}
-        project = fcm_project_for(job["recipient_user_id"], self.config.fcm_projects)
-        return self.fcm.send(project, message)
+        return self.fcm.send(self.fcm_project(job), message)
 
     def plan(self, states: Sequence[JobState]) -> None:
         """Gates, then the window limit of every job (and the close of every digest window) in

@@ -50,8 +50,11 @@ class LoadContext:
         self.record = record
         self.regular = [a for a in population.authors if not a.celebrity]
         self.celebrities = [a for a in population.authors if a.celebrity]
-        # Readers are followers: their inboxes hold something to walk.
-        self.readers = sorted({(a.tenant_id, f) for a in population.authors for f in a.followers})
+        # Readers are followers (their inboxes hold something to walk), drawn author first so
+        # that a regular author's few followers are read as often as a celebrity's many.
+        self.audiences = [
+            (a.tenant_id, sorted(a.followers)) for a in population.authors if a.followers
+        ]
         self._walks = itertools.count()
         self.started = time.monotonic()
         self._claims: dict[str, itertools.count] = {}
@@ -285,7 +288,8 @@ class FanoutUser(FastHttpUser):
         return answer.get("notification_id") if answer["op"] == "ok" else None
 
     def reader(self) -> tuple[str, str]:
-        return random.choice(context().readers)
+        tenant, followers = random.choice(context().audiences)
+        return tenant, random.choice(followers)
 
     def get_json(self, url: str, name: str) -> tuple[int, Any, float, float]:
         """GET, with the instants sent and answered; the body when it is JSON."""

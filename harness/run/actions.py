@@ -141,9 +141,15 @@ def change_preferences(ctx: ActionContext, params: dict[str, Any]) -> str:
     spread = float(params.get("spread_s", 0.0))
     if via in ("table", "mixed") and ctx.table_writer is None:
         raise ActionError("this target offers no direct write to its preferences table")
+    of = str(params.get("of", "any"))
+    authors = [
+        a for a in ctx.population.authors if of == "any" or a.celebrity == (of == "celebrity")
+    ]
     now = time.time()
     horizon = ctx.population.started_at + PENDING_AFTER_S
-    candidates = [u for u in _followers(ctx.population) if _live_devices(ctx.population, u)]
+    candidates = [
+        u for u in _followers(ctx.population, authors) if _live_devices(ctx.population, u)
+    ]
     plan: list[tuple[User, str, dict[str, Any]]] = []
     for i, kind in enumerate(kinds * count):
         if len(plan) >= count:
@@ -344,6 +350,8 @@ def validate(name: str, params: dict[str, Any]) -> None:
             )
         if params.get("via", "mixed") not in ("api", "table", "mixed"):
             raise ActionError("via must be api, table or mixed")
+        if params.get("of", "any") not in ("any", "celebrity", "regular"):
+            raise ActionError("of must be any, celebrity or regular (whose followers change)")
     for key in ("count",):
         value = params.get(key, 1)
         if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= 1000:
