@@ -116,6 +116,10 @@ class ApnsTransport:
             "POST", request.path, request.headers, request.body, self.timeout
         )
 
+    @property
+    def connections_opened(self) -> int:
+        return sum(origin.pool.opened for origin in self._origins.values())
+
     def close(self) -> None:
         for origin in self._origins.values():
             origin.close()
@@ -217,6 +221,10 @@ class FcmTransport:
             time.monotonic() + max(0.0, lifetime - TOKEN_MARGIN),
         )
         return token
+
+    @property
+    def connections_opened(self) -> int:
+        return self.origin.pool.opened if self.origin is not None else 0
 
     def close(self) -> None:
         if self.origin is not None:

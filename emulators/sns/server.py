@@ -8,7 +8,8 @@ exits 2 on bad arguments or a taken port, 0 on SIGTERM/SIGINT.
 Control API (``/_sns/...``, JSON):
 
 * ``GET /_sns/health`` -> ``{"ok", "applications", "endpoints", "topics", "pending_deliveries",
-  "active_faults", "providers": {"apns", "apns_sandbox", "fcm", "sqs"}}``
+  "active_faults", "providers": {"apns", "apns_sandbox", "fcm", "sqs"}, "connections_opened":
+  {"apns", "fcm"}, "fcm_tokens_fetched"}``
 * ``GET /_sns/ledger?since=N&limit=M`` -> ``{"rows", "next"}``: every Publish to a platform
   endpoint (see :mod:`emulators.sns.ledger` for the row keys)
 * ``GET /_sns/sms?since=N&limit=M`` -> ``{"rows", "next"}``: every SMS
@@ -153,6 +154,12 @@ class SnsEndpoint:
             "pending_deliveries": self.service.pending_deliveries,
             "active_faults": [f.window() for f in self.faults.active()],
             "providers": self.providers,
+            # HTTP/2 connections opened over the endpoint's life: a handful, not one per publish
+            "connections_opened": {
+                "apns": self.service.apns.connections_opened,
+                "fcm": self.service.fcm.connections_opened,
+            },
+            "fcm_tokens_fetched": self.service.fcm.tokens_fetched,
         }
 
     @staticmethod
