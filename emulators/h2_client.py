@@ -331,17 +331,24 @@ class H2Pool:
         body: bytes = b"",
         timeout: float = 10.0,
     ) -> H2Response:
-        """One request; raises H2ClientError / TimeoutError / OSError when it cannot complete."""
-        async with asyncio.timeout(timeout):
-            for attempt in range(REFUSED_ATTEMPTS):
-                conn = await self._acquire()
-                try:
-                    return await conn.request(method, path, headers, body)
-                except H2StreamRefused:
-                    if attempt == REFUSED_ATTEMPTS - 1:
-                        raise
-                finally:
-                    self._release(conn)
+        """One request; raises H2ClientError / TimeoutError / OSError when it cannot complete.
+
+        ``asyncio.wait_for``, not ``asyncio.timeout``: the caller may be a handler the HTTP
+        server runs eagerly, outside any Task, where ``asyncio.timeout`` refuses to work."""
+        return await asyncio.wait_for(self._request(method, path, headers, body), timeout)
+
+    async def _request(
+        self, method: str, path: str, headers: dict[str, str] | None, body: bytes
+    ) -> H2Response:
+        for attempt in range(REFUSED_ATTEMPTS):
+            conn = await self._acquire()
+            try:
+                return await conn.request(method, path, headers, body)
+            except H2StreamRefused:
+                if attempt == REFUSED_ATTEMPTS - 1:
+                    raise
+            finally:
+                self._release(conn)
         raise AssertionError("not reached")
 
     def _pick(self) -> H2ClientConnection | None:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import jwt
@@ -18,6 +19,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from emulators.h2_client import H2ClientConnection
 from emulators.http_server import Request, Response, server_port, start_server
 from emulators.providers.apns import ApnsSimulator
 from emulators.providers.fcm import FcmSimulator, write_service_account_file
@@ -161,10 +163,18 @@ def test_fcm_gets_one_oauth_token_and_a_fresh_one_after_a_401() -> None:
                     client, Action="CreatePlatformEndpoint", PlatformApplicationArn=app, Token="t:1"
                 )
                 arn = xml_value(made, "EndpointArn")
-                answers = await asyncio.gather(
-                    *(call(client, Action="Publish", TargetArn=arn, Message="hi") for _ in range(5))
-                )
-                assert [a.status_code for a in answers] == [200] * 5
+                # over HTTP/2 the endpoint runs each handler eagerly, outside a Task: five of
+                # them wait on one token fetch
+                h2 = await H2ClientConnection.open("127.0.0.1", server_port(sns_server))
+                form = {"content-type": "application/x-www-form-urlencoded"}
+                body = urlencode({"Action": "Publish", "TargetArn": arn, "Message": "hi"}).encode()
+                try:
+                    answers = await asyncio.gather(
+                        *(h2.request("POST", "/", form, body) for _ in range(5))
+                    )
+                finally:
+                    h2.close()
+                assert [a.status for a in answers] == [200] * 5, answers[0].body
                 assert simulator.tokens_issued == 1  # fetched once for five concurrent publishes
                 fcm.answer_first.append(
                     Response(401, {"content-type": "application/json"}, b'{"error": {}}')
