@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import ssl
+import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -25,9 +28,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding
 
+from emulators.ports import free_port
 from emulators.providers.fcm import write_service_account_file
 from emulators.sns.faults import SnsControl
-from harness.stack.supervisor import Stack
+from harness.stack.supervisor import ROOT, Stack
 
 pytestmark = pytest.mark.integration
 
@@ -647,3 +651,94 @@ def test_topic_publish_reaches_a_raw_and_an_enveloped_subscription(sns: Any, sqs
         )[0]
         == "InvalidParameter"
     )
+
+
+def test_harness_serve_sns_next_to_a_running_stack(
+    stack: Stack, urls: dict[str, str], ca: ssl.SSLContext, tmp_path: Path
+) -> None:
+    stack_file = tmp_path / "stack.json"
+    stack_file.write_text(stack.info.to_json())
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "serve", "sns", "--port", str(port)],
+        cwd=ROOT,
+        env={**os.environ, "HARNESS_STACK_FILE": str(stack_file)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def health() -> dict | None:
+            try:
+                return httpx.get(f"{url}/_sns/health", timeout=2).json()
+            except httpx.HTTPError:
+                return None
+
+        providers = wait_for(health, "harness serve sns to answer", timeout=30)["providers"]
+        assert (providers["apns"], providers["fcm"], providers["sqs"]) == (
+            urls["apns"],
+            urls["fcm"],
+            urls["sqs"],
+        )
+        own = client(url)
+        token = new_token()
+        arn = endpoint(own, apns_app(own), token)
+        since = sim_next(urls["apns"], ca)
+        own.publish(TargetArn=arn, Message="from harness serve")
+        assert [
+            r["status"] for r in sim_ledger(urls["apns"], ca, since) if r["token"] == token
+        ] == [200]
+    finally:
+        proc.terminate()
+        assert proc.wait(15) == 0
+
+
+def test_created_and_deleted_events_and_deleting_an_application(
+    sns: Any, sqs: Any, control: SnsControl
+) -> None:
+    topic = sns.create_topic(Name=f"lifecycle-{uuid.uuid4().hex[:6]}")["TopicArn"]
+    queue = sqs.create_queue(QueueName=f"lifecycle-{uuid.uuid4().hex[:6]}")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    sns.subscribe(
+        TopicArn=topic,
+        Protocol="sqs",
+        Endpoint=queue_arn,
+        Attributes={"RawMessageDelivery": "true"},
+    )
+    app = apns_app(sns)
+    sns.set_platform_application_attributes(
+        PlatformApplicationArn=app,
+        Attributes={"EventEndpointCreated": topic, "EventEndpointDeleted": topic},
+    )
+    arn = endpoint(sns, app)
+    endpoint(sns, app, sns.get_endpoint_attributes(EndpointArn=arn)["Attributes"]["Token"])
+    sns.delete_endpoint(EndpointArn=arn)
+    seen: list[tuple[str, str]] = []
+
+    def two_events() -> bool:
+        for m in sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=1).get(
+            "Messages", []
+        ):
+            event = json.loads(m["Body"])
+            seen.append((event["EventType"], event["EndpointArn"]))
+        return len(seen) >= 2
+
+    wait_for(two_events, "the EndpointCreated and EndpointDeleted events")
+    # the repeated (idempotent) create announced nothing
+    assert sorted(seen) == [("EndpointCreated", arn), ("EndpointDeleted", arn)]
+    wait_for(lambda: control.health()["pending_deliveries"] == 0, "no delivery in flight")
+    to_topic = [r for r in control.deliveries()["rows"] if r["topic_arn"] == topic]
+    assert [(r["event_type"], r["delivered"]) for r in to_topic] == [
+        ("EndpointCreated", True),
+        ("EndpointDeleted", True),
+    ]
+    kept = endpoint(sns, app)
+    sns.delete_platform_application(PlatformApplicationArn=app)
+    assert error_code(lambda: sns.get_platform_application_attributes(PlatformApplicationArn=app))[
+        :2
+    ] == ("NotFound", 404)
+    assert error_code(lambda: sns.get_endpoint_attributes(EndpointArn=kept))[0] == "NotFound"

@@ -338,6 +338,11 @@ def test_fcm_v1_message_gets_the_token_and_the_ttl_attribute() -> None:
     }
 
 
+def test_the_older_gcm_ttl_attribute_is_still_read() -> None:
+    body = fcm("hello", platform_payload=False, **{"AWS.SNS.MOBILE.GCM.TTL": "60"})
+    assert body["message"]["android"] == {"ttl": "60s"}
+
+
 def test_fcm_legacy_payload_and_plain_message() -> None:
     body = fcm(
         json.dumps(

@@ -219,8 +219,9 @@ class SnsControl:
     def sms(self, since: int = 0) -> dict[str, Any]:
         return self._call("GET", f"/_sns/sms?since={since}")
 
-    def events(self, since: int = 0) -> dict[str, Any]:
-        return self._call("GET", f"/_sns/events?since={since}")
+    def deliveries(self, since: int = 0) -> dict[str, Any]:
+        """Topic notifications handed to (or refused by) SQS subscriptions."""
+        return self._call("GET", f"/_sns/deliveries?since={since}")
 
     def reply(self, phone_number: str, text: str = "STOP") -> dict[str, Any]:
         """A handset's reply to an SMS (``STOP`` and AWS's other keywords opt the number out)."""

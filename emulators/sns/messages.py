@@ -16,8 +16,8 @@ with only ``content-available``, else ``alert``), ``AWS.SNS.MOBILE.APNS.PRIORITY
 ``apns-priority`` (default 10, 5 for background), ``AWS.SNS.MOBILE.APNS.TTL`` /
 ``AWS.SNS.MOBILE.APNS_SANDBOX.TTL`` -> ``apns-expiration`` (publish time + TTL; 0 stays 0),
 ``AWS.SNS.MOBILE.APNS.TOPIC`` -> ``apns-topic`` (default: the application's bundle id or
-certificate topic), ``AWS.SNS.MOBILE.FCM.TTL`` -> ``android.ttl`` (it wins over a TTL in the
-payload, as AWS documents). ``apns-id`` is the SNS MessageId.
+certificate topic), ``AWS.SNS.MOBILE.FCM.TTL`` (or the older ``AWS.SNS.MOBILE.GCM.TTL``) ->
+``android.ttl`` (it wins over a TTL in the payload, as AWS documents). ``apns-id`` is the SNS MessageId.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ APNS_PUSH_TYPE = "AWS.SNS.MOBILE.APNS.PUSH_TYPE"
 APNS_PRIORITY = "AWS.SNS.MOBILE.APNS.PRIORITY"
 APNS_TOPIC = "AWS.SNS.MOBILE.APNS.TOPIC"
 FCM_TTL = "AWS.SNS.MOBILE.FCM.TTL"
+GCM_TTL = "AWS.SNS.MOBILE.GCM.TTL"  # the name before SNS renamed GCM to FCM; still accepted
 SMS_SENDER_ID = "AWS.SNS.SMS.SenderID"
 SMS_TYPE = "AWS.SNS.SMS.SMSType"
 SMS_MAX_PRICE = "AWS.SNS.SMS.MaxPrice"
@@ -331,6 +332,8 @@ def fcm_request(
         message.pop(key, None)
     message["token"] = token
     ttl = _whole_number(attributes, FCM_TTL, 0, 2419200)
+    if ttl is None:
+        ttl = _whole_number(attributes, GCM_TTL, 0, 2419200)
     if ttl is not None:
         android = dict(message.get("android") or {})
         android["ttl"] = f"{ttl}s"
