@@ -482,15 +482,17 @@ def test_throttle_fault_answers_throttling_and_sends_nothing(
     ]
     control.stop(fault["id"])
     sns.publish(TargetArn=arn, Message="m")
-    rate = control.throttle(rate=5, targets=[app])
+    # one publish a second (the bucket's exact arithmetic is unit-tested with a fake clock):
+    # even at 300 ms a publish on a busy machine, at least 3 of 10 are throttled
+    rate = control.throttle(rate=1, targets=[app])
     outcomes = []
-    for _ in range(12):
+    for _ in range(10):
         try:
             sns.publish(TargetArn=arn, Message="m")
             outcomes.append("ok")
         except ClientError as exc:
             outcomes.append(exc.response["Error"]["Code"])
-    assert outcomes[:5] == ["ok"] * 5 and outcomes.count("Throttling") >= 5
+    assert outcomes[0] == "ok" and outcomes.count("Throttling") >= 3, outcomes
     log = {w["id"]: w for w in control.fault_log()}
     assert log[fault["id"]]["stopped_at"] is not None and log[rate["id"]]["stopped_at"] is None
 
