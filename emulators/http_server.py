@@ -344,6 +344,9 @@ class _ServerProtocol(asyncio.Protocol):
 def _resume(coro: Coroutine[Any, Any, None], waiting_on: Any) -> Generator[Any, Any, None]:
     """Continue, inside a Task, a coroutine that :func:`run_eagerly` started."""
     while True:
+        if getattr(waiting_on, "_asyncio_future_blocking", None) is False:
+            # run_eagerly cleared the flag (as a Task's step does); the Task needs it set
+            waiting_on._asyncio_future_blocking = True
         try:
             yield waiting_on  # the Task waits for what the coroutine was waiting for
         except BaseException as exc:  # e.g. CancelledError: deliver it to the coroutine
@@ -369,6 +372,11 @@ def run_eagerly(
         waiting_on = coro.send(None)
     except StopIteration:
         return None
+    if getattr(waiting_on, "_asyncio_future_blocking", None):
+        # Taken, as a Task's step takes it: until the flag is cleared, another coroutine
+        # awaiting the same pending future (several handlers waiting on one single-flight
+        # fetch) fails with "await wasn't used with future". _resume sets it again.
+        waiting_on._asyncio_future_blocking = False
     return loop.create_task(_resume(coro, waiting_on))  # type: ignore[arg-type]
 
 

@@ -87,6 +87,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not config:
             return _error(f"{args.part} needs --config FILE (or FANOUT_CONFIG, or a stack up)")
         stack.info.reference_config = str(Path(config).resolve())
+    if args.part == "sns" and stack_file_path().exists():
+        # Next to a running stack: deliver to its simulators and SQS.
+        running = StackInfo.read(stack_file_path())
+        stack.info.parts, stack.info.tls_ca = running.parts, running.tls_ca
     try:
         argv = stack.part_argv(args.part, args.port)
     except StackError as exc:

@@ -39,7 +39,7 @@ if [ ! -f "$py_stamp" ]; then
     echo "setup: error: pip install failed (full log: .venv/pip.log)" >&2
     exit 1
   fi
-  .venv/bin/python -c 'import harness, reference_impl, locust, boto3, ulid, redis, pandas, matplotlib, moto, h2, aioapns, pyfcm' \
+  .venv/bin/python -c 'import harness, reference_impl, locust, boto3, ulid, redis, pandas, matplotlib, moto, h2, jwt, aioapns, pyfcm' \
     || { echo "setup: error: python packages failed to install" >&2; exit 1; }
   rm -f .venv/.installed-*
   touch "$py_stamp"
@@ -47,7 +47,7 @@ fi
 
 npm_stamp=node_modules/.installed-$(cat package.json package-lock.json | sha256sum | cut -c1-16)
 if [ ! -f "$npm_stamp" ]; then
-  say "installing pinned npm packages (dynalite, kinesalite) from package-lock.json"
+  say "installing pinned npm packages (dynalite, kinesalite, @aws-sdk/client-sns) from package-lock.json"
   npm ci --no-audit --no-fund --loglevel=error >/dev/null
   touch "$npm_stamp"
 fi

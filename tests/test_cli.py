@@ -27,7 +27,7 @@ def test_serving_on_a_taken_port_is_a_clear_error():
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        for part in ("apns", "redis", "fcm"):
+        for part in ("apns", "redis", "fcm", "sns"):
             result = run_cli("serve", part, "--port", str(port))
             assert result.returncode == 2, result
             assert f"port {port} on 127.0.0.1 is already in use" in result.stderr

@@ -51,14 +51,20 @@ PARTS = (
     "fcm",
     "ses",
     "inapp",
+    "sns",
     "event-api",
     "fanout-worker",
     "push-consumer",
     "email-consumer",
     "in-app-consumer",
 )
+# Parts that need other parts' URLs (and the APNs CA) at start: a tier of their own.
+DEPENDENT_PARTS = ("sns",)
+# Parts a stack starts only when asked for by name: the reference does not publish through SNS
+# yet, so a default stack does without it.
+OPTIONAL_PARTS = ("sns",)
 WORKER_PARTS = ("event-api", "fanout-worker", "push-consumer", "email-consumer", "in-app-consumer")
-INFRA_PARTS = tuple(p for p in PARTS if p not in WORKER_PARTS)
+INFRA_PARTS = tuple(p for p in PARTS if p not in WORKER_PARTS and p not in DEPENDENT_PARTS)
 # Worker part -> the channel its reference_impl.channel_consumer process drains.
 CHANNEL_CONSUMERS = {"email-consumer": "email", "in-app-consumer": "in_app"}
 
@@ -236,7 +242,9 @@ class Stack:
         unknown = sorted(set(parts or ()) - set(PARTS))
         if unknown:
             raise StackError(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(PARTS)}")
-        self.selected = tuple(p for p in PARTS if parts is None or p in parts)
+        self.selected = tuple(
+            p for p in PARTS if (parts is None and p not in OPTIONAL_PARTS) or p in (parts or ())
+        )
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.info = StackInfo(
             workdir=str(self.workdir), reference_config=str(self.workdir / "reference.json")
@@ -262,6 +270,7 @@ class Stack:
             # Parts of one tier do not depend on each other: start them together and wait for
             # all, so a stack is up in the time of its slowest part, not the sum of them.
             self._start_together([p for p in INFRA_PARTS if p in self.selected])
+            self._start_together([p for p in DEPENDENT_PARTS if p in self.selected])
             if self.target is not None:
                 self._describe_target(self.target)
             else:
@@ -403,6 +412,8 @@ class Stack:
             ]  # fmt: skip
         if part == "sqs":
             return [py, "-m", "emulators.sqs", "--host", LOOPBACK, "--port", str(port)]
+        if part == "sns":
+            return self.sns_argv(port)
         if part == "toxiproxy":
             argv = [py, "-m", "chaos.toxiproxy", "--host", LOOPBACK, "--port", str(port)]
             proxies = self.workdir / "proxies.json"
@@ -453,6 +464,17 @@ class Stack:
             ]  # fmt: skip
         raise StackError(f"unknown part {part!r}; parts: {', '.join(PARTS)}")
 
+    def sns_argv(self, port: int | None) -> list[str]:
+        """The SNS endpoint, delivering to this stack's APNs and FCM simulators and SQS."""
+        argv = [sys.executable, "-m", "emulators.sns", "--host", LOOPBACK, "--port", str(port)]
+        parts = self.info.parts
+        for flag, part in (("--apns-url", "apns"), ("--fcm-url", "fcm"), ("--sqs-url", "sqs")):
+            if part in parts and parts[part].url:
+                argv += [flag, str(parts[part].url)]
+        if "apns" in parts and self.info.tls_ca:
+            argv += ["--apns-ca-file", self.info.tls_ca]
+        return argv
+
     def _url(self, part: str, port: int | None) -> str | None:
         if port is None or part in CHANNEL_CONSUMERS:
             return None  # a poller serves nothing (it is only handed a free port)
@@ -469,6 +491,8 @@ class Stack:
                 return False
         if part == "sqs":
             return _http_ok(f"{info.url}/_sqs/health")
+        if part == "sns":
+            return _http_ok(f"{info.url}/_sns/health")
         if part in ("dynamodb", "kinesis", "aws"):
             service = {"dynamodb": "dynamodb", "kinesis": "kinesis", "aws": "sqs"}[part]
             try:

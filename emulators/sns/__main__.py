@@ -1,0 +1,5 @@
+import sys
+
+from emulators.sns.server import main
+
+sys.exit(main())
