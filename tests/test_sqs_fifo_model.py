@@ -315,7 +315,7 @@ def test_fifo_receive_work_does_not_grow_with_depth(clock: FakeClock) -> None:
     group and spread over many groups) are the same."""
 
     def work(depth: int, groups: int) -> list[int]:
-        sqs = SqsModel(clock=clock, rng=random.Random(5))
+        sqs = SqsModel(clock=clock, rng=random.Random(5), fifo_throughput_limits=False)
         sqs.create_queue("q.fifo", CBD)
         for i in range(depth):
             sqs.send_message("q.fifo", SendEntry("", f"m{i}", group_id=f"g{i % groups}"))
@@ -447,3 +447,43 @@ def test_a_group_stays_locked_while_a_later_message_of_it_is_in_flight(
     assert sqs.receive_message("q.fifo", 10) == []
     sqs.delete_message("q.fifo", second.receipt_handle)
     assert bodies(sqs.receive_message("q.fifo", 10)) == ["one"]
+
+
+def test_fifo_throughput_quotas(sqs: SqsModel, clock: FakeClock) -> None:
+    sqs.create_queue("q.fifo", CBD)
+    for i in range(300):  # 300 calls in one instant: the quota for one second
+        send(sqs, "q.fifo", f"m{i}")
+    throttled = error(lambda: send(sqs, "q.fifo", "over"))
+    assert (throttled.code, throttled.status) == ("RequestThrottled", 400)
+    # Each action has its own quota; a batch is one call.
+    entries = [SendEntry(str(i), f"b{i}", group_id="g") for i in range(10)]
+    assert len(sqs.send_message_batch("q.fifo", entries)[0]) == 10
+    clock.advance(0.011)  # 3.3 calls' worth of quota comes back
+    for i in range(3):
+        send(sqs, "q.fifo", f"later{i}")
+    assert error(lambda: send(sqs, "q.fifo", "over")).code == "RequestThrottled"
+    sqs.create_queue("std")
+    for i in range(400):  # standard queues are not throttled here
+        send(sqs, "std", f"s{i}", group=None)
+
+
+def test_high_throughput_quota_is_per_message_group(sqs: SqsModel, clock: FakeClock) -> None:
+    sqs.create_queue(
+        "ht.fifo",
+        {**CBD, "DeduplicationScope": "messageGroup", "FifoThroughputLimit": "perMessageGroupId"},
+    )
+    for i in range(300):
+        send(sqs, "ht.fifo", f"a{i}", group="a")
+    assert error(lambda: send(sqs, "ht.fifo", "over", group="a")).code == "RequestThrottled"
+    for i in range(300):  # another group has its own 300
+        send(sqs, "ht.fifo", f"b{i}", group="b")
+    clock.advance(1)
+    send(sqs, "ht.fifo", "a-again", group="a")
+    # Idle groups' buckets are dropped: memory does not grow with the number of groups.
+    clock.advance(2)
+    send(sqs, "ht.fifo", "c", group="c")
+    assert set(sqs.queues["ht.fifo"].group_rates) == {("SendMessage", "c")}
+    unthrottled = SqsModel(clock=clock, fifo_throughput_limits=False)
+    unthrottled.create_queue("q.fifo", CBD)
+    for i in range(400):
+        send(unthrottled, "q.fifo", f"m{i}")

@@ -69,6 +69,13 @@ FIFO_SUFFIX = ".fifo"
 FIFO_MAX_INFLIGHT = 120_000
 DEDUPLICATION_INTERVAL = 300.0  # FIFO: a deduplication id is remembered for 5 minutes
 RECEIVE_ATTEMPT_INTERVAL = 300.0  # FIFO: a ReceiveRequestAttemptId is honoured for 5 minutes
+# FIFO throughput quotas (Developer Guide, "Amazon SQS FIFO queue quotas"): 300 calls per second
+# per API action and queue (a batch is one call: 3,000 messages per second); in high-throughput
+# mode (DeduplicationScope=messageGroup, FifoThroughputLimit=perMessageGroupId) the per-queue
+# quota is up to 70,000 per action (the largest regions') and 300 per second per message group.
+FIFO_CALLS_PER_SECOND = 300
+HIGH_THROUGHPUT_CALLS_PER_SECOND = 70_000
+GROUP_CALLS_PER_SECOND = 300
 MAX_PERMISSION_ACTIONS = 7
 MAX_TAGS = 50
 # Actions AddPermission may grant (AddPermission's own and the like are the owner's alone).
@@ -448,6 +455,22 @@ class ReceiveAttempt:
     handed: list[tuple[Message, int, int]]  # (message, token of that hand-out, its gen)
 
 
+class RateBucket:
+    """A token bucket holding at most one second of calls (the quotas are per second)."""
+
+    __slots__ = ("tokens", "at")
+
+    def __init__(self, rate: int, now: float) -> None:
+        self.tokens = float(rate)
+        self.at = now
+
+    def refill(self, rate: int, now: float) -> float:
+        if now > self.at:
+            self.tokens = min(float(rate), self.tokens + (now - self.at) * rate)
+            self.at = now
+        return self.tokens
+
+
 class Queue:
     """One queue (Standard or FIFO). Mutated only through :class:`SqsModel`.
 
@@ -491,6 +514,10 @@ class Queue:
         self.dedup: OrderedDict[str, tuple[float, str, str]] = OrderedDict()
         self.attempts: OrderedDict[str, ReceiveAttempt] = OrderedDict()
         self.last_sequence = 0
+        # FIFO throughput: a bucket per API action, and per (action, group) in high-throughput
+        # mode, least recently used first (idle ones are dropped: memory stays bounded).
+        self.rates: dict[str, RateBucket] = {}
+        self.group_rates: OrderedDict[tuple[str, str], RateBucket] = OrderedDict()
         #: structure operations performed (dict/heap inserts, removals, pops); for tests
         self.ops = 0
 
@@ -530,6 +557,41 @@ class Queue:
                 self.ops += 1
         elif self.ready.pop(group_id, 0) is None:
             self.ops += 1
+
+    @property
+    def high_throughput(self) -> bool:
+        fifo = self.fifo_attributes
+        return fifo is not None and fifo["FifoThroughputLimit"] == "perMessageGroupId"
+
+    def admit(self, action: str, groups: Iterable[str | None], now: float) -> bool:
+        """Whether a FIFO call of ``action`` (touching ``groups``) is within the throughput
+        quotas; if so it is counted. O(1) per group named, amortised."""
+        high = self.high_throughput
+        rate = HIGH_THROUGHPUT_CALLS_PER_SECOND if high else FIFO_CALLS_PER_SECOND
+        bucket = self.rates.get(action)
+        if bucket is None:
+            bucket = self.rates[action] = RateBucket(rate, now)
+        wanted = [bucket.refill(rate, now)]
+        group_buckets: list[RateBucket] = []
+        if high:
+            group_rates = self.group_rates
+            while group_rates:  # drop buckets idle for a second or more (they are full again)
+                key, oldest = next(iter(group_rates.items()))
+                if now - oldest.at < 1.0:
+                    break
+                del group_rates[key]
+            for group in {g for g in groups if g is not None}:
+                key = (action, group)
+                gb = group_rates.pop(key, None) or RateBucket(GROUP_CALLS_PER_SECOND, now)
+                group_rates[key] = gb  # most recently used last
+                wanted.append(gb.refill(GROUP_CALLS_PER_SECOND, now))
+                group_buckets.append(gb)
+        if min(wanted) < 1.0:
+            return False
+        bucket.tokens -= 1.0
+        for gb in group_buckets:
+            gb.tokens -= 1.0
+        return True
 
     def _group_of(self, msg: Message) -> str | None:
         return msg.group_id if self.fifo_attributes is not None else None
@@ -906,8 +968,10 @@ class SqsModel:
         on_visible: Callable[[str], None] | None = None,
         account_id: str = ACCOUNT_ID,
         region: str = REGION,
+        fifo_throughput_limits: bool = True,
     ) -> None:
         self.clock = clock
+        self.fifo_throughput_limits = fifo_throughput_limits
         self.rng = rng if rng is not None else random.Random()
         self.hooks = hooks
         self.on_visible = on_visible
@@ -940,6 +1004,18 @@ class SqsModel:
 
     def queue_by_arn(self, arn: str) -> Queue | None:
         return self._by_arn.get(arn)
+
+    def _throttle(self, queue: Queue, action: str, groups: Iterable[str | None] = ()) -> None:
+        """Refuse a FIFO call over the throughput quotas with RequestThrottled."""
+        if (
+            queue.fifo_attributes is not None
+            and self.fifo_throughput_limits
+            and not queue.admit(action, groups, self.clock())
+        ):
+            raise SqsError(
+                "RequestThrottled",
+                f"Rate exceeded: {action} on FIFO queue {queue.name} is over its throughput quota.",
+            )
 
     def reset(self) -> None:
         """Drop every queue, move task and deleted-queue record."""
@@ -1496,6 +1572,7 @@ class SqsModel:
 
     def send_message(self, name: str, entry: SendEntry) -> Message:
         queue = self.queue(name)
+        self._throttle(queue, "SendMessage", [entry.group_id])
         self._check_queue_type_parameters(queue, entry)
         msg = self._build_message(queue, entry)
         if self._enqueue(queue, msg, entry.delay_seconds):
@@ -1507,6 +1584,7 @@ class SqsModel:
     ) -> tuple[list[tuple[str, Message]], list[tuple[str, SqsError]]]:
         queue = self.queue(name)
         validate_batch_ids(entries, "SendMessageBatch")
+        self._throttle(queue, "SendMessageBatch", [e.group_id for e in entries])
         for entry in entries:
             self._check_queue_type_parameters(queue, entry)
         total = sum(len(e.body.encode("utf-8")) if isinstance(e.body, str) else 0 for e in entries)
@@ -1573,6 +1651,7 @@ class SqsModel:
                 "characters. 1 to 128 in length."
             )
         queue = self.queue(name)
+        self._throttle(queue, "ReceiveMessage")
         wanted = max_messages or 1
         if queue.fifo:
             wanted = min(wanted, FIFO_MAX_INFLIGHT - queue.inflight_count)
@@ -1728,6 +1807,7 @@ class SqsModel:
         if not isinstance(handle, str) or not handle:
             raise missing_parameter("ReceiptHandle")
         queue = self.queue(name)
+        self._throttle(queue, "DeleteMessage")
         self._delete(queue, handle)
 
     def _delete(self, queue: Queue, handle: str) -> None:
@@ -1741,6 +1821,7 @@ class SqsModel:
     ) -> tuple[list[str], list[tuple[str, SqsError]]]:
         queue = self.queue(name)
         validate_batch_ids(entries, "DeleteMessageBatch")
+        self._throttle(queue, "DeleteMessageBatch")
         ok: list[str] = []
         failed: list[tuple[str, SqsError]] = []
         for entry in entries:
@@ -1758,6 +1839,7 @@ class SqsModel:
 
     def change_message_visibility(self, name: str, handle: str, timeout: Any) -> None:
         queue = self.queue(name)
+        self._throttle(queue, "ChangeMessageVisibility")
         self._change_visibility(queue, handle, timeout)
 
     def _change_visibility(self, queue: Queue, handle: Any, timeout: Any) -> None:
@@ -1791,6 +1873,7 @@ class SqsModel:
     ) -> tuple[list[str], list[tuple[str, SqsError]]]:
         queue = self.queue(name)
         validate_batch_ids(entries, "ChangeMessageVisibilityBatch")
+        self._throttle(queue, "ChangeMessageVisibilityBatch")
         ok: list[str] = []
         failed: list[tuple[str, SqsError]] = []
         for entry in entries:

@@ -257,6 +257,7 @@ class SqsProtocol:
                 hooks=base.hooks,
                 account_id=base.account_id,
                 region=region,
+                fifo_throughput_limits=base.fifo_throughput_limits,
             )
             model.on_visible = self._waker(region)
             self.models[region] = model

@@ -60,6 +60,7 @@ class SqsEndpoint:
         clock: Callable[[], float] = time.time,
         account_id: str = ACCOUNT_ID,
         region: str = REGION,
+        fifo_throughput_limits: bool = True,
     ) -> None:
         self.faults = FaultState(clock)
         self.model = SqsModel(
@@ -68,6 +69,7 @@ class SqsEndpoint:
             hooks=self.faults,
             account_id=account_id,
             region=region,
+            fifo_throughput_limits=fifo_throughput_limits,
         )
         self.protocol = SqsProtocol(self.model, self.faults)
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -227,9 +229,15 @@ async def serve(
     seed: int | None = None,
     account_id: str = ACCOUNT_ID,
     region: str = REGION,
+    fifo_throughput_limits: bool = True,
 ) -> None:
     """Serve until SIGTERM/SIGINT. Raises PortInUseError when the port is taken."""
-    endpoint = SqsEndpoint(seed=seed, account_id=account_id, region=region)
+    endpoint = SqsEndpoint(
+        seed=seed,
+        account_id=account_id,
+        region=region,
+        fifo_throughput_limits=fifo_throughput_limits,
+    )
     server, registry = await endpoint.start(host, port)
     try:
         with stop_on_signals() as stop:
@@ -253,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
         "--account-id", default=ACCOUNT_ID, help=f"account in queue URLs and ARNs ({ACCOUNT_ID})"
     )
     parser.add_argument("--region", default=REGION, help=f"region of unsigned requests ({REGION})")
+    parser.add_argument(
+        "--no-fifo-throughput-limits",
+        action="store_true",
+        help="do not throttle FIFO queues at SQS's per-second quotas",
+    )
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     if not re.fullmatch(r"\d{12}", args.account_id):
@@ -261,7 +274,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--region must look like us-east-1")
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s %(message)s")
     try:
-        asyncio.run(serve(args.host, args.port, args.seed, args.account_id, args.region))
+        asyncio.run(
+            serve(
+                args.host,
+                args.port,
+                args.seed,
+                args.account_id,
+                args.region,
+                not args.no_fifo_throughput_limits,
+            )
+        )
     except PortInUseError as exc:
         print(f"sqs endpoint: {exc}", file=sys.stderr, flush=True)
         return 2
