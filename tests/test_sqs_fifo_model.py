@@ -487,3 +487,16 @@ def test_high_throughput_quota_is_per_message_group(sqs: SqsModel, clock: FakeCl
     unthrottled.create_queue("q.fifo", CBD)
     for i in range(400):
         send(unthrottled, "q.fifo", f"m{i}")
+
+
+def test_visibility_cannot_reach_past_12_hours_after_the_receive(
+    sqs: SqsModel, clock: FakeClock
+) -> None:
+    sqs.create_queue("q")
+    sqs.send_message("q", SendEntry("", "b"))
+    [got] = sqs.receive_message("q")
+    sqs.change_message_visibility("q", got.receipt_handle, 360)
+    clock.advance(300)
+    err = error(lambda: sqs.change_message_visibility("q", got.receipt_handle, 43_200))
+    assert err.code == "InvalidParameterValue" and "beyond the limit" in err.message
+    sqs.change_message_visibility("q", got.receipt_handle, 43_200 - 300)  # exactly what is left

@@ -330,6 +330,7 @@ class Message:
         "size",
         "sent_at",
         "first_received_at",
+        "received_at",
         "receive_count",
         "state",
         "gen",
@@ -359,6 +360,7 @@ class Message:
         self.size = size
         self.sent_at = sent_at
         self.first_received_at: float | None = None
+        self.received_at = 0.0  # the latest receive (a message's visibility ends 12 h after it)
         self.receive_count = 0
         self.state = VISIBLE
         self.gen = 0  # bumped whenever a heap entry for this message goes stale
@@ -1693,6 +1695,7 @@ class SqsModel:
         msg.receive_count += 1
         if msg.first_received_at is None:
             msg.first_received_at = now
+        msg.received_at = now
         msg.token = next(self._tokens)
         received = Received(msg, encode_receipt_handle(queue.name, msg.id, msg.token))
         hooks = self.hooks
@@ -1861,12 +1864,22 @@ class SqsModel:
             )
         if msg.state != INFLIGHT:
             raise SqsError("MessageNotInflight", "The specified message isn't in flight.")
+        now = self.clock()
+        if int(now - msg.received_at) + seconds > MAX_VISIBILITY_TIMEOUT:  # whole seconds
+            # ChangeMessageVisibility: "If you attempt to set the VisibilityTimeout to a value
+            # greater than the maximum time left, Amazon SQS returns an error" (12 hours from
+            # the receive).
+            raise invalid_parameter(
+                f"Value {timeout} for parameter VisibilityTimeout is invalid. Reason: Total "
+                f"VisibilityTimeout for the message is beyond the limit [{MAX_VISIBILITY_TIMEOUT} "
+                "seconds]"
+            )
         queue.leave_state(msg)
         if seconds == 0:
             queue.make_visible(msg)
             self._notify(queue, 1)
         else:
-            queue.make_inflight(msg, self.clock() + seconds)
+            queue.make_inflight(msg, now + seconds)
 
     def change_message_visibility_batch(
         self, name: str, entries: list[dict[str, Any]]
