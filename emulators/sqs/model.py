@@ -1,4 +1,5 @@
-"""SQS Standard queues as a pure data model: no I/O, an injected clock and an injected RNG.
+"""SQS Standard and FIFO queues as a pure data model: no I/O, an injected clock and an injected
+RNG.
 
 Every call costs O(log n) or better in queue depth, and memory is proportional to the messages
 held (plus, for a while, the in-flight entries of messages deleted recently; see below):
@@ -22,7 +23,12 @@ once-per-60-seconds rule, ``QueueDeletedRecently`` for 60 seconds after ``Delete
 120,000 in-flight limit, and the MD5 digests of bodies and attributes. Errors are
 :class:`SqsError` with AWS's error shapes, query-compatible codes and HTTP statuses.
 
-Only Standard queues: a FIFO queue is refused with ``UnsupportedOperation``.
+FIFO queues (:class:`Queue` keeps their messages per :class:`Group`): order per message group,
+no hand-out from a group while a message of it is in flight, deduplication ids remembered for 5
+minutes (per queue or per group), content-based deduplication, sequence numbers,
+ReceiveRequestAttemptId, the in-flight limit and the throughput quotas, high-throughput mode.
+Also AddPermission/RemovePermission (the policy document SQS builds) and tags. One model is one
+account in one region; the protocol keeps one per region.
 
 Fault hooks (:class:`FaultHooks`) let the chaos layer decide, per call, whether a receive hands
 out a duplicate, whether a received message's visibility expires at once, and whether a delete
