@@ -41,11 +41,11 @@ class Backend:
     def url(self) -> str:
         return self.endpoint.url
 
-    def client(self, **config: Any) -> Any:
+    def client(self, region_name: str = "us-east-1", **config: Any) -> Any:
         return boto3.client(
             "sqs",
             endpoint_url=self.url,
-            region_name="us-east-1",
+            region_name=region_name,
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
             config=Config(
@@ -686,3 +686,120 @@ def test_queue_url_of_another_host_form(backend: Backend, sqs: Any, queue: str) 
     sent = sqs.send_message(QueueUrl=aws_form, MessageBody="routed by name")
     [msg] = receive(sqs, queue)
     assert msg["MessageId"] == sent["MessageId"]
+
+
+# -- FIFO queues, permissions, regions ----------------------------------------------------------
+def fifo_queue(sqs: Any, **attributes: str) -> str:
+    return sqs.create_queue(
+        QueueName=new_name("f") + ".fifo",
+        Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true", **attributes},
+    )["QueueUrl"]
+
+
+def test_fifo_group_order_and_lock(sqs: Any) -> None:
+    url = fifo_queue(sqs, VisibilityTimeout="60")
+    sent = [
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group)
+        for body, group in (("a1", "a"), ("a2", "a"), ("b1", "b"))
+    ]
+    assert len(sent) == 3
+    first = receive(sqs, url, wait=0, MaxNumberOfMessages=1)
+    assert [m["Body"] for m in first] == ["a1"]
+    assert first[0]["Attributes"]["MessageGroupId"] == "a"
+    # Group "a" is locked while "a1" is in flight: the next consumer gets "b1" only.
+    assert [m["Body"] for m in receive(sqs, url, wait=0, MaxNumberOfMessages=10)] == ["b1"]
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=first[0]["ReceiptHandle"])
+    assert [m["Body"] for m in receive(sqs, url, wait=0, MaxNumberOfMessages=10)] == ["a2"]
+
+
+def test_fifo_sequence_numbers(backend: Backend, sqs: Any) -> None:
+    backend.skip_on_moto("SendMessage answers no SequenceNumber for a FIFO queue")
+    url = fifo_queue(sqs)
+    sent = [
+        sqs.send_message(QueueUrl=url, MessageBody=f"m{i}", MessageGroupId="g")["SequenceNumber"]
+        for i in range(3)
+    ]
+    assert all(len(n) == 20 for n in sent)
+    assert [int(n) for n in sent] == sorted({int(n) for n in sent})
+    got = receive(sqs, url, wait=0, MaxNumberOfMessages=10)
+    assert [m["Attributes"]["SequenceNumber"] for m in got] == sent
+
+
+def test_fifo_deduplication(sqs: Any) -> None:
+    url = fifo_queue(sqs)
+    for _ in range(3):  # content-based: one message
+        sqs.send_message(QueueUrl=url, MessageBody="same", MessageGroupId="g")
+    for _ in range(2):  # an explicit id: one more
+        sqs.send_message(
+            QueueUrl=url, MessageBody="other", MessageGroupId="g", MessageDeduplicationId="x"
+        )
+    assert counts(sqs, url) == (2, 0, 0)
+    got = receive(sqs, url, wait=0, MaxNumberOfMessages=10)
+    assert [m["Body"] for m in got] == ["same", "other"]
+    assert got[1]["Attributes"]["MessageDeduplicationId"] == "x"
+
+
+def test_fifo_misuse_errors(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName=new_name("f") + ".fifo", Attributes={"FifoQueue": "true"})[
+        "QueueUrl"
+    ]
+    err = expect_error(
+        lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageDeduplicationId="d"),
+        "MissingParameter",
+    )
+    assert err.response["Error"]["Message"] == (
+        "The request must contain the parameter MessageGroupId."
+    )
+    err = expect_error(
+        lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="g"),
+        "InvalidParameterValue",
+    )
+    assert "ContentBasedDeduplication" in err.response["Error"]["Message"]
+    expect_error(
+        lambda: sqs.create_queue(QueueName=new_name(), Attributes={"FifoQueue": "true"}),
+        "InvalidParameterValue",
+    )
+
+
+def test_add_and_remove_permission(backend: Backend, sqs: Any, queue: str) -> None:
+    name = queue.rsplit("/", 1)[-1]
+    sqs.add_permission(
+        QueueUrl=queue, Label="send", AWSAccountIds=["111111111111"], Actions=["SendMessage"]
+    )
+    policy = json.loads(
+        sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["Policy"])["Attributes"]["Policy"]
+    )
+    assert policy["Id"] == f"{backend.arn(name)}/SQSDefaultPolicy"
+    assert policy["Statement"] == [
+        {
+            "Sid": "send",
+            "Effect": "Allow",
+            "Principal": {"AWS": "arn:aws:iam::111111111111:root"},
+            "Action": "SQS:SendMessage",
+            "Resource": backend.arn(name),
+        }
+    ]
+    sqs.remove_permission(QueueUrl=queue, Label="send")
+    expect_error(
+        lambda: sqs.remove_permission(QueueUrl=queue, Label="send"), "InvalidParameterValue"
+    )
+
+
+def test_message_attribute_prefix_wildcard(sqs: Any, queue: str) -> None:
+    attrs = {n: {"DataType": "String", "StringValue": "v"} for n in ("Custom1", "Custom2", "Other")}
+    sqs.send_message(QueueUrl=queue, MessageBody="x", MessageAttributes=attrs)
+    [msg] = sqs.receive_message(QueueUrl=queue, MessageAttributeNames=["Custom.*"])["Messages"]
+    assert set(msg["MessageAttributes"]) == {"Custom1", "Custom2"}
+
+
+def test_queues_are_scoped_by_region(backend: Backend) -> None:
+    west1 = backend.client(region_name="us-west-1")
+    west2 = backend.client(region_name="us-west-2")
+    name = new_name("r")
+    url = west2.create_queue(QueueName=name)["QueueUrl"]
+    assert url not in west1.list_queues(QueueNamePrefix=name).get("QueueUrls", [])
+    expect_error(
+        lambda: west1.get_queue_url(QueueName=name), "AWS.SimpleQueueService.NonExistentQueue"
+    )
+    arn = west2.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]
+    assert arn["QueueArn"].split(":")[3] == "us-west-2"

@@ -266,3 +266,33 @@ def test_every_copy_handed_out_is_in_the_receive_log(
     assert mine[0]["time"] <= mine[1]["time"] <= time.time()
     bad = httpx.get(f"{endpoint.url}/_sqs/receives?since=-1")
     assert bad.status_code == 400 and "since must be >= 0" in bad.json()["error"]
+
+
+def test_fifo_copies_are_in_the_receive_log_and_faults_apply(
+    control: SqsFaultControl, sqs: Any, endpoint: EndpointProcess
+) -> None:
+    name = f"log-{time.time_ns()}.fifo"
+    url = sqs.create_queue(
+        QueueName=name, Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    )["QueueUrl"]
+    since = httpx.get(f"{endpoint.url}/_sqs/receives?since=0&limit=10000").json()["next"]
+    sent = sqs.send_message(QueueUrl=url, MessageBody="job", MessageGroupId="g")["MessageId"]
+    control.duplicate_delivery(p=1.0, queues=[name])
+    first = receive(sqs, url)
+    second = wait_for(lambda: receive(sqs, url, wait=0), 5, "the duplicate copy")
+    control.stop_all()
+    assert first[0]["MessageId"] == second[0]["MessageId"] == sent
+    rows = httpx.get(f"{endpoint.url}/_sqs/receives?since={since}").json()["rows"]
+    mine = [r for r in rows if r["queue"] == name]
+    assert [(r["message_id"], r["receive_count"], r["region"]) for r in mine] == [
+        (sent, 1, "us-east-1"),
+        (sent, 2, "us-east-1"),
+    ]
+    queues = httpx.get(f"{endpoint.url}/_sqs/queues").json()["queues"]
+    assert {"name": name, "region": "us-east-1", "fifo": True} == {
+        k: v
+        for q in queues
+        if q["name"] == name
+        for k, v in q.items()
+        if k in ("name", "region", "fifo")
+    }

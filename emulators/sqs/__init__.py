@@ -1,4 +1,4 @@
-"""SQS-compatible local endpoint (AWS JSON 1.0, Standard queues) with fault injection.
+"""SQS-compatible local endpoint (AWS JSON 1.0, Standard and FIFO queues) with fault injection.
 
 * :mod:`emulators.sqs.model`: queues and messages, pure (O(log n) per call);
 * :mod:`emulators.sqs.protocol`: the JSON 1.0 protocol and AWS's error shapes;

@@ -1,4 +1,5 @@
-"""SQS Standard queues as a pure data model: no I/O, an injected clock and an injected RNG.
+"""SQS Standard and FIFO queues as a pure data model: no I/O, an injected clock and an injected
+RNG.
 
 Every call costs O(log n) or better in queue depth, and memory is proportional to the messages
 held (plus, for a while, the in-flight entries of messages deleted recently; see below):
@@ -22,7 +23,12 @@ once-per-60-seconds rule, ``QueueDeletedRecently`` for 60 seconds after ``Delete
 120,000 in-flight limit, and the MD5 digests of bodies and attributes. Errors are
 :class:`SqsError` with AWS's error shapes, query-compatible codes and HTTP statuses.
 
-Only Standard queues: a FIFO queue is refused with ``UnsupportedOperation``.
+FIFO queues (:class:`Queue` keeps their messages per :class:`Group`): order per message group,
+no hand-out from a group while a message of it is in flight, deduplication ids remembered for 5
+minutes (per queue or per group), content-based deduplication, sequence numbers,
+ReceiveRequestAttemptId, the in-flight limit and the throughput quotas, high-throughput mode.
+Also AddPermission/RemovePermission (the policy document SQS builds) and tags. One model is one
+account in one region; the protocol keeps one per region.
 
 Fault hooks (:class:`FaultHooks`) let the chaos layer decide, per call, whether a receive hands
 out a duplicate, whether a received message's visibility expires at once, and whether a delete
@@ -62,6 +68,49 @@ PURGE_INTERVAL = 60.0
 DELETED_QUEUE_COOLDOWN = 60.0
 MAX_MOVE_RATE = 500
 MOVE_TASKS_KEPT = 10
+FIFO_SUFFIX = ".fifo"
+# The API reference (ChangeMessageVisibility): "For FIFO queues, there can be a maximum of
+# 120,000 in flight messages ... If you reach this limit, Amazon SQS returns no error messages"
+# (the limit was 20,000 until 2024): a receive at the limit hands out nothing.
+FIFO_MAX_INFLIGHT = 120_000
+DEDUPLICATION_INTERVAL = 300.0  # FIFO: a deduplication id is remembered for 5 minutes
+RECEIVE_ATTEMPT_INTERVAL = 300.0  # FIFO: a ReceiveRequestAttemptId is honoured for 5 minutes
+# FIFO throughput quotas (Developer Guide, "Amazon SQS FIFO queue quotas"): 300 calls per second
+# per API action and queue (a batch is one call: 3,000 messages per second); in high-throughput
+# mode (DeduplicationScope=messageGroup, FifoThroughputLimit=perMessageGroupId) the per-queue
+# quota is up to 70,000 per action (the largest regions') and 300 per second per message group.
+FIFO_CALLS_PER_SECOND = 300
+HIGH_THROUGHPUT_CALLS_PER_SECOND = 70_000
+GROUP_CALLS_PER_SECOND = 300
+MAX_PERMISSION_ACTIONS = 7
+MAX_TAGS = 50
+# Actions AddPermission may grant (AddPermission's own and the like are the owner's alone).
+PERMISSION_ACTIONS = frozenset(
+    {
+        "*",
+        "SendMessage",
+        "ReceiveMessage",
+        "DeleteMessage",
+        "ChangeMessageVisibility",
+        "GetQueueAttributes",
+        "GetQueueUrl",
+        "ListDeadLetterSourceQueues",
+        "PurgeQueue",
+        "ListQueueTags",
+    }
+)
+OWNER_ONLY_ACTIONS = frozenset(
+    {
+        "AddPermission",
+        "RemovePermission",
+        "CreateQueue",
+        "DeleteQueue",
+        "SetQueueAttributes",
+        "TagQueue",
+        "UntagQueue",
+        "ListQueues",
+    }
+)
 
 # name -> (minimum, maximum, default) for the integer queue attributes
 INT_ATTRIBUTES: dict[str, tuple[int, int, int]] = {
@@ -75,6 +124,18 @@ INT_ATTRIBUTES: dict[str, tuple[int, int, int]] = {
 STRING_ATTRIBUTES = frozenset(
     {"Policy", "RedrivePolicy", "RedriveAllowPolicy", "KmsMasterKeyId", "SqsManagedSseEnabled"}
 )
+# FIFO queues only: name -> allowed values (FifoQueue itself is set at creation only)
+FIFO_CHOICES: dict[str, tuple[str, ...]] = {
+    "ContentBasedDeduplication": ("true", "false"),
+    "DeduplicationScope": ("messageGroup", "queue"),
+    "FifoThroughputLimit": ("perQueue", "perMessageGroupId"),
+}
+FIFO_DEFAULTS = {
+    "FifoQueue": "true",
+    "ContentBasedDeduplication": "false",
+    "DeduplicationScope": "queue",
+    "FifoThroughputLimit": "perQueue",
+}
 SETTABLE_ATTRIBUTES = frozenset(INT_ATTRIBUTES) | STRING_ATTRIBUTES
 FIFO_ATTRIBUTES = frozenset(
     {"FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit"}
@@ -107,6 +168,12 @@ SYSTEM_ATTRIBUTE_NAMES = frozenset(
 
 _NO_ATTRIBUTES: dict[str, dict[str, Any]] = {}  # shared by messages without attributes
 _QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+_FIFO_QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,75}\.fifo$")
+# MessageGroupId, MessageDeduplicationId, ReceiveRequestAttemptId: alphanumerics and
+# punctuation, i.e. printable ASCII without the space, up to 128 characters.
+_FIFO_TOKEN_RE = re.compile(r"^[!-~]{1,128}$")
+_PERMISSION_LABEL_RE = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+_ACCOUNT_ID_RE = re.compile(r"^\d{12}$")
 _BATCH_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _ATTRIBUTE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 # Characters SQS refuses in a body or string attribute (W3C XML 1.0 Char production).
@@ -144,8 +211,8 @@ ERROR_SHAPES: dict[str, tuple[str, int]] = {
 }
 
 
-def queue_arn(name: str) -> str:
-    return f"arn:aws:sqs:{REGION}:{ACCOUNT_ID}:{name}"
+def queue_arn(name: str, region: str = REGION, account_id: str = ACCOUNT_ID) -> str:
+    return f"arn:aws:sqs:{region}:{account_id}:{name}"
 
 
 class SqsError(Exception):
@@ -269,11 +336,15 @@ class Message:
         "size",
         "sent_at",
         "first_received_at",
+        "received_at",
         "receive_count",
         "state",
         "gen",
         "token",
         "dlq_source_arn",
+        "group_id",
+        "deduplication_id",
+        "sequence_number",
     )
 
     def __init__(
@@ -295,11 +366,15 @@ class Message:
         self.size = size
         self.sent_at = sent_at
         self.first_received_at: float | None = None
+        self.received_at = 0.0  # the latest receive (a message's visibility ends 12 h after it)
         self.receive_count = 0
         self.state = VISIBLE
         self.gen = 0  # bumped whenever a heap entry for this message goes stale
         self.token = 0  # the current receipt's token (0: never received)
         self.dlq_source_arn: str | None = None
+        self.group_id: str | None = None  # FIFO queues, and fair (standard) queues
+        self.deduplication_id: str | None = None  # FIFO queues only
+        self.sequence_number: str | None = None  # FIFO queues only
 
     def system_attribute_values(self, names: Iterable[str]) -> dict[str, str]:
         wanted = set(names)
@@ -321,21 +396,29 @@ class Message:
             out["AWSTraceHeader"] = str(self.system_attributes["AWSTraceHeader"]["StringValue"])
         if want("DeadLetterQueueSourceArn") and self.dlq_source_arn is not None:
             out["DeadLetterQueueSourceArn"] = self.dlq_source_arn
+        if want("MessageGroupId") and self.group_id is not None:
+            out["MessageGroupId"] = self.group_id
+        if want("MessageDeduplicationId") and self.deduplication_id is not None:
+            out["MessageDeduplicationId"] = self.deduplication_id
+        if want("SequenceNumber") and self.sequence_number is not None:
+            out["SequenceNumber"] = self.sequence_number
         return out
 
     def select_attributes(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """The message attributes a receive asked for (``All``, ``.*``, ``prefix.*``, names)."""
+        """The message attributes a receive asked for: ``All`` or ``.*`` (every one), a name,
+        or ``prefix.*`` (every name that starts with ``prefix``: the API reference's "all
+        message attributes starting with a prefix, for example bar.*")."""
         names = list(names)
         if not names or not self.attributes:
             return {}
         if "All" in names or ".*" in names:
             return self.attributes
-        prefixes = [n[:-2] for n in names if n.endswith(".*")]
+        prefixes = tuple(n[:-2] for n in names if n.endswith(".*"))
         exact = set(names)
         return {
             k: v
             for k, v in self.attributes.items()
-            if k in exact or any(k.startswith(p + ".") for p in prefixes)
+            if k in exact or (prefixes and k.startswith(prefixes))
         }
 
 
@@ -354,14 +437,67 @@ class SendEntry:
     delay_seconds: int | None = None
     attributes: dict[str, dict[str, Any]] = field(default_factory=dict)
     system_attributes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    group_id: str | None = None
+    deduplication_id: str | None = None
+
+
+class Group:
+    """One message group of a FIFO queue: its messages in send order, and how many of them are
+    in flight (while any is, the group hands out nothing more)."""
+
+    __slots__ = ("messages", "inflight")
+
+    def __init__(self) -> None:
+        self.messages: OrderedDict[str, Message] = OrderedDict()
+        self.inflight = 0
+
+    def head(self) -> Message | None:
+        return next(iter(self.messages.values()), None)
+
+
+@dataclass
+class ReceiveAttempt:
+    """A FIFO ReceiveMessage that may be retried with its ReceiveRequestAttemptId."""
+
+    expires_at: float
+    handed: list[tuple[Message, int, int]]  # (message, token of that hand-out, its gen)
+
+
+class RateBucket:
+    """A token bucket holding at most one second of calls (the quotas are per second)."""
+
+    __slots__ = ("tokens", "at")
+
+    def __init__(self, rate: int, now: float) -> None:
+        self.tokens = float(rate)
+        self.at = now
+
+    def refill(self, rate: int, now: float) -> float:
+        if now > self.at:
+            self.tokens = min(float(rate), self.tokens + (now - self.at) * rate)
+            self.at = now
+        return self.tokens
 
 
 class Queue:
-    """One Standard queue. Mutated only through :class:`SqsModel`."""
+    """One queue (Standard or FIFO). Mutated only through :class:`SqsModel`.
 
-    def __init__(self, name: str, created_at: float) -> None:
+    A FIFO queue also keeps its messages per message group (:class:`Group`, send order) and the
+    groups that can hand out a message now (``ready``: no message of the group in flight and
+    its first message visible), so a receive takes the first ready group in O(1) and a group's
+    next message is never handed out while an earlier one is in flight. Every state change
+    below keeps ``ready`` current in O(1).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        created_at: float,
+        arn: str | None = None,
+        fifo: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
-        self.arn = queue_arn(name)
+        self.arn = arn if arn is not None else queue_arn(name)
         self.created_at = created_at
         self.modified_at = created_at
         self.ints: dict[str, int] = {k: v[2] for k, v in INT_ATTRIBUTES.items()}
@@ -378,10 +514,26 @@ class Queue:
         self.stale_delayed = 0
         self.last_purge: float | None = None
         self._seq = itertools.count()
+        # FIFO only: the FIFO attributes, groups, ready groups, deduplication ids (key ->
+        # (expires at, message id, sequence number), oldest first), receive attempts.
+        self.fifo_attributes: dict[str, str] | None = dict(fifo) if fifo is not None else None
+        self.groups: dict[str, Group] = {}
+        self.ready: OrderedDict[str, None] = OrderedDict()
+        self.dedup: OrderedDict[str, tuple[float, str, str]] = OrderedDict()
+        self.attempts: OrderedDict[str, ReceiveAttempt] = OrderedDict()
+        self.last_sequence = 0
+        # FIFO throughput: a bucket per API action, and per (action, group) in high-throughput
+        # mode, least recently used first (idle ones are dropped: memory stays bounded).
+        self.rates: dict[str, RateBucket] = {}
+        self.group_rates: OrderedDict[tuple[str, str], RateBucket] = OrderedDict()
         #: structure operations performed (dict/heap inserts, removals, pops); for tests
         self.ops = 0
 
     # -- attributes ---------------------------------------------------------------------------
+    @property
+    def fifo(self) -> bool:
+        return self.fifo_attributes is not None
+
     @property
     def visibility_timeout(self) -> int:
         return self.ints["VisibilityTimeout"]
@@ -402,6 +554,63 @@ class Queue:
     def receive_wait_seconds(self) -> int:
         return self.ints["ReceiveMessageWaitTimeSeconds"]
 
+    # -- FIFO groups (each O(1)) --------------------------------------------------------------
+    def _refresh_group(self, group_id: str) -> None:
+        """Put a group in ``ready`` (at the end) or take it out, as its state says."""
+        group = self.groups.get(group_id)
+        head = group.head() if group is not None else None
+        if group is not None and head is not None and group.inflight == 0 and head.state == VISIBLE:
+            if group_id not in self.ready:
+                self.ready[group_id] = None
+                self.ops += 1
+        elif self.ready.pop(group_id, 0) is None:
+            self.ops += 1
+
+    @property
+    def high_throughput(self) -> bool:
+        fifo = self.fifo_attributes
+        return fifo is not None and fifo["FifoThroughputLimit"] == "perMessageGroupId"
+
+    def admit(self, action: str, groups: Iterable[str | None], now: float) -> bool:
+        """Whether a FIFO call of ``action`` (touching ``groups``) is within the throughput
+        quotas; if so it is counted. O(1) per group named, amortised."""
+        high = self.high_throughput
+        rate = HIGH_THROUGHPUT_CALLS_PER_SECOND if high else FIFO_CALLS_PER_SECOND
+        bucket = self.rates.get(action)
+        if bucket is None:
+            bucket = self.rates[action] = RateBucket(rate, now)
+        wanted = [bucket.refill(rate, now)]
+        group_buckets: list[RateBucket] = []
+        if high:
+            group_rates = self.group_rates
+            while group_rates:  # drop buckets idle for a second or more (they are full again)
+                key, oldest = next(iter(group_rates.items()))
+                if now - oldest.at < 1.0:
+                    break
+                del group_rates[key]
+            for group in {g for g in groups if g is not None}:
+                key = (action, group)
+                gb = group_rates.pop(key, None) or RateBucket(GROUP_CALLS_PER_SECOND, now)
+                group_rates[key] = gb  # most recently used last
+                wanted.append(gb.refill(GROUP_CALLS_PER_SECOND, now))
+                group_buckets.append(gb)
+        if min(wanted) < 1.0:
+            return False
+        bucket.tokens -= 1.0
+        for gb in group_buckets:
+            gb.tokens -= 1.0
+        return True
+
+    def _group_of(self, msg: Message) -> str | None:
+        return msg.group_id if self.fifo_attributes is not None else None
+
+    def next_sequence_number(self, now: float) -> str:
+        """A 20-digit number, larger than every earlier one of this queue and not consecutive
+        (time in microseconds, shifted, plus a counter), as SQS's FIFO sequence numbers are."""
+        candidate = (int(now * 1_000_000) << 8) % 10**20
+        self.last_sequence = max(self.last_sequence + 1, candidate)
+        return f"{self.last_sequence:020d}"
+
     # -- structure primitives (each O(1) or O(log n)) -----------------------------------------
     def _push(self, heap: list[tuple[float, int, int, Message]], at: float, msg: Message) -> None:
         heapq.heappush(heap, (at, next(self._seq), msg.gen, msg))
@@ -411,16 +620,36 @@ class Queue:
         msg.state = VISIBLE
         self.visible[msg.id] = msg
         self.ops += 1
+        group_id = self._group_of(msg)
+        if group_id is not None:
+            self._refresh_group(group_id)
 
     def make_inflight(self, msg: Message, until: float) -> None:
         msg.state = INFLIGHT
         self.inflight_count += 1
         self._push(self.inflight_heap, until, msg)
+        group_id = self._group_of(msg)
+        if group_id is not None:
+            group = self.groups.get(group_id)
+            if group is not None:
+                group.inflight += 1
+            self._refresh_group(group_id)
 
     def make_delayed(self, msg: Message, until: float) -> None:
         msg.state = DELAYED
         self.delayed_count += 1
         self._push(self.delayed_heap, until, msg)
+        group_id = self._group_of(msg)
+        if group_id is not None:
+            self._refresh_group(group_id)
+
+    def _inflight_ended(self, msg: Message) -> None:
+        self.inflight_count -= 1
+        group_id = self._group_of(msg)
+        if group_id is not None:
+            group = self.groups.get(group_id)
+            if group is not None:
+                group.inflight -= 1
 
     def leave_state(self, msg: Message) -> None:
         """Take a message out of whatever structure holds it (not out of ``messages``)."""
@@ -428,7 +657,7 @@ class Queue:
             if self.visible.pop(msg.id, None) is not None:
                 self.ops += 1
         elif msg.state == INFLIGHT:
-            self.inflight_count -= 1
+            self._inflight_ended(msg)
             self.stale_inflight += 1
             msg.gen += 1
         elif msg.state == DELAYED:
@@ -442,10 +671,24 @@ class Queue:
         self.leave_state(msg)
         if self.messages.pop(msg.id, None) is not None:
             self.ops += 1
+        group_id = self._group_of(msg)
+        if group_id is not None:
+            group = self.groups.get(group_id)
+            if group is not None:
+                group.messages.pop(msg.id, None)
+                if not group.messages:
+                    del self.groups[group_id]
+            self._refresh_group(group_id)
 
     def add(self, msg: Message) -> None:
         self.messages[msg.id] = msg
         self.ops += 1
+        group_id = self._group_of(msg)
+        if group_id is not None:
+            group = self.groups.get(group_id)
+            if group is None:
+                group = self.groups[group_id] = Group()
+            group.messages[msg.id] = msg
 
     def advance(self, now: float) -> int:
         """Due delayed and in-flight messages become visible, expired ones go. Returns how many
@@ -468,7 +711,7 @@ class Queue:
             if msg.gen != gen or msg.state != INFLIGHT:
                 self.stale_inflight -= 1
                 continue
-            self.inflight_count -= 1
+            self._inflight_ended(msg)
             self.make_visible(msg)
             became += 1
         retention = self.retention
@@ -477,8 +720,27 @@ class Queue:
             if msg.sent_at + retention > now:
                 break
             self.forget(msg)
+        if self.fifo_attributes is not None:
+            self._expire_fifo_records(now)
         self._compact()
         return became
+
+    def _expire_fifo_records(self, now: float) -> None:
+        """Drop deduplication ids and receive attempts past their 5 minutes (oldest first)."""
+        dedup = self.dedup
+        while dedup:
+            key, (expires_at, _, _) = next(iter(dedup.items()))
+            if expires_at > now:
+                break
+            del dedup[key]
+            self.ops += 1
+        attempts = self.attempts
+        while attempts:
+            key, attempt = next(iter(attempts.items()))
+            if attempt.expires_at > now:
+                break
+            del attempts[key]
+            self.ops += 1
 
     def _compact(self) -> None:
         """Rebuild a heap from its live entries once stale ones outnumber them."""
@@ -519,6 +781,9 @@ class Queue:
         self.delayed_heap.clear()
         self.inflight_count = self.delayed_count = 0
         self.stale_inflight = self.stale_delayed = 0
+        self.groups.clear()
+        self.ready.clear()
+        self.attempts.clear()
 
 
 @dataclass
@@ -563,6 +828,28 @@ def _as_int(value: Any) -> int | None:
     if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
         return int(value)
     return None
+
+
+def _parse_policy(value: str) -> str:
+    """A queue policy: a JSON object (kept compact, as SQS returns it)."""
+    try:
+        policy = json.loads(value)
+    except ValueError:
+        policy = None
+    if not isinstance(policy, dict):
+        raise SqsError("InvalidAttributeValue", "Invalid value for the parameter Policy.")
+    return json.dumps(policy, separators=(",", ":"))
+
+
+def _validate_tags(queue: str, tags: Mapping[str, Any], existing: Mapping[str, str]) -> None:
+    """Tag keys 1-128 characters, values up to 256, at most 50 tags on a queue."""
+    for key, value in tags.items():
+        if not isinstance(key, str) or not 1 <= len(key) <= 128:
+            raise invalid_parameter("Tag keys must be between 1 and 128 characters in length.")
+        if not isinstance(value, str) or len(value) > 256:
+            raise invalid_parameter("Tag values may only be up to 256 characters in length.")
+    if len(set(existing) | set(tags)) > MAX_TAGS:
+        raise invalid_parameter(f"Too many tags added for queue {queue}.")
 
 
 def validate_batch_ids(entries: list[Any], kind: str) -> None:
@@ -610,7 +897,10 @@ def _validate_message_attributes(attributes: Mapping[str, Mapping[str, Any]]) ->
             or name.endswith(".")
             or ".." in name
         ):
-            raise invalid_parameter(f"The message attribute name '{name}' is invalid.")
+            raise invalid_parameter(
+                f"The message attribute name '{name}' is invalid. Attribute name can contain "
+                "A-Z, a-z, 0-9, underscore (_), hyphen (-), and period (.) characters."
+            )
         data_type = value.get("DataType")
         if not isinstance(data_type, str) or not data_type:
             raise invalid_parameter(
@@ -619,8 +909,8 @@ def _validate_message_attributes(attributes: Mapping[str, Mapping[str, Any]]) ->
         base = data_type.split(".", 1)[0]
         if base not in ("String", "Number", "Binary"):
             raise invalid_parameter(
-                f"The type of message (user) attribute '{name}' is invalid. You must use only "
-                "the following supported type prefixes: Binary, Number, String."
+                f"The message attribute '{name}' has an invalid message attribute type, the set "
+                "of supported type prefixes is Binary, Number, and String."
             )
         if base == "Binary":
             raw = value.get("BinaryValue")
@@ -670,11 +960,12 @@ def decode_receipt_handle(handle: str) -> tuple[str, str, int] | None:
 # The model
 # ---------------------------------------------------------------------------------------------
 class SqsModel:
-    """All queues of one account and region.
+    """All queues of one account in one region.
 
     ``clock`` returns epoch seconds (inject a fake one in tests); ``rng`` makes message ids and
     everything random repeatable; ``hooks`` is consulted for injected faults; ``on_visible`` is
-    called with a queue name whenever messages become visible in it (long polls wake on it).
+    called with a queue name whenever messages become visible in it (long polls wake on it);
+    ``account_id`` and ``region`` go into every queue ARN.
     """
 
     def __init__(
@@ -683,11 +974,17 @@ class SqsModel:
         rng: random.Random | None = None,
         hooks: FaultHooks = NO_FAULTS,
         on_visible: Callable[[str], None] | None = None,
+        account_id: str = ACCOUNT_ID,
+        region: str = REGION,
+        fifo_throughput_limits: bool = True,
     ) -> None:
         self.clock = clock
+        self.fifo_throughput_limits = fifo_throughput_limits
         self.rng = rng if rng is not None else random.Random()
         self.hooks = hooks
         self.on_visible = on_visible
+        self.account_id = account_id
+        self.region = region
         self.queues: dict[str, Queue] = {}
         self._by_arn: dict[str, Queue] = {}
         self._deleted: dict[str, float] = {}
@@ -702,6 +999,9 @@ class SqsModel:
         if count and self.on_visible is not None:
             self.on_visible(queue.name)
 
+    def arn(self, name: str) -> str:
+        return queue_arn(name, self.region, self.account_id)
+
     def queue(self, name: str) -> Queue:
         """The queue called ``name``, brought up to date with the clock."""
         queue = self.queues.get(name)
@@ -712,6 +1012,18 @@ class SqsModel:
 
     def queue_by_arn(self, arn: str) -> Queue | None:
         return self._by_arn.get(arn)
+
+    def _throttle(self, queue: Queue, action: str, groups: Iterable[str | None] = ()) -> None:
+        """Refuse a FIFO call over the throughput quotas with RequestThrottled."""
+        if (
+            queue.fifo_attributes is not None
+            and self.fifo_throughput_limits
+            and not queue.admit(action, groups, self.clock())
+        ):
+            raise SqsError(
+                "RequestThrottled",
+                f"Rate exceeded: {action} on FIFO queue {queue.name} is over its throughput quota.",
+            )
 
     def reset(self) -> None:
         """Drop every queue, move task and deleted-queue record."""
@@ -724,24 +1036,32 @@ class SqsModel:
 
     # -- queue management ---------------------------------------------------------------------
     def _parse_attributes(
-        self, queue_name: str, attributes: Mapping[str, Any], creating: bool
-    ) -> tuple[dict[str, int], dict[str, str], tuple[str, int] | None | bool]:
-        """Validate queue attributes. Returns (ints, strings, redrive) where redrive is False
-        when RedrivePolicy is not being set, None when it is being removed."""
+        self, queue_name: str, attributes: Mapping[str, Any], creating: bool, fifo: bool
+    ) -> tuple[dict[str, int], dict[str, str], tuple[str, int] | None | bool, dict[str, str]]:
+        """Validate queue attributes. Returns (ints, strings, redrive, fifo attributes) where
+        redrive is False when RedrivePolicy is not being set, None when it is being removed."""
         ints: dict[str, int] = {}
         strings: dict[str, str] = {}
+        fifo_values: dict[str, str] = {}
         redrive: tuple[str, int] | None | bool = False
         for attr, raw in attributes.items():
-            if attr in FIFO_ATTRIBUTES:
-                if attr == "FifoQueue" and str(raw).lower() == "false" and creating:
-                    continue
-                raise SqsError(
-                    "UnsupportedOperation",
-                    "FIFO queues are not supported by this endpoint (Standard queues only).",
-                )
+            value = "" if raw is None else str(raw)
+            if attr == "FifoQueue":
+                # Set at creation only (create_queue checks it against the name).
+                if not creating:
+                    raise SqsError("InvalidAttributeName", f"Unknown Attribute {attr}.")
+                continue
+            if attr in FIFO_CHOICES:
+                if not fifo:  # a Standard queue has no FIFO attributes
+                    raise SqsError("InvalidAttributeName", f"Unknown Attribute {attr}.")
+                if value not in FIFO_CHOICES[attr]:
+                    raise SqsError(
+                        "InvalidAttributeValue", f"Invalid value for the parameter {attr}."
+                    )
+                fifo_values[attr] = value
+                continue
             if attr not in SETTABLE_ATTRIBUTES:
                 raise SqsError("InvalidAttributeName", f"Unknown Attribute {attr}.")
-            value = "" if raw is None else str(raw)
             if attr in INT_ATTRIBUTES:
                 low, high, _ = INT_ATTRIBUTES[attr]
                 number = _as_int(value)
@@ -751,9 +1071,11 @@ class SqsModel:
                     )
                 ints[attr] = number
             elif attr == "RedrivePolicy":
-                redrive = None if value == "" else self._parse_redrive(queue_name, value)
+                redrive = None if value == "" else self._parse_redrive(queue_name, value, fifo)
             elif attr == "RedriveAllowPolicy":
                 strings[attr] = self._parse_redrive_allow(value) if value else ""
+            elif attr == "Policy":
+                strings[attr] = _parse_policy(value) if value else ""
             elif attr == "SqsManagedSseEnabled":
                 if value.lower() not in ("true", "false"):
                     raise SqsError(
@@ -762,9 +1084,9 @@ class SqsModel:
                 strings[attr] = value.lower()
             else:
                 strings[attr] = value
-        return ints, strings, redrive
+        return ints, strings, redrive, fifo_values
 
-    def _parse_redrive(self, name: str, value: str) -> tuple[str, int]:
+    def _parse_redrive(self, name: str, value: str, fifo: bool) -> tuple[str, int]:
         def bad(reason: str) -> SqsError:
             return invalid_parameter(
                 f"Value {value} for parameter RedrivePolicy is invalid. Reason: {reason}"
@@ -790,11 +1112,15 @@ class SqsModel:
         dlq = self._by_arn.get(target)
         if dlq is None:
             raise bad("Dead letter target does not exist.")
+        if dlq.fifo != fifo:
+            # The Developer Guide: the dead-letter queue of a FIFO queue must be a FIFO queue,
+            # and that of a standard queue a standard queue.
+            raise bad("Dead-letter queue must be the same type of queue as the source queue.")
         allow = dlq.strings.get("RedriveAllowPolicy")
         if allow:
             rules = json.loads(allow)
             permission = rules.get("redrivePermission")
-            source_arn = queue_arn(name)
+            source_arn = self.arn(name)
             if permission == "denyAll" or (
                 permission == "byQueue" and source_arn not in rules.get("sourceQueueArns", [])
             ):
@@ -827,21 +1153,62 @@ class SqsModel:
             raise bad("sourceQueueArns can be specified only when redrivePermission is byQueue.")
         return json.dumps(policy, separators=(",", ":"))
 
+    @staticmethod
     def _apply_attributes(
-        self,
         queue: Queue,
         ints: dict[str, int],
         strings: dict[str, str],
         redrive: tuple[str, int] | None | bool,
+        fifo_values: dict[str, str],
     ) -> None:
         queue.ints.update(ints)
         for name, value in strings.items():
-            if value == "" and name != "Policy":
+            if value == "":  # an empty value removes the attribute (Policy="" included)
                 queue.strings.pop(name, None)
             else:
                 queue.strings[name] = value
         if redrive is not False:
             queue.redrive = redrive if isinstance(redrive, tuple) else None
+        if queue.fifo_attributes is not None:
+            queue.fifo_attributes.update(fifo_values)
+            if (
+                queue.fifo_attributes["FifoThroughputLimit"] == "perMessageGroupId"
+                and queue.fifo_attributes["DeduplicationScope"] != "messageGroup"
+            ):
+                # High throughput: the Developer Guide pairs perMessageGroupId with
+                # messageGroup deduplication; SQS refuses perMessageGroupId with queue scope.
+                raise SqsError(
+                    "InvalidAttributeValue",
+                    "Invalid value for the parameter FifoThroughputLimit. Reason: "
+                    "perMessageGroupId is only available when DeduplicationScope is "
+                    "messageGroup.",
+                )
+
+    @staticmethod
+    def _fifo_requested(name: str, attributes: Mapping[str, Any]) -> bool:
+        """Whether CreateQueue asks for a FIFO queue; refuses a name and a FifoQueue attribute
+        that disagree (a FIFO queue's name must end in .fifo, and only a FIFO queue's may)."""
+        raw = attributes.get("FifoQueue")
+        value = None if raw is None else str(raw).lower()
+        if value is not None and value not in ("true", "false"):
+            raise SqsError("InvalidAttributeValue", "Invalid value for the parameter FifoQueue.")
+        wants_fifo = value == "true"
+        if wants_fifo and not _FIFO_QUEUE_NAME_RE.match(name):
+            raise invalid_parameter(
+                "The name of a FIFO queue can only include alphanumeric characters, hyphens, "
+                "or underscores, must end with .fifo suffix and be 1 to 80 in length."
+            )
+        if not wants_fifo and name.endswith(FIFO_SUFFIX):
+            raise invalid_parameter(
+                "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in "
+                "length"
+            )
+        if not wants_fifo and not _QUEUE_NAME_RE.match(name):
+            raise invalid_parameter(
+                "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in "
+                "length"
+            )
+        return wants_fifo
 
     def create_queue(
         self,
@@ -850,31 +1217,31 @@ class SqsModel:
         tags: Mapping[str, str] | None = None,
     ) -> Queue:
         if not isinstance(name, str) or not name:
-            raise missing_parameter("QueueName")
-        if name.endswith(".fifo"):
-            raise SqsError(
-                "UnsupportedOperation",
-                "FIFO queues are not supported by this endpoint (Standard queues only).",
-            )
-        if not _QUEUE_NAME_RE.match(name):
             raise invalid_parameter(
                 "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in "
                 "length"
             )
         attributes = dict(attributes or {})
+        fifo = self._fifo_requested(name, attributes)
         now = self.clock()
         existing = self.queues.get(name)
-        ints, strings, redrive = self._parse_attributes(name, attributes, creating=True)
+        ints, strings, redrive, fifo_values = self._parse_attributes(
+            name, attributes, creating=True, fifo=fifo
+        )
+        if tags is not None:
+            _validate_tags(name, tags, {})
         if existing is not None:
             current = self.queue_attributes(name, ["All"])
             for key, raw in attributes.items():
-                if key in FIFO_ATTRIBUTES:
-                    continue
                 wanted = str(raw)
                 if key in INT_ATTRIBUTES:
                     wanted = str(ints[key])
                 elif key == "RedrivePolicy" and isinstance(redrive, tuple):
                     wanted = _redrive_json(redrive)
+                elif key == "FifoQueue":
+                    wanted = "true" if fifo else ""
+                elif key == "Policy" and strings.get(key):
+                    wanted = strings[key]
                 if current.get(key, "") != wanted:
                     raise SqsError(
                         "QueueNameExists",
@@ -890,9 +1257,9 @@ class SqsModel:
                 "with the same name.",
             )
         self._deleted.pop(name, None)
-        queue = Queue(name, now)
-        self._apply_attributes(queue, ints, strings, redrive)
-        queue.tags.update(tags or {})
+        queue = Queue(name, now, self.arn(name), dict(FIFO_DEFAULTS) if fifo else None)
+        self._apply_attributes(queue, ints, strings, redrive, fifo_values)
+        queue.tags.update({str(k): str(v) for k, v in (tags or {}).items()})
         self.queues[name] = queue
         self._by_arn[queue.arn] = queue
         return queue
@@ -945,8 +1312,9 @@ class SqsModel:
     def queue_attributes(self, name: str, names: Iterable[str] | None) -> dict[str, str]:
         queue = self.queue(name)
         wanted = list(names or [])
+        readable = READABLE_ATTRIBUTES if queue.fifo else READABLE_ATTRIBUTES - FIFO_ATTRIBUTES
         for attr in wanted:
-            if attr != "All" and attr not in READABLE_ATTRIBUTES:
+            if attr != "All" and attr not in readable:
                 raise SqsError("InvalidAttributeName", f"Unknown Attribute {attr}.")
         if not wanted:
             return {}
@@ -966,14 +1334,23 @@ class SqsModel:
         values.update(queue.strings)
         if queue.redrive is not None:
             values["RedrivePolicy"] = _redrive_json(queue.redrive)
+        if queue.fifo_attributes is not None:
+            values.update(queue.fifo_attributes)
         if every:
             return values
         return {k: values[k] for k in wanted if k in values}
 
     def set_queue_attributes(self, name: str, attributes: Mapping[str, Any]) -> None:
         queue = self.queue(name)
-        ints, strings, redrive = self._parse_attributes(name, attributes, creating=False)
-        self._apply_attributes(queue, ints, strings, redrive)
+        ints, strings, redrive, fifo_values = self._parse_attributes(
+            name, attributes, creating=False, fifo=queue.fifo
+        )
+        before = dict(queue.fifo_attributes) if queue.fifo_attributes is not None else None
+        try:
+            self._apply_attributes(queue, ints, strings, redrive, fifo_values)
+        except SqsError:
+            queue.fifo_attributes = before
+            raise
         queue.modified_at = self.clock()
 
     def dead_letter_source_queues(self, name: str) -> list[str]:
@@ -984,19 +1361,154 @@ class SqsModel:
 
     def tag_queue(self, name: str, tags: Mapping[str, str]) -> None:
         queue = self.queue(name)
-        if len(set(queue.tags) | set(tags)) > 50:
-            raise invalid_parameter("Too many tags added for queue. Maximum is 50.")
+        if not tags:
+            raise missing_parameter("Tags")
+        _validate_tags(name, tags, queue.tags)
         queue.tags.update({str(k): str(v) for k, v in tags.items()})
 
     def untag_queue(self, name: str, keys: Iterable[str]) -> None:
         queue = self.queue(name)
+        keys = list(keys)
+        if not keys or any(not isinstance(k, str) or not 1 <= len(k) <= 128 for k in keys):
+            raise invalid_parameter("Tag keys must be between 1 and 128 characters in length.")
         for key in keys:
             queue.tags.pop(key, None)
 
     def queue_tags(self, name: str) -> dict[str, str]:
         return dict(self.queue(name).tags)
 
+    # -- permissions (the queue policy AddPermission builds) ----------------------------------
+    def add_permission(self, name: str, label: Any, account_ids: Any, actions: Any) -> None:
+        """Add a statement to the queue's policy, as AddPermission builds it: Sid the label,
+        Principal the accounts' root ARNs, Action ``SQS:<action>``, Resource the queue."""
+        queue = self.queue(name)
+        if not isinstance(label, str) or not label:
+            raise missing_parameter("Label")
+        if not _PERMISSION_LABEL_RE.match(label):
+            raise invalid_parameter(
+                f"Value {label} for parameter Label is invalid. Reason: Can only include "
+                "alphanumeric characters, hyphens, or underscores. 1 to 80 in length."
+            )
+        if not isinstance(actions, list) or not actions:
+            raise missing_parameter("Actions")
+        if not isinstance(account_ids, list) or not account_ids:
+            raise invalid_parameter(
+                f"Value {account_ids if isinstance(account_ids, list) else '[]'} for parameter "
+                "PrincipalId is invalid. Reason: Unable to verify."
+            )
+        for account in account_ids:
+            if not isinstance(account, str) or not _ACCOUNT_ID_RE.match(account):
+                raise invalid_parameter(
+                    f"Value {account} for parameter PrincipalId is invalid. Reason: Unable to "
+                    "verify."
+                )
+        if len(actions) > MAX_PERMISSION_ACTIONS:
+            raise SqsError(
+                "OverLimit",
+                f"{len(actions)} Actions were found, maximum allowed is {MAX_PERMISSION_ACTIONS}.",
+            )
+        for action in actions:
+            if action in OWNER_ONLY_ACTIONS:
+                raise invalid_parameter(
+                    f"Value SQS:{action} for parameter ActionName is invalid. Reason: Only the "
+                    "queue owner is allowed to invoke this action."
+                )
+            if action not in PERMISSION_ACTIONS:
+                raise invalid_parameter(
+                    f"Value SQS:{action} for parameter ActionName is invalid. Reason: Please "
+                    "refer to the appropriate WSDL for a list of valid actions."
+                )
+        policy = self._policy(queue)
+        statements = policy["Statement"]
+        if any(isinstance(s, dict) and s.get("Sid") == label for s in statements):
+            raise invalid_parameter(
+                f"Value {label} for parameter Label is invalid. Reason: Already exists."
+            )
+        principals = [f"arn:aws:iam::{a}:root" for a in account_ids]
+        granted = [f"SQS:{a}" for a in actions]
+        statements.append(
+            {
+                "Sid": label,
+                "Effect": "Allow",
+                "Principal": {"AWS": principals[0] if len(principals) == 1 else principals},
+                "Action": granted[0] if len(granted) == 1 else granted,
+                "Resource": queue.arn,
+            }
+        )
+        queue.strings["Policy"] = json.dumps(policy, separators=(",", ":"))
+
+    def remove_permission(self, name: str, label: Any) -> None:
+        queue = self.queue(name)
+        if not isinstance(label, str) or not label:
+            raise missing_parameter("Label")
+        policy = self._policy(queue)
+        kept = [
+            s for s in policy["Statement"] if not (isinstance(s, dict) and s.get("Sid") == label)
+        ]
+        if len(kept) == len(policy["Statement"]):
+            raise invalid_parameter(
+                f"Value {label} for parameter Label is invalid. Reason: can't find label on "
+                "existing policy."
+            )
+        if kept:
+            policy["Statement"] = kept
+            queue.strings["Policy"] = json.dumps(policy, separators=(",", ":"))
+        else:
+            queue.strings.pop("Policy", None)
+
+    @staticmethod
+    def _policy(queue: Queue) -> dict[str, Any]:
+        """The queue's policy document (a fresh default one when it has none)."""
+        text = queue.strings.get("Policy")
+        if text:
+            policy = json.loads(text)
+            if isinstance(policy.get("Statement"), dict):
+                policy["Statement"] = [policy["Statement"]]
+            policy.setdefault("Statement", [])
+            return policy
+        return {"Version": "2012-10-17", "Id": f"{queue.arn}/SQSDefaultPolicy", "Statement": []}
+
     # -- messages -----------------------------------------------------------------------------
+    @staticmethod
+    def _check_queue_type_parameters(queue: Queue, entry: SendEntry) -> None:
+        """The parameters that depend on the queue's type, checked for the whole request (a
+        batch fails as a whole, as SQS answers): a FIFO message needs a group and a
+        deduplication id (or content-based deduplication) and takes no per-message delay; a
+        standard message takes no deduplication id (a group id makes it a fair-queue tenant)."""
+        group = entry.group_id
+        if group is not None and (not isinstance(group, str) or not _FIFO_TOKEN_RE.match(group)):
+            raise invalid_parameter(
+                f"Value {group} for parameter MessageGroupId is invalid. Reason: MessageGroupId "
+                "can only include alphanumeric and punctuation characters. 1 to 128 in length."
+            )
+        dedup = entry.deduplication_id
+        if dedup is not None and (not isinstance(dedup, str) or not _FIFO_TOKEN_RE.match(dedup)):
+            raise invalid_parameter(
+                f"Value {dedup} for parameter MessageDeduplicationId is invalid. Reason: "
+                "MessageDeduplicationId can only include alphanumeric and punctuation "
+                "characters. 1 to 128 in length."
+            )
+        fifo = queue.fifo_attributes
+        if fifo is None:
+            if dedup is not None:
+                raise invalid_parameter(
+                    f"Value {dedup} for parameter MessageDeduplicationId is invalid. Reason: The "
+                    "request include parameter that is not valid for this queue type."
+                )
+            return
+        if entry.delay_seconds:
+            raise invalid_parameter(
+                f"Value {entry.delay_seconds} for parameter DelaySeconds is invalid. Reason: The "
+                "request include parameter that is not valid for this queue type."
+            )
+        if group is None:
+            raise missing_parameter("MessageGroupId")
+        if dedup is None and fifo["ContentBasedDeduplication"] != "true":
+            raise invalid_parameter(
+                "The queue should either have ContentBasedDeduplication enabled or "
+                "MessageDeduplicationId provided explicitly"
+            )
+
     def _build_message(self, queue: Queue, entry: SendEntry) -> Message:
         body = entry.body
         if not isinstance(body, str) or body == "":
@@ -1022,7 +1534,7 @@ class SqsModel:
                 f"Value {delay} for parameter DelaySeconds is invalid. Reason: DelaySeconds "
                 "must be >= 0 and <= 900."
             )
-        return Message(
+        msg = Message(
             self._new_id(),
             body,
             dict(entry.attributes) if entry.attributes else _NO_ATTRIBUTES,
@@ -1030,9 +1542,34 @@ class SqsModel:
             self.clock(),
             size,
         )
+        msg.group_id = entry.group_id
+        if queue.fifo:
+            msg.deduplication_id = (
+                entry.deduplication_id or hashlib.sha256(body.encode("utf-8")).hexdigest()
+            )
+        return msg
 
     def _enqueue(self, queue: Queue, msg: Message, delay: int | None) -> bool:
-        """Put a new message in ``queue``; True when it is visible at once."""
+        """Put a new message in ``queue``; True when it is visible at once. A FIFO message
+        whose deduplication id was seen in the last 5 minutes is accepted but not enqueued: it
+        takes the first one's message id and sequence number (False)."""
+        fifo = queue.fifo_attributes
+        if fifo is not None:
+            dedup_id = msg.deduplication_id or ""
+            key = (
+                f"{msg.group_id}\x1f{dedup_id}"
+                if fifo["DeduplicationScope"] == "messageGroup"
+                else dedup_id
+            )
+            seen = queue.dedup.get(key)
+            if seen is not None and seen[0] > msg.sent_at:
+                msg.id, msg.sequence_number = seen[1], seen[2]
+                msg.state = GONE
+                return False
+            msg.sequence_number = queue.next_sequence_number(msg.sent_at)
+            queue.dedup.pop(key, None)
+            queue.dedup[key] = (msg.sent_at + DEDUPLICATION_INTERVAL, msg.id, msg.sequence_number)
+            queue.ops += 1
         queue.add(msg)
         delay = queue.delay_seconds if delay is None else delay
         if delay > 0:
@@ -1043,6 +1580,8 @@ class SqsModel:
 
     def send_message(self, name: str, entry: SendEntry) -> Message:
         queue = self.queue(name)
+        self._throttle(queue, "SendMessage", [entry.group_id])
+        self._check_queue_type_parameters(queue, entry)
         msg = self._build_message(queue, entry)
         if self._enqueue(queue, msg, entry.delay_seconds):
             self._notify(queue, 1)
@@ -1053,6 +1592,9 @@ class SqsModel:
     ) -> tuple[list[tuple[str, Message]], list[tuple[str, SqsError]]]:
         queue = self.queue(name)
         validate_batch_ids(entries, "SendMessageBatch")
+        self._throttle(queue, "SendMessageBatch", [e.group_id for e in entries])
+        for entry in entries:
+            self._check_queue_type_parameters(queue, entry)
         total = sum(len(e.body.encode("utf-8")) if isinstance(e.body, str) else 0 for e in entries)
         for e in entries:
             for attr_name, value in e.attributes.items():
@@ -1086,9 +1628,13 @@ class SqsModel:
         max_messages: int | None = None,
         visibility_timeout: int | None = None,
         wait_seconds: int | None = None,
+        attempt_id: str | None = None,
     ) -> list[Received]:
         """Hand out up to ``max_messages`` visible messages. ``wait_seconds`` is only
-        validated here: long polling is the caller's loop around this call."""
+        validated here: long polling is the caller's loop around this call. ``attempt_id``
+        (FIFO queues): a retry with the same ReceiveRequestAttemptId within 5 minutes, while
+        none of the messages was deleted or had its visibility changed, gets the same messages
+        and receipt handles again, their visibility timeout started anew."""
         if max_messages is not None and not 1 <= max_messages <= MAX_RECEIVE:
             raise invalid_parameter(
                 f"Value {max_messages} for parameter MaxNumberOfMessages is invalid. Reason: "
@@ -1104,21 +1650,82 @@ class SqsModel:
                 f"Value {visibility_timeout} for parameter VisibilityTimeout is invalid. "
                 "Reason: Must be >= 0 and <= 43200, if provided."
             )
+        if attempt_id is not None and (
+            not isinstance(attempt_id, str) or not _FIFO_TOKEN_RE.match(attempt_id)
+        ):
+            raise invalid_parameter(
+                f"Value {attempt_id} for parameter ReceiveRequestAttemptId is invalid. Reason: "
+                "ReceiveRequestAttemptId can only include alphanumeric and punctuation "
+                "characters. 1 to 128 in length."
+            )
         queue = self.queue(name)
-        if queue.inflight_count >= MAX_INFLIGHT:
+        self._throttle(queue, "ReceiveMessage")
+        wanted = max_messages or 1
+        if queue.fifo:
+            wanted = min(wanted, FIFO_MAX_INFLIGHT - queue.inflight_count)
+            if wanted <= 0:
+                return []
+        elif queue.inflight_count >= MAX_INFLIGHT:
             raise SqsError(
                 "OverLimit",
                 f"You have reached the limit of {MAX_INFLIGHT} in-flight messages for this queue.",
             )
-        wanted = max_messages or 1
         timeout = queue.visibility_timeout if visibility_timeout is None else visibility_timeout
         now = self.clock()
+        if queue.fifo and attempt_id is not None:
+            replayed = self._replay_attempt(queue, attempt_id, now + timeout)
+            if replayed is not None:
+                return replayed
         dlq: Queue | None = None
         max_count = 0
         if queue.redrive is not None:
             dlq = self._by_arn.get(queue.redrive[0])
             max_count = queue.redrive[1]
+        if queue.fifo:
+            out, moved_to_dlq = self._receive_fifo(queue, wanted, now, timeout, dlq, max_count)
+            if attempt_id is not None and out:
+                queue.attempts.pop(attempt_id, None)
+                queue.attempts[attempt_id] = ReceiveAttempt(
+                    now + RECEIVE_ATTEMPT_INTERVAL,
+                    [(r.message, r.message.token, r.message.gen) for r in out],
+                )
+        else:
+            out, moved_to_dlq = self._receive_standard(queue, wanted, now, timeout, dlq, max_count)
+        if dlq is not None and moved_to_dlq:
+            self._notify(dlq, moved_to_dlq)
+        return out
+
+    def _hand_out(self, queue: Queue, msg: Message, now: float, timeout: int) -> Received:
+        """Deliver one message (already out of ``visible``): count it, give it a new receipt,
+        put it in flight, unless a fault makes the copy a ghost or its visibility expire."""
+        msg.receive_count += 1
+        if msg.first_received_at is None:
+            msg.first_received_at = now
+        msg.received_at = now
+        msg.token = next(self._tokens)
+        received = Received(msg, encode_receipt_handle(queue.name, msg.id, msg.token))
         hooks = self.hooks
+        if hooks.duplicate(queue.name):
+            # Handed out, and still visible: the copy just handed out is a ghost whose
+            # receipt handle no longer deletes the message.
+            msg.token = next(self._tokens)
+            queue.make_visible(msg)
+        elif hooks.expire_on_receive(queue.name):
+            queue.make_inflight(msg, now)
+        else:
+            queue.make_inflight(msg, now + timeout)
+        return received
+
+    @staticmethod
+    def _move_to_dlq(queue: Queue, dlq: Queue, msg: Message) -> None:
+        queue.forget(msg)
+        msg.dlq_source_arn = queue.arn
+        dlq.add(msg)
+        dlq.make_visible(msg)
+
+    def _receive_standard(
+        self, queue: Queue, wanted: int, now: float, timeout: int, dlq: Queue | None, max_count: int
+    ) -> tuple[list[Received], int]:
         out: list[Received] = []
         budget = len(queue.visible)
         moved_to_dlq = 0
@@ -1126,34 +1733,70 @@ class SqsModel:
             budget -= 1
             _, msg = queue.visible.popitem(last=False)
             queue.ops += 1
+            msg.state = GONE  # out of ``visible``; each branch below gives it its next state
             if msg.sent_at + queue.retention <= now:  # e.g. an old message redriven here
-                msg.state = GONE
-                queue.messages.pop(msg.id, None)
+                queue.forget(msg)
                 continue
             if dlq is not None and dlq is not queue and msg.receive_count >= max_count:
-                queue.messages.pop(msg.id, None)
-                queue.ops += 1
-                msg.dlq_source_arn = queue.arn
-                dlq.add(msg)
-                dlq.make_visible(msg)
+                self._move_to_dlq(queue, dlq, msg)
                 moved_to_dlq += 1
                 continue
-            msg.receive_count += 1
-            if msg.first_received_at is None:
-                msg.first_received_at = now
-            msg.token = next(self._tokens)
-            out.append(Received(msg, encode_receipt_handle(queue.name, msg.id, msg.token)))
-            if hooks.duplicate(queue.name):
-                # Handed out, and still visible: the copy just handed out is a ghost whose
-                # receipt handle no longer deletes the message.
-                msg.token = next(self._tokens)
-                queue.make_visible(msg)
-            elif hooks.expire_on_receive(queue.name):
-                queue.make_inflight(msg, now)
-            else:
-                queue.make_inflight(msg, now + timeout)
-        if dlq is not None and moved_to_dlq:
-            self._notify(dlq, moved_to_dlq)
+            out.append(self._hand_out(queue, msg, now, timeout))
+        return out, moved_to_dlq
+
+    def _receive_fifo(
+        self, queue: Queue, wanted: int, now: float, timeout: int, dlq: Queue | None, max_count: int
+    ) -> tuple[list[Received], int]:
+        """Take the first ready group's messages in order (as many as wanted, stopping at one
+        that is not visible), then the next ready group's: SQS "tries to return as many
+        messages with the same message group ID as possible". Each group is visited once per
+        call; the cost is O(messages handed out + messages moved or expired) per call."""
+        out: list[Received] = []
+        moved_to_dlq = 0
+        visited: set[str] = set()
+        while len(out) < wanted and queue.ready:
+            group_id = next(iter(queue.ready))
+            if group_id in visited:
+                break
+            visited.add(group_id)
+            del queue.ready[group_id]
+            queue.ops += 1
+            group = queue.groups[group_id]
+            handed = 0  # messages of this group handed out by this call precede the next one
+            while len(out) < wanted:
+                msg = next(itertools.islice(group.messages.values(), handed, None), None)
+                if msg is None or msg.state != VISIBLE:
+                    break
+                queue.leave_state(msg)
+                if msg.sent_at + queue.retention <= now:
+                    queue.forget(msg)
+                    continue
+                if dlq is not None and dlq is not queue and msg.receive_count >= max_count:
+                    self._move_to_dlq(queue, dlq, msg)
+                    moved_to_dlq += 1
+                    continue
+                out.append(self._hand_out(queue, msg, now, timeout))
+                handed += 1
+            queue._refresh_group(group_id)
+        return out, moved_to_dlq
+
+    def _replay_attempt(self, queue: Queue, attempt_id: str, until: float) -> list[Received] | None:
+        """The messages of an earlier receive with this attempt id, if it can be replayed."""
+        attempt = queue.attempts.get(attempt_id)
+        if attempt is None:
+            return None
+        for msg, token, gen in attempt.handed:
+            if msg.state != INFLIGHT or msg.token != token or msg.gen != gen:
+                del queue.attempts[attempt_id]
+                return None
+        out: list[Received] = []
+        handed: list[tuple[Message, int, int]] = []
+        for msg, token, _ in attempt.handed:
+            queue.leave_state(msg)
+            queue.make_inflight(msg, until)
+            handed.append((msg, token, msg.gen))
+            out.append(Received(msg, encode_receipt_handle(queue.name, msg.id, token)))
+        attempt.handed = handed
         return out
 
     def _message_for(self, queue: Queue, handle: str) -> Message | None:
@@ -1173,6 +1816,7 @@ class SqsModel:
         if not isinstance(handle, str) or not handle:
             raise missing_parameter("ReceiptHandle")
         queue = self.queue(name)
+        self._throttle(queue, "DeleteMessage")
         self._delete(queue, handle)
 
     def _delete(self, queue: Queue, handle: str) -> None:
@@ -1186,6 +1830,7 @@ class SqsModel:
     ) -> tuple[list[str], list[tuple[str, SqsError]]]:
         queue = self.queue(name)
         validate_batch_ids(entries, "DeleteMessageBatch")
+        self._throttle(queue, "DeleteMessageBatch")
         ok: list[str] = []
         failed: list[tuple[str, SqsError]] = []
         for entry in entries:
@@ -1203,6 +1848,7 @@ class SqsModel:
 
     def change_message_visibility(self, name: str, handle: str, timeout: Any) -> None:
         queue = self.queue(name)
+        self._throttle(queue, "ChangeMessageVisibility")
         self._change_visibility(queue, handle, timeout)
 
     def _change_visibility(self, queue: Queue, handle: Any, timeout: Any) -> None:
@@ -1224,18 +1870,29 @@ class SqsModel:
             )
         if msg.state != INFLIGHT:
             raise SqsError("MessageNotInflight", "The specified message isn't in flight.")
+        now = self.clock()
+        if int(now - msg.received_at) + seconds > MAX_VISIBILITY_TIMEOUT:  # whole seconds
+            # ChangeMessageVisibility: "If you attempt to set the VisibilityTimeout to a value
+            # greater than the maximum time left, Amazon SQS returns an error" (12 hours from
+            # the receive).
+            raise invalid_parameter(
+                f"Value {timeout} for parameter VisibilityTimeout is invalid. Reason: Total "
+                f"VisibilityTimeout for the message is beyond the limit [{MAX_VISIBILITY_TIMEOUT} "
+                "seconds]"
+            )
         queue.leave_state(msg)
         if seconds == 0:
             queue.make_visible(msg)
             self._notify(queue, 1)
         else:
-            queue.make_inflight(msg, self.clock() + seconds)
+            queue.make_inflight(msg, now + seconds)
 
     def change_message_visibility_batch(
         self, name: str, entries: list[dict[str, Any]]
     ) -> tuple[list[str], list[tuple[str, SqsError]]]:
         queue = self.queue(name)
         validate_batch_ids(entries, "ChangeMessageVisibilityBatch")
+        self._throttle(queue, "ChangeMessageVisibilityBatch")
         ok: list[str] = []
         failed: list[tuple[str, SqsError]] = []
         for entry in entries:
@@ -1290,6 +1947,10 @@ class SqsModel:
             raise SqsError(
                 "ResourceNotFoundException",
                 "The resource that you specified for the DestinationArn parameter doesn't exist.",
+            )
+        if destination_arn is not None and self._by_arn[destination_arn].fifo != source.fifo:
+            raise invalid_parameter(
+                "The source queue and the destination queue must be of the same queue type."
             )
         if rate is not None and not 1 <= rate <= MAX_MOVE_RATE:
             raise invalid_parameter(
@@ -1369,13 +2030,10 @@ class SqsModel:
         due = min(due, limit)
         woken: dict[str, tuple[Queue, int]] = {}
         while due > 0 and source.visible:
-            _, msg = source.visible.popitem(last=False)
-            source.ops += 1
+            msg = next(iter(source.visible.values()))
             target_arn = task.destination_arn or msg.dlq_source_arn
             target = self._by_arn.get(target_arn) if target_arn else None
             if target is None:
-                source.visible[msg.id] = msg
-                source.visible.move_to_end(msg.id, last=False)
                 task.status = "FAILED"
                 task.failure_reason = (
                     f"The destination queue {target_arn} does not exist."
@@ -1383,7 +2041,7 @@ class SqsModel:
                     else "A message has no original source queue to move back to."
                 )
                 break
-            source.messages.pop(msg.id, None)
+            source.forget(msg)
             msg.receive_count = 0
             msg.first_received_at = None
             msg.dlq_source_arn = None

@@ -103,11 +103,14 @@ def start_ours(
     host: str = LOOPBACK,
     seed: int | None = None,
     timeout: float = START_TIMEOUT,
+    account_id: str | None = None,
 ) -> EndpointProcess:
     port = port or free_port(host)
     argv = [sys.executable, "-m", "emulators.sqs", "--host", host, "--port", str(port)]
     if seed is not None:
         argv += ["--seed", str(seed)]
+    if account_id is not None:
+        argv += ["--account-id", account_id]
     return _spawn("ours", argv, host, port, timeout)
 
 

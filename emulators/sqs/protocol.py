@@ -9,6 +9,12 @@ code (e.g. ``AWS.SimpleQueueService.NonExistentQueue``) and the SQS ``after-call
 the modelled exception named by the shape (``client.exceptions.QueueDoesNotExist``), exactly as
 against AWS.
 
+Queues are scoped by region, as on AWS: the region of a request is the one its SigV4
+credential scope names (``Credential=<key>/<date>/<region>/sqs/aws4_request``), else the one an
+AWS-style host names (``sqs.<region>.amazonaws.com``), else the endpoint's default; each region
+has its own :class:`SqsModel` (its queues, ARNs ``arn:aws:sqs:<region>:<account>:<name>``, move
+tasks). A queue URL is ``http://<host>/<account>/<name>``, the form moto's server answers too.
+
 Long polling (``WaitTimeSeconds``) waits on a future per waiting request, woken when messages
 become visible in that queue (a send, a visibility timeout ending, a redrive) or at the time the
 next in-flight or delayed message is due: no busy loop.
@@ -23,13 +29,14 @@ import itertools
 import json
 import logging
 import os
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from emulators.http_server import Request, Response
 from emulators.sqs.faults import FaultState
 from emulators.sqs.model import (
-    ACCOUNT_ID,
     Received,
     SendEntry,
     SqsError,
@@ -47,6 +54,30 @@ TARGET_PREFIX = "AmazonSQS."
 MOVE_STEP_SECONDS = 0.02
 
 THROTTLED = ("RequestThrottled", "Rate exceeded")
+_CREDENTIAL_REGION_RE = re.compile(r"Credential=[^/,\s]+/\d{8}/([a-z0-9-]+)/")
+_HOST_REGION_RE = re.compile(r"^sqs[.-]([a-z]{2}(?:-[a-z]+)+-\d)\.")
+
+
+def request_region(headers: dict[str, str], default: str) -> str:
+    """The region a request is for: its SigV4 credential scope, else an AWS-style host."""
+    match = _CREDENTIAL_REGION_RE.search(headers.get("authorization", ""))
+    if match:
+        return match.group(1)
+    match = _HOST_REGION_RE.match(headers.get("host", ""))
+    if match:
+        return match.group(1)
+    return default
+
+
+@dataclass
+class Call:
+    """What an operation needs besides its parameters: the URL base, region and its model."""
+
+    base: str
+    region: str
+    model: SqsModel
+
+
 INTERNAL = ("InternalError", "We encountered an internal error. Please try again.")
 
 
@@ -150,6 +181,8 @@ def _send_entry(params: dict[str, Any], entry_id: str = "") -> SendEntry:
         system_attributes=_decode_attributes(
             params.get("MessageSystemAttributes"), "MessageSystemAttributes"
         ),
+        group_id=params.get("MessageGroupId"),
+        deduplication_id=params.get("MessageDeduplicationId"),
     )
 
 
@@ -163,7 +196,8 @@ def _batch_error(entry_id: str, err: SqsError) -> dict[str, Any]:
 
 
 class SqsProtocol:
-    """Request handler for the SQS API on top of one :class:`SqsModel`."""
+    """Request handler for the SQS API: one :class:`SqsModel` per region, created on first use
+    with the default model's clock, RNG, fault hooks and account."""
 
     def __init__(
         self,
@@ -171,17 +205,19 @@ class SqsProtocol:
         faults: FaultState | None = None,
         base_url: str = "http://127.0.0.1",
     ) -> None:
-        self.model = model
+        self.model = model  # the default region's
+        self.models: dict[str, SqsModel] = {model.region: model}
         self.faults = faults if faults is not None else FaultState()
         self.base_url = base_url.rstrip("/")
-        self.waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self.waiters: dict[tuple[str, str], set[asyncio.Future[None]]] = {}
         self.ids = _Ids()
         self._mover: asyncio.Task[None] | None = None
-        # Every copy handed out, in order: (epoch time, queue, message id, receive count). The
-        # endpoint's own record of what it delivered, ground truth for per-copy accounting.
-        self.handouts: list[tuple[float, str, str, int]] = []
-        model.on_visible = self.wake
-        self.operations: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
+        # Every copy handed out, in order: (epoch time, queue, message id, receive count,
+        # region). The endpoint's own record of what it delivered, ground truth for per-copy
+        # accounting.
+        self.handouts: list[tuple[float, str, str, int, str]] = []
+        model.on_visible = self._waker(model.region)
+        self.operations: dict[str, Callable[[dict[str, Any], Call], dict[str, Any]]] = {
             "CreateQueue": self.create_queue,
             "GetQueueUrl": self.get_queue_url,
             "ListQueues": self.list_queues,
@@ -202,7 +238,30 @@ class SqsProtocol:
             "TagQueue": self.tag_queue,
             "UntagQueue": self.untag_queue,
             "ListQueueTags": self.list_queue_tags,
+            "AddPermission": self.add_permission,
+            "RemovePermission": self.remove_permission,
         }
+
+    # -- regions ------------------------------------------------------------------------------
+    def _waker(self, region: str) -> Callable[[str], None]:
+        return lambda name: self.wake(name, region)
+
+    def model_for(self, region: str) -> SqsModel:
+        """The model of ``region``, created on first use."""
+        model = self.models.get(region)
+        if model is None:
+            base = self.model
+            model = SqsModel(
+                clock=base.clock,
+                rng=base.rng,
+                hooks=base.hooks,
+                account_id=base.account_id,
+                region=region,
+                fifo_throughput_limits=base.fifo_throughput_limits,
+            )
+            model.on_visible = self._waker(region)
+            self.models[region] = model
+        return model
 
     # -- responses ----------------------------------------------------------------------------
     def _ok(self, body: dict[str, Any]) -> Response:
@@ -234,7 +293,7 @@ class SqsProtocol:
         return f"http://{host}" if host else self.base_url
 
     def queue_url(self, base: str, name: str) -> str:
-        return f"{base}/{ACCOUNT_ID}/{name}"
+        return f"{base}/{self.model.account_id}/{name}"
 
     # -- dispatch -----------------------------------------------------------------------------
     async def handle(self, request: Request) -> Response:
@@ -272,46 +331,53 @@ class SqsProtocol:
             return self.error(*THROTTLED, 400, "RequestThrottled", True)
         if kind == "internal":
             return self.error(*INTERNAL, 500, "InternalError", False)
-        base = self._url_base(request)
+        region = request_region(request.headers, self.model.region)
+        call = Call(self._url_base(request), region, self.model_for(region))
         try:
             if is_receive:
-                return self._ok(await self.receive_message(params, base))
-            return self._ok(self.operations[operation](params, base))
+                return self._ok(await self.receive_message(params, call))
+            return self._ok(self.operations[operation](params, call))
         except SqsError as err:
             return self.sqs_error(err)
 
     # -- long polling -------------------------------------------------------------------------
-    def wake(self, queue: str) -> None:
-        waiting = self.waiters.pop(queue, None)
+    def wake(self, queue: str, region: str | None = None) -> None:
+        waiting = self.waiters.pop((region or self.model.region, queue), None)
         if waiting:
             for fut in waiting:
                 if not fut.done():
                     fut.set_result(None)
 
-    async def _wait(self, queue: str, timeout: float) -> None:
+    def wake_all(self) -> None:
+        for region, queue in list(self.waiters):
+            self.wake(queue, region)
+
+    async def _wait(self, key: tuple[str, str], timeout: float) -> None:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
-        self.waiters.setdefault(queue, set()).add(fut)
+        self.waiters.setdefault(key, set()).add(fut)
         timer = loop.call_later(timeout, lambda: fut.done() or fut.set_result(None))
         try:
             await fut
         finally:
             timer.cancel()
-            waiting = self.waiters.get(queue)
+            waiting = self.waiters.get(key)
             if waiting is not None:
                 waiting.discard(fut)
                 if not waiting:
-                    del self.waiters[queue]
+                    del self.waiters[key]
 
-    async def receive_message(self, params: dict[str, Any], base: str) -> dict[str, Any]:
+    async def receive_message(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
+        model = call.model
         name = queue_name_from_url(params.get("QueueUrl"))
         max_messages = _int_param(params, "MaxNumberOfMessages")
         visibility = _int_param(params, "VisibilityTimeout")
         wait = _int_param(params, "WaitTimeSeconds")
-        got = self.model.receive_message(name, max_messages, visibility, wait)
+        attempt = params.get("ReceiveRequestAttemptId")
+        got = model.receive_message(name, max_messages, visibility, wait, attempt)
         if not got:
             if wait is None:
-                wait = self.model.queue(name).receive_wait_seconds
+                wait = model.queue(name).receive_wait_seconds
             if wait > 0:
                 loop = asyncio.get_running_loop()
                 deadline = loop.time() + wait
@@ -319,16 +385,18 @@ class SqsProtocol:
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         break
-                    due = self.model.queue(name).next_due()
+                    due = model.queue(name).next_due()
                     timeout = remaining
                     if due is not None:
-                        timeout = min(remaining, max(0.0, due - self.model.clock()) + 0.001)
-                    await self._wait(name, timeout)
-                    got = self.model.receive_message(name, max_messages, visibility, None)
+                        timeout = min(remaining, max(0.0, due - model.clock()) + 0.001)
+                    await self._wait((call.region, name), timeout)
+                    got = model.receive_message(name, max_messages, visibility, None, attempt)
         if not got:
             return {}
-        now = self.model.clock()
-        self.handouts.extend((now, name, r.message.id, r.message.receive_count) for r in got)
+        now = model.clock()
+        self.handouts.extend(
+            (now, name, r.message.id, r.message.receive_count, call.region) for r in got
+        )
         system_names = set(_list_param(params, "AttributeNames")) | set(
             _list_param(params, "MessageSystemAttributeNames")
         )
@@ -359,73 +427,89 @@ class SqsProtocol:
         return out
 
     # -- queues -------------------------------------------------------------------------------
-    def create_queue(self, params: dict[str, Any], base: str) -> dict[str, Any]:
+    def create_queue(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
         attributes = params.get("Attributes") or {}
-        tags = params.get("tags") or {}
-        if not isinstance(attributes, dict) or not isinstance(tags, dict):
+        tags = params.get("tags")
+        if not isinstance(attributes, dict) or not isinstance(tags, dict | None):
             raise invalid_parameter("Attributes and tags must be maps.")
-        queue = self.model.create_queue(params.get("QueueName"), attributes, tags)  # type: ignore[arg-type]
-        return {"QueueUrl": self.queue_url(base, queue.name)}
+        queue = call.model.create_queue(params.get("QueueName"), attributes, tags)  # type: ignore[arg-type]
+        return {"QueueUrl": self.queue_url(call.base, queue.name)}
 
-    def get_queue_url(self, params: dict[str, Any], base: str) -> dict[str, Any]:
+    def get_queue_url(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
         name = params.get("QueueName")
         if not isinstance(name, str) or not name:
             raise missing_parameter("QueueName")
-        return {"QueueUrl": self.queue_url(base, self.model.queue(name).name)}
+        return {"QueueUrl": self.queue_url(call.base, call.model.queue(name).name)}
 
-    def list_queues(self, params: dict[str, Any], base: str) -> dict[str, Any]:
-        names, token = self.model.list_queues(
+    def list_queues(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
+        names, token = call.model.list_queues(
             params.get("QueueNamePrefix"), _int_param(params, "MaxResults"), params.get("NextToken")
         )
         out: dict[str, Any] = {}
         if names:
-            out["QueueUrls"] = [self.queue_url(base, n) for n in names]
+            out["QueueUrls"] = [self.queue_url(call.base, n) for n in names]
         if token:
             out["NextToken"] = token
         return out
 
-    def get_queue_attributes(self, params: dict[str, Any], base: str) -> dict[str, Any]:
+    def get_queue_attributes(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
         name = queue_name_from_url(params.get("QueueUrl"))
-        values = self.model.queue_attributes(name, _list_param(params, "AttributeNames"))
+        values = call.model.queue_attributes(name, _list_param(params, "AttributeNames"))
         return {"Attributes": values} if values else {}
 
-    def set_queue_attributes(self, params: dict[str, Any], base: str) -> dict[str, Any]:
+    def set_queue_attributes(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
         name = queue_name_from_url(params.get("QueueUrl"))
         attributes = params.get("Attributes")
         if not isinstance(attributes, dict):
             raise missing_parameter("Attributes")
-        self.model.set_queue_attributes(name, attributes)
+        call.model.set_queue_attributes(name, attributes)
         return {}
 
-    def delete_queue(self, params: dict[str, Any], base: str) -> dict[str, Any]:
+    def delete_queue(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
         name = queue_name_from_url(params.get("QueueUrl"))
-        self.model.delete_queue(name)
-        self.wake(name)
+        call.model.delete_queue(name)
+        self.wake(name, call.region)
         return {}
 
-    def purge_queue(self, params: dict[str, Any], base: str) -> dict[str, Any]:
-        self.model.purge_queue(queue_name_from_url(params.get("QueueUrl")))
+    def purge_queue(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
+        call.model.purge_queue(queue_name_from_url(params.get("QueueUrl")))
         return {}
 
-    def list_dead_letter_source_queues(self, params: dict[str, Any], base: str) -> dict[str, Any]:
-        names = self.model.dead_letter_source_queues(queue_name_from_url(params.get("QueueUrl")))
-        return {"queueUrls": [self.queue_url(base, n) for n in names]}
+    def list_dead_letter_source_queues(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
+        names = call.model.dead_letter_source_queues(queue_name_from_url(params.get("QueueUrl")))
+        return {"queueUrls": [self.queue_url(call.base, n) for n in names]}
 
-    def tag_queue(self, params: dict[str, Any], base: str) -> dict[str, Any]:
+    def tag_queue(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
+        name = queue_name_from_url(params.get("QueueUrl"))
         tags = params.get("Tags")
-        if not isinstance(tags, dict):
-            raise missing_parameter("Tags")
-        self.model.tag_queue(queue_name_from_url(params.get("QueueUrl")), tags)
+        if tags is not None and not isinstance(tags, dict):
+            raise invalid_parameter("Value for parameter Tags must be a map.")
+        call.model.tag_queue(name, tags or {})
         return {}
 
-    def untag_queue(self, params: dict[str, Any], base: str) -> dict[str, Any]:
-        keys = _list_param(params, "TagKeys")
-        self.model.untag_queue(queue_name_from_url(params.get("QueueUrl")), keys)
+    def untag_queue(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
+        name = queue_name_from_url(params.get("QueueUrl"))
+        call.model.untag_queue(name, _list_param(params, "TagKeys"))
         return {}
 
-    def list_queue_tags(self, params: dict[str, Any], base: str) -> dict[str, Any]:
-        tags = self.model.queue_tags(queue_name_from_url(params.get("QueueUrl")))
+    def list_queue_tags(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
+        tags = call.model.queue_tags(queue_name_from_url(params.get("QueueUrl")))
         return {"Tags": tags} if tags else {}
+
+    def add_permission(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
+        call.model.add_permission(
+            queue_name_from_url(params.get("QueueUrl")),
+            params.get("Label"),
+            params.get("AWSAccountIds"),
+            params.get("Actions"),
+        )
+        return {}
+
+    def remove_permission(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
+        call.model.remove_permission(
+            queue_name_from_url(params.get("QueueUrl")), params.get("Label")
+        )
+        return {}
 
     # -- messages -----------------------------------------------------------------------------
     @staticmethod
@@ -435,15 +519,17 @@ class SqsProtocol:
             out["MD5OfMessageAttributes"] = msg.md5_attributes
         if msg.md5_system is not None:
             out["MD5OfMessageSystemAttributes"] = msg.md5_system
+        if msg.sequence_number is not None:
+            out["SequenceNumber"] = msg.sequence_number
         return out
 
-    def send_message(self, params: dict[str, Any], base: str) -> dict[str, Any]:
+    def send_message(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
         name = queue_name_from_url(params.get("QueueUrl"))
         if "MessageBody" not in params:
             raise missing_parameter("MessageBody")
-        return self._sent(self.model.send_message(name, _send_entry(params)))
+        return self._sent(call.model.send_message(name, _send_entry(params)))
 
-    def send_message_batch(self, params: dict[str, Any], base: str) -> dict[str, Any]:
+    def send_message_batch(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
         name = queue_name_from_url(params.get("QueueUrl"))
         raw = _list_param(params, "Entries")
         entries = []
@@ -451,15 +537,15 @@ class SqsProtocol:
             if not isinstance(item, dict):
                 raise invalid_parameter("Each batch entry must be an object.")
             entries.append(_send_entry(item, str(item.get("Id", ""))))
-        ok, failed = self.model.send_message_batch(name, entries)
+        ok, failed = call.model.send_message_batch(name, entries)
         return {
             "Successful": [{"Id": entry_id, **self._sent(msg)} for entry_id, msg in ok],
             "Failed": [_batch_error(entry_id, err) for entry_id, err in failed],
         }
 
-    def delete_message(self, params: dict[str, Any], base: str) -> dict[str, Any]:
+    def delete_message(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
         name = queue_name_from_url(params.get("QueueUrl"))
-        self.model.delete_message(name, params.get("ReceiptHandle"))  # type: ignore[arg-type]
+        call.model.delete_message(name, params.get("ReceiptHandle"))  # type: ignore[arg-type]
         return {}
 
     def _entries(self, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -468,34 +554,34 @@ class SqsProtocol:
             raise invalid_parameter("Each batch entry must be an object.")
         return entries
 
-    def delete_message_batch(self, params: dict[str, Any], base: str) -> dict[str, Any]:
+    def delete_message_batch(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
         name = queue_name_from_url(params.get("QueueUrl"))
-        ok, failed = self.model.delete_message_batch(name, self._entries(params))
+        ok, failed = call.model.delete_message_batch(name, self._entries(params))
         return {
             "Successful": [{"Id": entry_id} for entry_id in ok],
             "Failed": [_batch_error(entry_id, err) for entry_id, err in failed],
         }
 
-    def change_message_visibility(self, params: dict[str, Any], base: str) -> dict[str, Any]:
+    def change_message_visibility(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
         name = queue_name_from_url(params.get("QueueUrl"))
-        self.model.change_message_visibility(
+        call.model.change_message_visibility(
             name,
             params.get("ReceiptHandle"),
             params.get("VisibilityTimeout"),  # type: ignore[arg-type]
         )
         return {}
 
-    def change_message_visibility_batch(self, params: dict[str, Any], base: str) -> dict[str, Any]:
+    def change_message_visibility_batch(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
         name = queue_name_from_url(params.get("QueueUrl"))
-        ok, failed = self.model.change_message_visibility_batch(name, self._entries(params))
+        ok, failed = call.model.change_message_visibility_batch(name, self._entries(params))
         return {
             "Successful": [{"Id": entry_id} for entry_id in ok],
             "Failed": [_batch_error(entry_id, err) for entry_id, err in failed],
         }
 
     # -- dead-letter redrive ------------------------------------------------------------------
-    def start_message_move_task(self, params: dict[str, Any], base: str) -> dict[str, Any]:
-        handle = self.model.start_message_move_task(
+    def start_message_move_task(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
+        handle = call.model.start_message_move_task(
             params.get("SourceArn"),  # type: ignore[arg-type]
             params.get("DestinationArn"),
             _int_param(params, "MaxNumberOfMessagesPerSecond"),
@@ -503,16 +589,22 @@ class SqsProtocol:
         self._drive_moves()
         return {"TaskHandle": handle}
 
-    def list_message_move_tasks(self, params: dict[str, Any], base: str) -> dict[str, Any]:
-        results = self.model.list_message_move_tasks(
+    def list_message_move_tasks(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
+        results = call.model.list_message_move_tasks(
             params.get("SourceArn"),  # type: ignore[arg-type]
             _int_param(params, "MaxResults"),
         )
         return {"Results": results}
 
-    def cancel_message_move_task(self, params: dict[str, Any], base: str) -> dict[str, Any]:
-        moved = self.model.cancel_message_move_task(params.get("TaskHandle"))  # type: ignore[arg-type]
+    def cancel_message_move_task(self, params: dict[str, Any], call: Call) -> dict[str, Any]:
+        moved = call.model.cancel_message_move_task(params.get("TaskHandle"))  # type: ignore[arg-type]
         return {"ApproximateNumberOfMessagesMoved": moved}
+
+    def _step_all_moves(self) -> bool:
+        running = False
+        for model in list(self.models.values()):
+            running = model.step_move_tasks() or running
+        return running
 
     def _drive_moves(self) -> None:
         """Run the move tasks in the background until none is running."""
@@ -521,13 +613,13 @@ class SqsProtocol:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # called outside the server (e.g. a unit test): step once
-            self.model.step_move_tasks()
+            self._step_all_moves()
             return
         self._mover = loop.create_task(self._move_loop())
 
     async def _move_loop(self) -> None:
         try:
-            while self.model.step_move_tasks():
+            while self._step_all_moves():
                 await asyncio.sleep(MOVE_STEP_SECONDS)
         except Exception:  # noqa: BLE001 - keep the endpoint up, say why the task stopped
             log.exception("message move task failed")

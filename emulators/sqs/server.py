@@ -1,6 +1,7 @@
 """The SQS endpoint server: the SQS API and the control API on one port.
 
-Run: ``python -m emulators.sqs [--host 127.0.0.1] [--port N] [--seed S]`` (foreground). Prints
+Run: ``python -m emulators.sqs [--host 127.0.0.1] [--port N] [--seed S] [--account-id ID]
+[--region R]`` (foreground; ``--region``: for requests whose signature names none). Prints
 ``sqs endpoint listening on http://HOST:PORT`` when ready; exits 2 when the port is taken and
 0 on SIGTERM/SIGINT.
 
@@ -8,14 +9,14 @@ Control API (``/_sqs/...``, JSON):
 
 * ``GET /_sqs/health`` -> ``{"ok": true, "queues": n, "waiting_receives": n,
   "active_faults": [...]}`` (``waiting_receives``: long polls parked right now)
-* ``GET /_sqs/queues`` -> every queue with its message counts
+* ``GET /_sqs/queues`` -> every queue (of every region) with its message counts
 * ``POST /_sqs/faults`` ``{"fault", "params", "queues": [names] | null, "seed"?, "duration"?}``
   -> ``{"id", "window"}`` (see :mod:`emulators.sqs.faults`; ``duration`` seconds: auto-stop)
 * ``DELETE /_sqs/faults/{id}`` -> ``{"window"}``; ``DELETE /_sqs/faults`` -> ``{"stopped"}``
 * ``GET /_sqs/faults/log`` -> ``{"windows": [{id, fault, params, queues, seed, started_at,
   stopped_at}, ...]}`` (epoch seconds)
 * ``GET /_sqs/receives?since=N&limit=M`` -> ``{"rows": [{"seq", "time", "queue",
-  "message_id", "receive_count"}, ...], "next": N}``: every copy of a message handed out by a
+  "message_id", "receive_count", "region"}, ...], "next": N}``: every copy of a message handed out by a
   ReceiveMessage, in order (``since``: the first ``seq`` wanted; ``limit``: at most 10,000)
 * ``POST /_sqs/reset``: drop every queue and stop every active fault (the logs are kept)
 """
@@ -26,6 +27,7 @@ import argparse
 import asyncio
 import logging
 import random
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -42,7 +44,7 @@ from emulators.http_server import (
     stop_on_signals,
 )
 from emulators.sqs.faults import ActiveFault, FaultState
-from emulators.sqs.model import SqsModel
+from emulators.sqs.model import ACCOUNT_ID, REGION, SqsModel
 from emulators.sqs.protocol import SqsProtocol
 
 CONTROL_PREFIX = "/_sqs/"
@@ -52,9 +54,23 @@ MAX_RECEIVES_PAGE = 10_000
 class SqsEndpoint:
     """The whole endpoint in one object: model, faults, protocol, control API."""
 
-    def __init__(self, seed: int | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        seed: int | None = None,
+        clock: Callable[[], float] = time.time,
+        account_id: str = ACCOUNT_ID,
+        region: str = REGION,
+        fifo_throughput_limits: bool = True,
+    ) -> None:
         self.faults = FaultState(clock)
-        self.model = SqsModel(clock=clock, rng=random.Random(seed), hooks=self.faults)
+        self.model = SqsModel(
+            clock=clock,
+            rng=random.Random(seed),
+            hooks=self.faults,
+            account_id=account_id,
+            region=region,
+            fifo_throughput_limits=fifo_throughput_limits,
+        )
         self.protocol = SqsProtocol(self.model, self.faults)
         self._timers: dict[str, asyncio.TimerHandle] = {}
 
@@ -72,7 +88,7 @@ class SqsEndpoint:
                 200,
                 {
                     "ok": True,
-                    "queues": len(self.model.queues),
+                    "queues": sum(len(m.queues) for m in self.protocol.models.values()),
                     "waiting_receives": sum(len(w) for w in self.protocol.waiters.values()),
                     "active_faults": [f.window() for f in self.faults.active()],
                 },
@@ -98,9 +114,9 @@ class SqsEndpoint:
             return json_response(200, {"window": stopped.window()})
         if path == "reset" and method == "POST":
             stopped = self._stop_all()
-            self.model.reset()
-            for waiting in list(self.protocol.waiters):
-                self.protocol.wake(waiting)
+            for model in self.protocol.models.values():
+                model.reset()
+            self.protocol.wake_all()
             return json_response(200, {"ok": True, "stopped_faults": len(stopped)})
         return json_response(404, {"error": f"no control route {method} {request.path}"})
 
@@ -125,8 +141,9 @@ class SqsEndpoint:
                         "queue": queue,
                         "message_id": message_id,
                         "receive_count": count,
+                        "region": region,
                     }
-                    for i, (at, queue, message_id, count) in enumerate(rows)
+                    for i, (at, queue, message_id, count, region) in enumerate(rows)
                 ],
                 "next": since + len(rows),
             },
@@ -134,16 +151,19 @@ class SqsEndpoint:
 
     def _queue_summary(self) -> list[dict[str, Any]]:
         out = []
-        for name in sorted(self.model.queues):
-            queue = self.model.queue(name)
-            out.append(
-                {
-                    "name": name,
-                    "visible": len(queue.visible),
-                    "inflight": queue.inflight_count,
-                    "delayed": queue.delayed_count,
-                }
-            )
+        for region, model in sorted(self.protocol.models.items()):
+            for name in sorted(model.queues):
+                queue = model.queue(name)
+                out.append(
+                    {
+                        "name": name,
+                        "region": region,
+                        "fifo": queue.fifo,
+                        "visible": len(queue.visible),
+                        "inflight": queue.inflight_count,
+                        "delayed": queue.delayed_count,
+                    }
+                )
         return out
 
     def _start_fault(self, request: Request) -> Response:
@@ -166,8 +186,9 @@ class SqsEndpoint:
             return json_response(400, {"error": str(exc)})
         expired = 0
         if active.fault == "visibility_expiry":
-            expired = self.model.force_visibility_expiry(
-                active.queues, active.params["p"], active.rng
+            expired = sum(
+                model.force_visibility_expiry(active.queues, active.params["p"], active.rng)
+                for model in self.protocol.models.values()
             )
         if duration is not None:
             loop = asyncio.get_running_loop()
@@ -202,9 +223,21 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-async def serve(host: str, port: int, seed: int | None = None) -> None:
+async def serve(
+    host: str,
+    port: int,
+    seed: int | None = None,
+    account_id: str = ACCOUNT_ID,
+    region: str = REGION,
+    fifo_throughput_limits: bool = True,
+) -> None:
     """Serve until SIGTERM/SIGINT. Raises PortInUseError when the port is taken."""
-    endpoint = SqsEndpoint(seed=seed)
+    endpoint = SqsEndpoint(
+        seed=seed,
+        account_id=account_id,
+        region=region,
+        fifo_throughput_limits=fifo_throughput_limits,
+    )
     server, registry = await endpoint.start(host, port)
     try:
         with stop_on_signals() as stop:
@@ -224,11 +257,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port")
     parser.add_argument("--seed", type=int, help="seed for message ids (repeatable runs)")
+    parser.add_argument(
+        "--account-id", default=ACCOUNT_ID, help=f"account in queue URLs and ARNs ({ACCOUNT_ID})"
+    )
+    parser.add_argument("--region", default=REGION, help=f"region of unsigned requests ({REGION})")
+    parser.add_argument(
+        "--no-fifo-throughput-limits",
+        action="store_true",
+        help="do not throttle FIFO queues at SQS's per-second quotas",
+    )
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
+    if not re.fullmatch(r"\d{12}", args.account_id):
+        parser.error("--account-id must be 12 digits")
+    if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", args.region):
+        parser.error("--region must look like us-east-1")
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s %(message)s")
     try:
-        asyncio.run(serve(args.host, args.port, args.seed))
+        asyncio.run(
+            serve(
+                args.host,
+                args.port,
+                args.seed,
+                args.account_id,
+                args.region,
+                not args.no_fifo_throughput_limits,
+            )
+        )
     except PortInUseError as exc:
         print(f"sqs endpoint: {exc}", file=sys.stderr, flush=True)
         return 2
