@@ -38,7 +38,7 @@ EXAMPLES = 5
 
 def _reads_after_erasure(evidence: Evidence) -> tuple[int, int, int]:
     """(reads judged, inbox items seen, non-zero unread counts) of erased users between their
-    erasure taking effect and their registration again."""
+    erasure's acknowledgement and their registration again."""
     timeline = evidence.timeline
     assert timeline is not None
     history = evidence.history
@@ -47,7 +47,8 @@ def _reads_after_erasure(evidence: Evidence) -> tuple[int, int, int]:
     for row in rows.itertuples(index=False):
         key = (str(row.tenant_id), str(row.user_id))
         erasure = timeline.erasures.get(key)
-        if erasure is None or float(row.time) <= erasure.acked + timeline.bound_s:
+        # Reads see the tables, not a send in flight: empty from the acknowledgement on.
+        if erasure is None or float(row.time) <= erasure.acked:
             continue
         registration = timeline.registrations.get(key)
         if registration is not None and float(row.time) >= registration.sent:

@@ -107,12 +107,19 @@ def expected_deliveries(
                             user.quiet_until,
                         )
                     )
-    return Expectation(
-        pd.DataFrame(rows, columns=EXPECTED_COLUMNS),
-        suppressed,
-        pd.DataFrame(optional, columns=OPTIONAL_COLUMNS) if optional else _empty(OPTIONAL_COLUMNS),
-        changed_suppressed,
-    )
+    # An event posted again with the same id (an idempotent retry) is one notification: one
+    # row per (notification, device), a must over a may.
+    key = ["tenant_id", "notification_id", "token"]
+    must = pd.DataFrame(rows, columns=EXPECTED_COLUMNS)
+    if len(injected) and injected["notification_id"].duplicated().any():
+        must = must.drop_duplicates(key).reset_index(drop=True)
+    may = pd.DataFrame(optional, columns=OPTIONAL_COLUMNS) if optional else _empty(OPTIONAL_COLUMNS)
+    if len(may):
+        may = may.drop_duplicates(key)
+        required = set(must[key].itertuples(index=False, name=None))
+        keep = [k not in required for k in may[key].itertuples(index=False, name=None)]
+        may = may[keep].reset_index(drop=True)
+    return Expectation(must, suppressed, may, changed_suppressed)
 
 
 CHANNEL_EXPECTED_COLUMNS = ["tenant_id", "notification_id", "token", "channel"]

@@ -587,6 +587,7 @@ def execute(
                 else None
             ),
             redrive=lambda: _redrive_all(info),
+            bound_s=scenario.preference_bound_s,
         )
         nemesis = Nemesis(
             [

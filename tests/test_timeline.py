@@ -1,0 +1,185 @@
+"""Users the run changes mid-run: the oracle's timeline, the quiet-window evaluation it uses, and
+the preference_changes and erasure checkers over hand-made histories."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.checkers import erasure, preference_changes
+from harness.checkers.evidence import evidence_from
+from harness.model import local_time
+from harness.model.history import History
+from harness.model.population import PopulationSpec, generate, preferences_body
+from harness.model.timeline import from_history
+from harness.run.actions import preference_change, zone_covering
+
+START = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+T0 = START.timestamp()
+SPEC = PopulationSpec(tenants=1, users_per_tenant=40, celebrity_followers=30, regular_authors=1)
+
+
+def test_a_window_wrapping_midnight_in_the_users_zone():
+    window = {"start": "22:00", "end": "07:00"}
+    tokyo = ZoneInfo("Asia/Tokyo")
+    at = datetime(2026, 11, 24, 23, 30, tzinfo=tokyo).timestamp()
+    assert local_time.inside(window, "Asia/Tokyo", at)
+    end = local_time.window_end(window, "Asia/Tokyo", at)
+    assert end == datetime(2026, 11, 25, 7, 0, tzinfo=tokyo).timestamp()
+    # The classic bug: the same instant in UTC is 14:30, outside.
+    assert not local_time.inside(window, "UTC", at)
+    assert local_time.window_end(window, "Asia/Tokyo", at + 9 * 3600) is None
+
+
+@given(st.integers(min_value=0, max_value=2**31), st.sampled_from(["Asia/Kathmandu", "UTC",
+       "America/St_Johns", "Pacific/Chatham"]))  # fmt: skip
+def test_the_oracles_evaluation_agrees_with_the_planned_quiet_states(seed, zone):
+    population = generate(seed % 1000, START, SPEC)
+    for user in population.users:
+        if user.quiet_state == "whole_run":
+            assert local_time.inside(user.quiet_hours, user.zone, T0 + 60)
+        elif user.quiet_state == "ends_during_run":
+            assert local_time.window_end(user.quiet_hours, user.zone, T0) == user.quiet_until
+        elif user.quiet_state == "outside":
+            assert not local_time.inside(user.quiet_hours, user.zone, T0 + 60)
+    assert zone in ("Asia/Kathmandu", "UTC", "America/St_Johns", "Pacific/Chatham")
+
+
+def test_a_zone_change_that_puts_the_present_inside_the_window():
+    population = generate(5, START, SPEC)
+    user = next(u for u in population.users if u.quiet_state == "outside")
+    zone = zone_covering(user.quiet_hours, T0, T0 + 3600)
+    assert zone is not None
+    assert local_time.inside(user.quiet_hours, zone, T0)
+    assert local_time.window_end(user.quiet_hours, zone, T0) > T0 + 3600
+    body = preference_change("change_zone", user, T0, T0 + 3600)
+    assert body == {**preferences_body(user), "zone": zone}
+
+
+def _scene():
+    population = generate(5, START, SPEC)
+    author = next(a for a in population.authors if a.celebrity)
+    user = next(
+        population.user("tenant-0", f)
+        for f in author.followers
+        if population.user("tenant-0", f).consent is not None
+        and population.user("tenant-0", f).quiet_state == "none"
+        and any(not d.dead for d in population.devices_of("tenant-0", f))
+    )
+    device = next(d for d in population.devices_of("tenant-0", user.user_id) if not d.dead)
+    return population, author, user, device
+
+
+def _change(history, user, sent, acked, **detail):
+    history.append("change", time=sent, end=acked, tenant_id=user.tenant_id,
+                   user_id=user.user_id, detail=json.dumps({"ok": True, **detail}))  # fmt: skip
+
+
+def _inject(history, author, nid, at):
+    history.append("inject", time=at, end=at + 0.01, tenant_id=author.tenant_id,
+                   author_id=author.user_id, notification_id=nid, detail="post")  # fmt: skip
+
+
+def _deliver(history, device, nid, at):
+    history.extend_provider([{"received_at": at, "tenant_id": device.tenant_id,
+                              "notification_id": nid, "token": device.token,
+                              "provider": device.platform, "project": None, "status": 200,
+                              "reason": None}])  # fmt: skip
+
+
+def test_a_withdrawal_allows_no_delivery_after_the_bound_and_makes_the_oracle_unsure_before():
+    population, author, user, device = _scene()
+    history = History()
+    withdrawn = {**preferences_body(user), "push_consent": None}
+    _change(history, user, T0 + 10, T0 + 10.1, change="preferences", preferences=withdrawn)
+    _inject(history, author, "before", T0 + 5)  # may: the old state is still possible
+    _inject(history, author, "after", T0 + 30)  # must not
+    evidence = evidence_from(population, history.frame(), bound_s=5)
+    def of_user(frame):
+        return set(frame.loc[frame["user_id"] == user.user_id, "notification_id"])
+
+    optional = of_user(evidence.expectation.optional)
+    expected = of_user(evidence.expectation.deliveries)
+    assert optional == {"before"} and not expected
+    _deliver(history, device, "before", T0 + 12)  # the cache may still answer: allowed
+    assert preference_changes.check(evidence_from(population, history.frame(), bound_s=5)).valid
+    _deliver(history, device, "after", T0 + 31)
+    verdict = preference_changes.check(evidence_from(population, history.frame(), bound_s=5))
+    assert not verdict.valid and verdict.counts["after_withdrawal"] == 1
+
+
+def test_a_granted_consent_makes_later_notifications_due():
+    population = generate(5, START, SPEC)
+    author = next(a for a in population.authors if a.celebrity)
+    user = next(
+        population.user("tenant-0", f)
+        for f in author.followers
+        if population.user("tenant-0", f).consent is None
+        and population.user("tenant-0", f).quiet_state == "none"
+        and any(not d.dead for d in population.devices_of("tenant-0", f))
+    )
+    granted = {**preferences_body(user), "push_consent": {"granted_at": "x", "version": "1"}}
+    history = History()
+    _change(history, user, T0 + 10, T0 + 10.1, change="preferences", preferences=granted)
+    _inject(history, author, "after", T0 + 30)
+    verdict = preference_changes.check(evidence_from(population, history.frame(), bound_s=5))
+    assert not verdict.valid and verdict.counts["missed"] >= 1
+
+
+def test_a_refused_change_never_happened():
+    population, author, user, _ = _scene()
+    history = History()
+    history.append("change", time=T0 + 10, tenant_id=user.tenant_id, user_id=user.user_id,
+                   detail=json.dumps({"ok": False, "change": "erasure"}))  # fmt: skip
+    assert not from_history(population, history.frame()).erasures
+
+
+def test_after_an_erasure_no_delivery_an_empty_inbox_and_the_reused_id_delivered_once():
+    population, author, user, device = _scene()
+    history = History()
+    _inject(history, author, "probe", T0 + 1)
+    _deliver(history, device, "probe", T0 + 2)
+    _change(history, user, T0 + 10, T0 + 10.5, change="erasure")
+    history.append("read", time=T0 + 11, end=T0 + 11.1, tenant_id=user.tenant_id,
+                   user_id=user.user_id, status=200, reason="page",
+                   detail=json.dumps({"walk": "e", "page": 0, "ids": []}))  # fmt: skip
+    _change(history, user, T0 + 20, T0 + 20.5, change="registration",
+            follows=[[author.tenant_id, author.user_id]])  # fmt: skip
+    _inject(history, author, "probe", T0 + 27)  # the same id again, after the bound
+    _deliver(history, device, "probe", T0 + 28)
+    evidence = evidence_from(population, history.frame(), bound_s=5)
+    verdict = erasure.check(evidence)
+    assert verdict.valid, verdict.counts
+    assert verdict.counts["reused_id_required"] == 1 and verdict.counts["reads_after_erasure"] == 1
+    # effectively_once leaves the new person's delivery to the erasure checker.
+    assert (device.tenant_id, device.token) in evidence.expectation.reregistered
+
+
+@pytest.mark.parametrize("what", ["delivered_after_erasure", "inbox", "reused_id_lost"])
+def test_each_way_an_erasure_leaves_something_behind_is_caught(what):
+    population, author, user, device = _scene()
+    history = History()
+    _inject(history, author, "probe", T0 + 1)
+    _deliver(history, device, "probe", T0 + 2)
+    _change(history, user, T0 + 10, T0 + 10.5, change="erasure")
+    if what == "delivered_after_erasure":
+        _inject(history, author, "later", T0 + 12)
+        _deliver(history, device, "later", T0 + 18)
+    page = ["probe"] if what == "inbox" else []
+    history.append("read", time=T0 + 11, end=T0 + 11.1, tenant_id=user.tenant_id,
+                   user_id=user.user_id, status=200, reason="page",
+                   detail=json.dumps({"walk": "e", "page": 0, "ids": page}))  # fmt: skip
+    _change(history, user, T0 + 20, T0 + 20.5, change="registration",
+            follows=[[author.tenant_id, author.user_id]])  # fmt: skip
+    _inject(history, author, "probe", T0 + 27)
+    if what != "reused_id_lost":
+        _deliver(history, device, "probe", T0 + 28)
+    verdict = erasure.check(evidence_from(population, history.frame(), bound_s=5))
+    assert not verdict.valid
+    key = {"inbox": "inbox_items_after_erasure"}.get(what, what)
+    assert verdict.counts[key] == 1
