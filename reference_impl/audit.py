@@ -26,6 +26,20 @@ Record fields: ``outcome``, ``at`` (ISO 8601, UTC), ``tenant_id``, ``notificatio
 ``recipient_user_id``; per device ``device_id`` and ``token_sha256`` (hex SHA-256 of the device
 token: the token itself is a credential to the device and stays out of the trail); ``reason``
 and outcome-specific fields; ``writer``.
+
+Per copy: SQS is at-least-once, so one job can be handed out several times (a redelivery, a
+visibility timeout that ran out, a lost delete). Every record a consumer writes while handling a
+job it received from SQS names that copy: ``sqs_message_id`` (the message's MessageId) and
+``receive_count`` (that receive's ApproximateReceiveCount), both from the Lambda event record
+(``messageId``, ``attributes.ApproximateReceiveCount``). Each copy ends in exactly one outcome
+per subject: per device (or per email address / in-app connection) ``sent``, ``deduped``,
+``dead_token``, ``retry``, ``rejected``, ``offline``, ``daily_limited``, ``in_flight`` (another
+copy holds the dedup lease: this one comes back) or ``paused`` (a Retry-After paused the
+provider: not tried, comes back); per job ``denied_consent``, ``opted_out``, ``deferred``,
+``no_device``, ``no_address``, ``rate_limited``, ``digest_empty``, ``dedup_unavailable``,
+``failed`` (another error: not acknowledged, comes back) or ``poison``. ``dlq``, ``digest``,
+``digest_scheduled`` and ``rate_limit_unavailable`` accompany an outcome, never replace one.
+The fan-out's ``enqueued`` records name no copy (they precede every copy).
 """
 
 from __future__ import annotations

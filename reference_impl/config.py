@@ -39,6 +39,8 @@ DEFECTS = (
     "quiet_hours_in_utc",  # the classic bug: the window compared with UTC wall-clock time
     "dedup_key_without_tenant",  # two tenants' same ULID and device suppress each other
     "rate_limit_counts_redeliveries",  # the limits count receives, not notification ids
+    "audit_first_copy_only",  # a redelivered copy (receive count > 1) leaves no audit record
+    "erasure_keeps_audit_key",  # erasure leaves the user's audit data key: their trail readable
 )
 
 

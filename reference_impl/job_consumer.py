@@ -92,6 +92,21 @@ def receive_count(record: dict[str, Any]) -> int:
     return int((record.get("attributes") or {}).get("ApproximateReceiveCount", "1"))
 
 
+def copy_identity(record: dict[str, Any]) -> dict[str, Any]:
+    """The audit fields naming the copy of a job an SQS record is: its MessageId and that
+    receive's ApproximateReceiveCount (absent from the record: left out, never guessed)."""
+    identity: dict[str, Any] = {}
+    if isinstance(record.get("messageId"), str):
+        identity["sqs_message_id"] = record["messageId"]
+    count = (record.get("attributes") or {}).get("ApproximateReceiveCount")
+    if count is not None:
+        try:
+            identity["receive_count"] = int(count)
+        except (TypeError, ValueError):
+            pass
+    return identity
+
+
 @dataclass
 class Delivery:
     """One send a job asks for: its dedup recipient, the scope the provider gate paces and
@@ -210,6 +225,10 @@ class JobConsumer:
         self.audit_sink = (
             audit_sink if audit_sink is not None else AuditSink.from_config(config, self.component)
         )
+        # The copy each job of the batch in hand came from (id of the job dict -> its audit
+        # fields): every record a job's copy leads to names that copy. Cleared after the batch,
+        # while the job dicts are still alive (an id is only unique among live objects).
+        self._copies: dict[int, dict[str, Any]] = {}
 
     # -- to implement -----------------------------------------------------------------------
 
@@ -311,17 +330,30 @@ class JobConsumer:
 
     # -- audit ------------------------------------------------------------------------------
 
-    def audit(self, outcome: str, job: dict[str, Any], **extra: Any) -> None:
-        """One log line per outcome and, with an audit bucket, one record in the WORM trail."""
+    def audit(
+        self,
+        outcome: str,
+        job: dict[str, Any],
+        *,
+        copy_of: dict[str, Any] | None = None,
+        **extra: Any,
+    ) -> None:
+        """One log line per outcome and, with an audit bucket, one record in the WORM trail.
+        The record names the SQS copy of ``job`` (or of ``copy_of``: a record about another
+        job, e.g. the digest a job scheduled) being handled."""
+        copy = self._copies.get(id(copy_of if copy_of is not None else job), {})
         record = {
             "audit": outcome,
             "at": self.clock().isoformat(),
             "tenant_id": job.get("tenant_id"),
             "notification_id": job.get("notification_id"),
             "recipient_user_id": job.get("recipient_user_id"),
+            **copy,
             **extra,
         }
         self.log.info("%s", json.dumps(record))
+        if "audit_first_copy_only" in self.defects and copy.get("receive_count", 1) > 1:
+            return  # the defect: a redelivered copy leaves no trail
         if self.audit_sink is not None:
             fields = {k: v for k, v in record.items() if k != "audit"}
             self.audit_sink.add({"outcome": outcome, **fields})
@@ -411,6 +443,8 @@ class JobConsumer:
                 self.audit("deduped", state.job, **delivery.audit_fields)
                 continue
             if claim == "in_flight":
+                # Another copy holds the lease: this one comes back, and says so.
+                self.audit("in_flight", state.job, **delivery.audit_fields)
                 state.later(self.config.dedup_lease_seconds / 2)
                 continue
             try:
@@ -465,7 +499,9 @@ class JobConsumer:
     def settled(self, state: JobState, delivery: Delivery, answer: SendResult | str) -> None:
         """The audit (and the definite answer's follow-up) of a won claim's answer."""
         job, fields = state.job, delivery.audit_fields
-        if answer == _DEAD:
+        if answer == _PAUSED:
+            self.audit("paused", job, **fields, retry_in=state.retry_in)
+        elif answer == _DEAD:
             self.audit("dead_token", job, **fields, reason="deactivated")
         elif isinstance(answer, SendResult):
             if answer.outcome == "retry":
@@ -513,23 +549,55 @@ class JobConsumer:
             self.audit("dedup_unavailable", state.job, error=type(state.error).__name__)
         else:
             self.log.error("job %s failed", record.get("messageId"), exc_info=state.error)
+            self.audit("failed", state.job, error=type(state.error).__name__)
         return 0.0
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
-        failures = []
         records = event.get("Records", [])
         if "delete_before_send" in self.defects:
             # The defect: acknowledge on receipt, so a crash or a failed send loses the jobs.
             for record in records:
                 self.sqs.delete_message(QueueUrl=self.queue, ReceiptHandle=record["receiptHandle"])
         batch: list[tuple[dict[str, Any], JobState]] = []
-        for record in records:
-            try:
-                batch.append((record, self.new_state(self.parse(record))))
-            except PoisonJob as exc:
-                self.to_poison(record, str(exc))
-                self.log.error("poison job %s: %s", record.get("messageId"), exc)
-        self.deliver_batch([state for _, state in batch])
+        try:
+            for record in records:
+                try:
+                    state = self.new_state(self.parse(record))
+                except PoisonJob as exc:
+                    self.to_poison(record, str(exc))
+                    self.log.error("poison job %s: %s", record.get("messageId"), exc)
+                    self.audit_poison(record, str(exc))
+                    continue
+                self._copies[id(state.job)] = copy_identity(record)
+                batch.append((record, state))
+            self.deliver_batch([state for _, state in batch])
+            failures = self.settle_batch(batch)
+        finally:
+            self._copies = {}
+        if self.config.audit_flush_before_ack and self.audit_sink is not None:
+            # Raises on an S3 error: the whole batch is retried (and audited again) rather than
+            # acknowledged with its trail still in memory.
+            self.audit_sink.flush()
+        return {"batchItemFailures": failures}
+
+    def audit_poison(self, record: dict[str, Any], reason: str) -> None:
+        """A malformed copy's record: what of the body can be named safely (a tenant and a
+        notification id that are valid ids), never the rest of a body no one could parse."""
+        try:
+            body = json.loads(record.get("body") or "")
+        except (json.JSONDecodeError, TypeError):
+            body = None
+        body = body if isinstance(body, dict) else {}
+        named = {f: body[f] for f in ("tenant_id", "notification_id") if valid_id(body.get(f))}
+        job = {"tenant_id": named.get("tenant_id"), "notification_id": named.get("notification_id")}
+        self._copies[id(job)] = copy_identity(record)
+        self.audit("poison", job, reason=reason[:200])
+
+    def settle_batch(
+        self, batch: Sequence[tuple[dict[str, Any], JobState]]
+    ) -> list[dict[str, str]]:
+        """The batch's ``batchItemFailures``, each failed job's retry delay set on its message."""
+        failures = []
         for record, state in batch:
             retry_in = self.retry_delay(record, state)
             if retry_in is None:
@@ -555,11 +623,7 @@ class JobConsumer:
                 self.log.warning(
                     "could not set the retry delay of %s: %s", record["messageId"], exc
                 )
-        if self.config.audit_flush_before_ack and self.audit_sink is not None:
-            # Raises on an S3 error: the whole batch is retried (and audited again) rather than
-            # acknowledged with its trail still in memory.
-            self.audit_sink.flush()
-        return {"batchItemFailures": failures}
+        return failures
 
     def handle_and_flush(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         """A Lambda invocation: the batch, then its trail stored before the batch is

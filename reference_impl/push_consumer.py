@@ -305,7 +305,11 @@ class PushConsumer(JobConsumer):
         if "digest" in job:
             closes = job["digest"]["closes_at_ms"]
             if to_ms(self.clock()) < closes:  # early (a skewed clock): only a closed window counts
-                self.defer(job, datetime.fromtimestamp(closes / 1000, UTC))
+                release_at = datetime.fromtimestamp(closes / 1000, UTC)
+                self.defer(job, release_at)
+                self.audit(
+                    "deferred", job, reason="digest_window_open", until=release_at.isoformat()
+                )
                 state.finish()
 
     def limit_windows(self, states: Sequence[PushJob]) -> None:
@@ -400,6 +404,7 @@ class PushConsumer(JobConsumer):
                 paused = self.gate.paused_for(scope)
                 if paused > 0:
                     state.later(paused)  # Retry-After from an earlier answer: do not even try
+                    self.audit("paused", state.job, device=device, retry_in=paused)
                     continue
                 candidates.append((state, device, scope))
         # Digests are exempt from the daily cap: a digest already is the collapsed excess, at
@@ -474,7 +479,7 @@ class PushConsumer(JobConsumer):
             "digest": {"channel": channel, "window_start_ms": start_ms, "closes_at_ms": closes},
         }
         self.defer(digest, datetime.fromtimestamp(closes / 1000, UTC))
-        self.audit("digest_scheduled", digest, window_start=start_ms)
+        self.audit("digest_scheduled", digest, copy_of=job, window_start=start_ms)
 
 
 _consumer: PushConsumer | None = None
