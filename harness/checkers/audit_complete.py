@@ -58,7 +58,17 @@ from harness.model.population import Population
 
 UNREADABLE = "unreadable"
 # Records that do not settle a job: it was still on its way.
-NOT_FINAL = frozenset({"enqueued", "retry", "dedup_unavailable", "rate_limit_unavailable"})
+NOT_FINAL = frozenset(
+    {
+        "enqueued",
+        "retry",
+        "dedup_unavailable",
+        "rate_limit_unavailable",
+        "in_flight",
+        "paused",
+        "failed",
+    }
+)
 # Per oracle reason: (records accepted for the job, records accepted for the device).
 ACCEPTED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "no_consent": (frozenset({"denied_consent"}), frozenset()),

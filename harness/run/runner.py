@@ -38,6 +38,7 @@ from harness.run.audit_trail import collect_audit
 from harness.run.channel_ledgers import ChannelLedgers, register_online_users
 from harness.run.dlq import redrive_all
 from harness.run.provider_control import SimulatorControl
+from harness.run.sqs_receives import collect_receives
 from harness.stack.supervisor import WORKER_PARTS, Stack, StackInfo, stop_process
 from harness.stack.target import Target
 from reference_impl.config import CHANNELS, PAGES_QUEUE, Config
@@ -627,6 +628,10 @@ def execute(
         audited = collect_audit(info, history)
         if audited:
             progress("collect", f"{audited} audit record(s) read from the WORM bucket")
+        if "sqs" in info.parts:  # our SQS endpoint's log of every copy the consumers were given
+            config = Config.load(info.reference_config)
+            queues = {config.queue_name(channel) for channel in CHANNELS}
+            collect_receives(info.parts["sqs"].url, history, queues)
         errors += nemesis.errors
         policy = policy_from_config(
             Config.load(info.reference_config), durable=scenario.durable_redis or target is not None
