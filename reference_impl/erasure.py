@@ -11,6 +11,12 @@ expire on their TTL).
 Order matters for a retry: the keys are computed first (they need the inbox and devices), the
 Redis keys go next (a Redis error stops the erasure before anything else is gone, so a retry
 computes the same keys again), and the DynamoDB rows last (deleting them twice is harmless).
+
+The audit trail cannot be deleted (Object Lock, COMPLIANCE): erasure reaches it by destroying the
+user's audit data key (:mod:`reference_impl.audit_keys`), the first of the DynamoDB rows to go,
+so that jobs still in flight stop naming the user as soon as the dedup keys are gone. Nothing
+the dedup keys need comes from it, and deleting it again is harmless: a retried erasure ends
+with the key gone too.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from reference_impl.audit_keys import AuditKeys
 from reference_impl.aws import batch_write
 from reference_impl.config import Config
 from reference_impl.dedup_key import dedup_key, email_recipient, inapp_recipient
@@ -110,6 +117,9 @@ def erase_user(config: Config, ddb: Any, redis: Any, tenant: str, user: str) -> 
         removed_keys += int(redis.delete(*keys[start : start + 500]))
     redis.delete(preferences_cache_key(tenant, user), f"{tenant}:celebs-followed:{user}")
 
+    audit_key = 0
+    if "erasure_keeps_audit_key" not in config.defects:  # the defect: the trail stays readable
+        audit_key = int(AuditKeys(ddb, config.table("audit_keys")).destroy(tenant, user))
     fallback = config.table("dedup_fallback")
     _delete_rows(ddb, fallback, [{"pk": {"S": k}} for k in keys])
     unfollowed = sum(inbox.pages.remove(tenant, author, user) for author in sorted(authors))
@@ -120,6 +130,7 @@ def erase_user(config: Config, ddb: Any, redis: Any, tenant: str, user: str) -> 
         "dedup_keys": removed_keys,
         "devices": len(device_ids),  # they go with the record, below
         "follows": unfollowed,
+        "audit_keys": audit_key,
     }
     for table in ("inbox", "reads"):
         rows = [{"pk": {"S": pk}, "sk": r["sk"]} for r in _query_all(ddb, config.table(table), pk)]

@@ -46,7 +46,8 @@ from typing import Any, ClassVar
 import redis as redis_lib
 from ulid import ULID
 
-from reference_impl.audit import AuditSink
+from reference_impl.audit import AuditSink, seal_record, sealing_for
+from reference_impl.audit_keys import AuditKeys, DataKey
 from reference_impl.aws import client, queue_url, to_poison
 from reference_impl.config import Config
 from reference_impl.dedup import Claim, DedupStore, FallbackDedup
@@ -160,6 +161,16 @@ def rounds(keys: Sequence[str]) -> list[list[int]]:
     return out
 
 
+@dataclass(frozen=True)
+class PendingRecord:
+    """An audit record waiting for its recipient's key: ``recipient`` (tenant, user), None when
+    the record names no one; ``expected_kid`` the key the job was enqueued under, if named."""
+
+    record: dict[str, Any]
+    recipient: tuple[str, str] | None
+    expected_kid: str | None
+
+
 MAX_LATE_MARKS = 10_000
 # What a won claim led to: the provider's answer, or no send (the lease goes back).
 _PAUSED = "paused"
@@ -229,6 +240,18 @@ class JobConsumer:
         # fields): every record a job's copy leads to names that copy. Cleared after the batch,
         # while the job dicts are still alive (an id is only unique among live objects).
         self._copies: dict[int, dict[str, Any]] = {}
+        # The batch's records wait here for their recipients' audit keys, read once for the
+        # whole batch (:meth:`store_audit`), then go to the sink sealed.
+        self.audit_keys = (
+            AuditKeys(self.ddb, config.table("audit_keys"), clock)
+            if self.audit_sink is not None
+            else None
+        )
+        self._pending_audit: list[PendingRecord] = []
+        # Keys a read of the batch already brought (e.g. with the devices), and whose keys that
+        # read asked for (found or not). Never kept past the batch: a destroyed key is not used.
+        self._batch_keys: dict[tuple[str, str], DataKey] = {}
+        self._keys_read: set[tuple[str, str]] = set()
 
     # -- to implement -----------------------------------------------------------------------
 
@@ -356,7 +379,42 @@ class JobConsumer:
             return  # the defect: a redelivered copy leaves no trail
         if self.audit_sink is not None:
             fields = {k: v for k, v in record.items() if k != "audit"}
-            self.audit_sink.add({"outcome": outcome, **fields})
+            tenant, user = job.get("tenant_id"), job.get("recipient_user_id")
+            recipient = (tenant, user) if valid_id(tenant) and valid_id(user) else None
+            kid = job.get("audit_kid")
+            self._pending_audit.append(
+                PendingRecord(
+                    {"outcome": outcome, **fields}, recipient, kid if isinstance(kid, str) else None
+                )
+            )
+
+    def store_audit(self) -> None:
+        """Seal the batch's records and hand them to the sink. The keys come from the batch's
+        own reads where one brought them, else from one BatchGetItem per 100 recipients; a key
+        is created only for a job that names none (a job the fan-out sealed for names its key,
+        and its absence means the recipient was erased). Keys are dropped afterwards. A key read
+        that fails keeps the records for the next batch's call, and raises with
+        ``audit_flush_before_ack`` (the batch must not be acknowledged before its trail)."""
+        pending, self._pending_audit = self._pending_audit, []
+        batch_keys, self._batch_keys = self._batch_keys, {}
+        keys_read, self._keys_read = self._keys_read, set()
+        if not pending or self.audit_sink is None or self.audit_keys is None:
+            return
+        try:
+            users = {r.recipient for r in pending if r.recipient is not None}
+            keys = {u: k for u, k in batch_keys.items() if u in users}
+            keys.update(self.audit_keys.read(users - keys_read))
+            unnamed = {r.recipient for r in pending if r.expected_kid is None}
+            keys.update(self.audit_keys.create_many(sorted(u for u in unnamed & users - set(keys))))
+        except Exception as exc:
+            self._pending_audit = pending + self._pending_audit
+            self.log.warning("audit keys unavailable (%s): %d record(s) kept", exc, len(pending))
+            if self.config.audit_flush_before_ack:
+                raise
+            return
+        for r in pending:
+            key = keys.get(r.recipient) if r.recipient is not None else None
+            self.audit_sink.add(seal_record(r.record, sealing_for(key, r.expected_kid)))
 
     # -- the send-once protocol -------------------------------------------------------------
 
@@ -526,7 +584,10 @@ class JobConsumer:
         """One job as a batch of its own: None when it may be acknowledged, else the seconds
         to wait before it is retried. Raises what failed it."""
         state = self.new_state(job)
-        self.deliver_batch([state])
+        try:
+            self.deliver_batch([state])
+        finally:
+            self.store_audit()
         if state.error is not None:
             raise state.error
         return state.retry_in
@@ -574,6 +635,7 @@ class JobConsumer:
             failures = self.settle_batch(batch)
         finally:
             self._copies = {}
+        self.store_audit()
         if self.config.audit_flush_before_ack and self.audit_sink is not None:
             # Raises on an S3 error: the whole batch is retried (and audited again) rather than
             # acknowledged with its trail still in memory.

@@ -32,7 +32,7 @@ from botocore.exceptions import ClientError
 from ulid import ULID
 
 from reference_impl.audit import AuditSink, token_sha256
-from reference_impl.aws import batch_get
+from reference_impl.aws import batch_get_tables
 from reference_impl.config import Config
 from reference_impl.consent import push_consent_granted
 from reference_impl.ids import user_key
@@ -139,22 +139,31 @@ class PushConsumer(JobConsumer):
 
     # -- reads ------------------------------------------------------------------------------
 
-    def load_devices(self, states: Sequence[PushJob]) -> None:
+    def load_devices(
+        self, states: Sequence[PushJob], key_users: Sequence[tuple[str, str]] = ()
+    ) -> None:
         """The devices of every job's recipient, deactivated ones included (``active``
         False): the recipients' records in consistent BatchGetItems (one per 100). Never cached:
         a token that answered dead is not tried again by the next job. A read error fails the
-        jobs it leaves without devices."""
+        jobs it leaves without devices. The audit keys of ``key_users`` (the whole batch's
+        recipients) ride in the same BatchGetItems."""
         users = list(
             dict.fromkeys((s.job["tenant_id"], s.job["recipient_user_id"]) for s in states)
         )
-        keys = [{"pk": {"S": user_key(t, u)}} for t, u in users]
+        prefs_table = self.config.table("preferences")
+        requests = {prefs_table: [{"pk": {"S": user_key(t, u)}} for t, u in users]}
+        if self.audit_keys is not None and key_users:
+            requests[self.audit_keys.table] = self.audit_keys.requests(key_users)
         try:
-            found = batch_get(self.ddb, self.config.table("preferences"), keys)
+            tables = batch_get_tables(self.ddb, requests)
         except Exception as exc:
             for state in states:
                 state.fail(exc)
             return
-        items = {item["pk"]["S"]: item for item in found}
+        if self.audit_keys is not None and key_users:
+            self._batch_keys = self.audit_keys.found(tables.get(self.audit_keys.table, []))
+            self._keys_read = set(key_users)
+        items = {item["pk"]["S"]: item for item in tables[prefs_table]}
         for state in states:
             item = items.get(user_key(state.job["tenant_id"], state.job["recipient_user_id"]))
             state.registered = devices_of(item)
@@ -268,7 +277,8 @@ class PushConsumer(JobConsumer):
         one after the other."""
         self.each(states, self.gate_job)
         self.limit_windows([s for s in states if s.open])
-        self.load_devices([s for s in states if s.open])
+        recipients = [(s.job["tenant_id"], s.job["recipient_user_id"]) for s in states]
+        self.load_devices([s for s in states if s.open], key_users=recipients)
         self.each(states, self.find_devices)
         self.plan_devices([s for s in states if s.open])
 
@@ -478,6 +488,8 @@ class PushConsumer(JobConsumer):
             "channel": channel,
             "digest": {"channel": channel, "window_start_ms": start_ms, "closes_at_ms": closes},
         }
+        if isinstance(job.get("audit_kid"), str):
+            digest["audit_kid"] = job["audit_kid"]  # the same recipient, the same key
         self.defer(digest, datetime.fromtimestamp(closes / 1000, UTC))
         self.audit("digest_scheduled", digest, copy_of=job, window_start=start_ms)
 

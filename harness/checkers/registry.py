@@ -21,7 +21,9 @@ from harness.checkers.verdict import Verdict
 
 Probe = Callable[[Evidence, Mapping[str, Any]], Verdict]
 # Modules of this package that are helpers, not checkers.
-_NOT_CHECKERS = frozenset({"evidence", "keys", "registry", "verdict", "windows", "timeline"})
+_NOT_CHECKERS = frozenset(
+    {"evidence", "keys", "registry", "verdict", "windows", "timeline", "audit_personal"}
+)
 
 
 @dataclass(frozen=True)
