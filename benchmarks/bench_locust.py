@@ -18,6 +18,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from bench_foundation import bench_apns_simulator
@@ -71,6 +72,24 @@ class MeteredStack(Stack):
     def down(self) -> None:
         self._meter(list(self.procs))
         super().down()
+
+
+class WarmKeysStack(MeteredStack):
+    """A metered stack whose audit keys already exist for every user of ``users`` when the run
+    starts: the steady state of a system whose users were notified before (the first
+    notification to a user creates their key, a conditional put; see reference_impl/audit_keys)."""
+
+    users: list[tuple[str, str]] = []
+
+    def up(self) -> Any:
+        info = super().up()
+        from reference_impl.audit_keys import AuditKeys
+        from reference_impl.aws import client
+
+        config = self.reference_config()
+        keys = AuditKeys(client(config, "dynamodb"), config.table("audit_keys"))
+        keys.create_many(self.users)
+        return info
 
 
 def bench_injection(seconds: float, users: int, workers: int) -> dict[str, float]:
@@ -132,8 +151,9 @@ def bench_injection(seconds: float, users: int, workers: int) -> dict[str, float
     }
 
 
-def bench_burst(deliveries: int, seed: int) -> dict[str, float]:
-    """One celebrity post per tenant to enough followers for ``deliveries`` push deliveries."""
+def bench_burst(deliveries: int, seed: int, warm_keys: bool = False) -> dict[str, float]:
+    """One celebrity post per tenant to enough followers for ``deliveries`` push deliveries.
+    ``warm_keys``: every user's audit key made before the run (not by the burst's fan-out)."""
     tenants = 2
     devices_per_user = 1.3  # PopulationSpec.second_device_fraction 0.3
     followers = int(deliveries / (tenants * devices_per_user)) + 1
@@ -172,8 +192,13 @@ def bench_burst(deliveries: int, seed: int) -> dict[str, float]:
     stacks: list[MeteredStack] = []
 
     def metered(workdir: Path) -> MeteredStack:
-        stacks.append(MeteredStack(workdir, reference_overrides=scenario.reference))
+        kind = WarmKeysStack if warm_keys else MeteredStack
+        stacks.append(kind(workdir, reference_overrides=scenario.reference))
         return stacks[-1]
+
+    if warm_keys:  # the run generates the same users from the same seed and spec
+        population = generate(seed, datetime.now(UTC), spec)
+        WarmKeysStack.users = [(u.tenant_id, u.user_id) for u in population.users]
 
     with tempfile.TemporaryDirectory() as out:
         result = run(
@@ -203,6 +228,7 @@ def bench_burst(deliveries: int, seed: int) -> dict[str, float]:
         "burst_deliveries_per_s": round(once["delivered"] / span, 1) if span > 0 else 0.0,
         "burst_peak_deliveries_in_one_second": int(per_second.max()) if len(per_second) else 0,
         "burst_verdict": result.summary["verdict"],
+        "burst_audit_keys_made_before": warm_keys,
         # The whole run's CPU (start, population load, burst), per part of the system.
         "burst_cpu_seconds": {
             part: round(seconds, 1)
@@ -221,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--burst-only", action="store_true", help="only the celebrity burst (no injection runs)"
     )
+    parser.add_argument(
+        "--warm-audit-keys",
+        action="store_true",
+        help="make every user's audit key before the burst (a population notified before)",
+    )
     args = parser.parse_args(argv)
     results: dict[str, object] = {
         "benchmark": "locust",
@@ -229,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
     }
     print(f"== celebrity burst, {args.deliveries:,} deliveries", flush=True)
-    results.update(bench_burst(args.deliveries, args.seed))
+    results.update(bench_burst(args.deliveries, args.seed, args.warm_audit_keys))
     if args.burst_only:
         print(json.dumps(results, indent=2))
         return 0
