@@ -707,4 +707,14 @@ def serve(consumers: Sequence[JobConsumer], ready_file: str | None) -> int:
     name = first.component
     pollers = [SqsPoller(c.sqs, c.queue, arn, c, name, wait_seconds=1).run for c in consumers]
     sink = first.audit_sink
-    return run_pollers(name, pollers, ready_file, on_stop=sink.close if sink else None)
+
+    def stop() -> None:
+        for consumer in consumers:  # records a failed key read held back, if any
+            try:
+                consumer.store_audit()
+            except Exception as exc:
+                consumer.log.error("audit records not sealed at stop: %s", exc)
+        if sink is not None:
+            sink.close()
+
+    return run_pollers(name, pollers, ready_file, on_stop=stop)

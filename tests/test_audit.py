@@ -775,8 +775,16 @@ def test_a_consumer_seals_each_copys_record_and_withholds_a_job_whose_key_is_gon
     gone_kid = uuid.uuid4().hex  # the key the job was enqueued under, destroyed since
     consumer = PushConsumer(config)
     try:
+        poison = {
+            **record("fresh", "m-poison"),
+            "body": json.dumps({"tenant_id": t.tenant, "x": 1}),
+        }
         event = {
-            "Records": [record("fresh", "m-fresh"), record("erased", "m-gone", audit_kid=gone_kid)]
+            "Records": [
+                record("fresh", "m-fresh"),
+                record("erased", "m-gone", audit_kid=gone_kid),
+                poison,
+            ]
         }
         assert consumer(event, None) == {"batchItemFailures": []}
     finally:
@@ -787,7 +795,9 @@ def test_a_consumer_seals_each_copys_record_and_withholds_a_job_whose_key_is_gon
     assert {m: (r["outcome"], r["receive_count"]) for m, r in stored.items()} == {
         "m-fresh": ("denied_consent", 2),
         "m-gone": ("denied_consent", 2),
+        "m-poison": ("poison", 2),  # even a malformed copy ends in a record
     }
+    assert stored["m-poison"]["tenant_id"] == t.tenant and "sealed" not in stored["m-poison"]
     assert stored["m-gone"]["sealed"] == [{"kid": gone_kid, "withheld": True}]
     assert "erased" not in json.dumps(stored["m-gone"])
     ddb = client(config, "dynamodb")
