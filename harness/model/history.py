@@ -16,7 +16,8 @@ import pandas as pd
 
 COLUMNS = {
     "seq": "int64",
-    "kind": "string",  # inject | provider | fault | action | dlq | phase | sample | alarm
+    "kind": "string",  # inject | provider | fault | action | dlq | phase | sample | alarm |
+    # audit | receive
     "time": "float64",
     "mono": "float64",
     "tenant_id": "string",
