@@ -635,7 +635,9 @@ class JobConsumer:
             failures = self.settle_batch(batch)
         finally:
             self._copies = {}
-        self.store_audit()
+            # Also when the batch raised: its records say what did happen, and the keys read
+            # for it must not outlive it.
+            self.store_audit()
         if self.config.audit_flush_before_ack and self.audit_sink is not None:
             # Raises on an S3 error: the whole batch is retried (and audited again) rather than
             # acknowledged with its trail still in memory.
