@@ -18,6 +18,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from bench_foundation import bench_apns_simulator
@@ -26,7 +27,7 @@ from harness.load.loader import load_population
 from harness.model.population import PopulationSpec, generate
 from harness.model.scenarios import LocustLoad, Probe, Scenario
 from harness.run.runner import Progress, read_injected, run
-from harness.stack.supervisor import Stack
+from harness.stack.supervisor import WORKER_PARTS, Stack
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,6 +41,55 @@ def _proc_cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def _part_cpu_seconds(pid: int) -> float:
+    """CPU of a process and of the children it has waited for (an Event API's forks)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+class MeteredStack(Stack):
+    """A stack that reads each part's CPU seconds just before stopping it: what the system
+    under test (its workers, and dynalite behind them) spent on the whole run."""
+
+    cpu_seconds: dict[str, float]
+
+    def _meter(self, parts: list[str]) -> None:
+        if not hasattr(self, "cpu_seconds"):
+            self.cpu_seconds = {}
+        for part in parts:
+            if part in self.procs and part not in self.cpu_seconds:
+                self.cpu_seconds[part] = _part_cpu_seconds(self.procs[part].pid)
+
+    def stop_parts(self, parts) -> None:  # noqa: ANN001 - Stack's signature
+        self._meter(list(parts))
+        super().stop_parts(parts)
+
+    def down(self) -> None:
+        self._meter(list(self.procs))
+        super().down()
+
+
+class WarmKeysStack(MeteredStack):
+    """A metered stack whose audit keys already exist for every user of ``users`` when the run
+    starts: the steady state of a system whose users were notified before (the first
+    notification to a user creates their key, a conditional put; see reference_impl/audit_keys)."""
+
+    users: list[tuple[str, str]] = []
+
+    def up(self) -> Any:
+        info = super().up()
+        from reference_impl.audit_keys import AuditKeys
+        from reference_impl.aws import client
+
+        config = self.reference_config()
+        keys = AuditKeys(client(config, "dynamodb"), config.table("audit_keys"))
+        keys.create_many(self.users)
+        return info
 
 
 def bench_injection(seconds: float, users: int, workers: int) -> dict[str, float]:
@@ -101,8 +151,9 @@ def bench_injection(seconds: float, users: int, workers: int) -> dict[str, float
     }
 
 
-def bench_burst(deliveries: int, seed: int) -> dict[str, float]:
-    """One celebrity post per tenant to enough followers for ``deliveries`` push deliveries."""
+def bench_burst(deliveries: int, seed: int, warm_keys: bool = False) -> dict[str, float]:
+    """One celebrity post per tenant to enough followers for ``deliveries`` push deliveries.
+    ``warm_keys``: every user's audit key made before the run (not by the burst's fan-out)."""
     tenants = 2
     devices_per_user = 1.3  # PopulationSpec.second_device_fraction 0.3
     followers = int(deliveries / (tenants * devices_per_user)) + 1
@@ -138,9 +189,24 @@ def bench_burst(deliveries: int, seed: int) -> dict[str, float]:
         reference={"follower_page_size": 1000, "pages_per_walk": 10},
         timeout_seconds=3600,
     )
+    stacks: list[MeteredStack] = []
+
+    def metered(workdir: Path) -> MeteredStack:
+        kind = WarmKeysStack if warm_keys else MeteredStack
+        stacks.append(kind(workdir, reference_overrides=scenario.reference))
+        return stacks[-1]
+
+    if warm_keys:  # the run generates the same users from the same seed and spec
+        population = generate(seed, datetime.now(UTC), spec)
+        WarmKeysStack.users = [(u.tenant_id, u.user_id) for u in population.users]
+
     with tempfile.TemporaryDirectory() as out:
         result = run(
-            scenario, seed=seed, out=Path(out), progress=Progress(lambda s: print(s, flush=True))
+            scenario,
+            seed=seed,
+            out=Path(out),
+            progress=Progress(lambda s: print(s, flush=True)),
+            stack_factory=metered,
         )
         history = pd.read_parquet(result.run_dir / "history.parquet")
         phases = history[history["kind"] == "phase"]
@@ -162,6 +228,13 @@ def bench_burst(deliveries: int, seed: int) -> dict[str, float]:
         "burst_deliveries_per_s": round(once["delivered"] / span, 1) if span > 0 else 0.0,
         "burst_peak_deliveries_in_one_second": int(per_second.max()) if len(per_second) else 0,
         "burst_verdict": result.summary["verdict"],
+        "burst_audit_keys_made_before": warm_keys,
+        # The whole run's CPU (start, population load, burst), per part of the system.
+        "burst_cpu_seconds": {
+            part: round(seconds, 1)
+            for part, seconds in sorted(getattr(stacks[0], "cpu_seconds", {}).items())
+            if part in WORKER_PARTS or part == "dynamodb"
+        },
     }
 
 
@@ -171,6 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deliveries", type=int, default=100_000)
     parser.add_argument("--inject-seconds", type=float, default=20)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--burst-only", action="store_true", help="only the celebrity burst (no injection runs)"
+    )
+    parser.add_argument(
+        "--warm-audit-keys",
+        action="store_true",
+        help="make every user's audit key before the burst (a population notified before)",
+    )
     args = parser.parse_args(argv)
     results: dict[str, object] = {
         "benchmark": "locust",
@@ -178,13 +259,16 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_count": os.cpu_count(),
         "seed": args.seed,
     }
+    print(f"== celebrity burst, {args.deliveries:,} deliveries", flush=True)
+    results.update(bench_burst(args.deliveries, args.seed, args.warm_audit_keys))
+    if args.burst_only:
+        print(json.dumps(results, indent=2))
+        return 0
     print("== provider simulators", flush=True)
     results.update(bench_apns_simulator(20_000))
     for workers in (0, 2):
         print(f"== injection, {workers} Locust worker(s)", flush=True)
         results[f"injection_workers_{workers}"] = bench_injection(args.inject_seconds, 20, workers)
-    print(f"== celebrity burst, {args.deliveries:,} deliveries", flush=True)
-    results.update(bench_burst(args.deliveries, args.seed))
     limits = {
         "apns simulator (h2 client)": results["apns_simulator_h2_req_per_s"],
         "consumer http client (per thread)": results["httpx_h2c_sequential_req_per_s"],

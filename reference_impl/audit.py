@@ -26,6 +26,43 @@ Record fields: ``outcome``, ``at`` (ISO 8601, UTC), ``tenant_id``, ``notificatio
 ``recipient_user_id``; per device ``device_id`` and ``token_sha256`` (hex SHA-256 of the device
 token: the token itself is a credential to the device and stays out of the trail); ``reason``
 and outcome-specific fields; ``writer``.
+
+Per copy: SQS is at-least-once, so one job can be handed out several times (a redelivery, a
+visibility timeout that ran out, a lost delete). Every record a consumer writes while handling a
+job it received from SQS names that copy: ``sqs_message_id`` (the message's MessageId) and
+``receive_count`` (that receive's ApproximateReceiveCount), both from the Lambda event record
+(``messageId``, ``attributes.ApproximateReceiveCount``). Each copy ends in exactly one outcome
+per subject: per device (or per email address / in-app connection) ``sent``, ``deduped``,
+``dead_token``, ``retry``, ``rejected``, ``offline``, ``daily_limited``, ``in_flight`` (another
+copy holds the dedup lease: this one comes back) or ``paused`` (a Retry-After paused the
+provider: not tried, comes back); per job ``denied_consent``, ``opted_out``, ``deferred``,
+``no_device``, ``no_address``, ``rate_limited``, ``digest_empty``, ``dedup_unavailable``,
+``failed`` (another error: not acknowledged, comes back) or ``poison``. ``dlq``, ``digest``,
+``digest_scheduled`` and ``rate_limit_unavailable`` accompany an outcome, never replace one.
+The fan-out's ``enqueued`` records name no copy (they precede every copy).
+
+Personal fields are sealed (crypto-shredding, :mod:`reference_impl.audit_keys`): a record is
+stored with the fields of :data:`CLEAR_FIELDS` as they are (the outcome, when, which tenant and
+notification, which copy, the provider's status and reason, ...) and every other field in
+``sealed``, a list of envelopes, one per person the record names: the recipient's fields
+(``recipient_user_id``, ``device_id``, ``token_sha256``, ``address_sha256``, ``connection_id``,
+whatever else a record carries) under the recipient's data key, ``author_id`` (an ``enqueued``
+record's) under the author's::
+
+    {"kid": "<key id, 32 hex>", "iv": "<base64url, 12 bytes>", "ct": "<base64url>"}
+
+``ct`` is AES-256-GCM over the JSON object of the fields (keys sorted), with the tag appended
+(as ``cryptography``'s AESGCM returns it), and as associated data the JSON array
+``[tenant_id, notification_id, outcome, at, kid]`` (compact separators): an envelope opens only
+in the record it was sealed in. ``{"kid": ..., "withheld": true}`` (no ``ct``): the person's key
+was already destroyed when the record was written (a job still in flight when its recipient was
+erased), so their fields were not stored at all. Base64url without padding keeps every
+character of ``iv`` and ``ct`` one that an id may hold, so a user id can never be read, bounded,
+out of a ciphertext. An auditor opens envelopes with the key table (its ``kid`` names the key);
+after erasure nothing opens them.
+
+The process log (one line per record, in clear) is the operational log, with its own short
+retention; it is not the trail.
 """
 
 from __future__ import annotations
@@ -34,12 +71,16 @@ import base64
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from reference_impl.audit_keys import DataKey
 from reference_impl.config import Config
 from reference_impl.ids import valid_id
 
@@ -50,8 +91,90 @@ UNKNOWN_TENANT = "~unknown"
 MAX_BACKOFF_SECONDS = 30.0
 
 
+# Fields stored in clear: none names a person. Every other field is sealed (a new field
+# defaults to sealed: forgetting to list it here can hide it from the auditor, never leak it).
+CLEAR_FIELDS = frozenset(
+    {
+        "outcome",
+        "at",
+        "tenant_id",
+        "notification_id",
+        "sqs_message_id",
+        "receive_count",
+        "writer",
+        "status",
+        "reason",
+        "channel",
+        "kind",
+        "error",
+        "until",
+        "retry_in",
+        "digest_window",
+        "opened",
+        "repeat",
+        "window_start",
+        "count",
+    }
+)
+# Fields that name the author, not the recipient: sealed under the author's key.
+AUTHOR_FIELDS = frozenset({"author_id"})
+IV_BYTES = 12
+
+# A person's key for sealing: the key, or the id of a key already destroyed (withheld).
+Sealing = DataKey | str | None
+
+
 def token_sha256(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def seal_aad(record: dict[str, Any], kid: str) -> bytes:
+    """The associated data of an envelope: it binds the envelope to its record."""
+    fields = [record.get(f) for f in ("tenant_id", "notification_id", "outcome", "at")]
+    return json.dumps([*fields, kid], separators=(",", ":"), default=str).encode()
+
+
+def _envelope(fields: dict[str, Any], key: Sealing, clear: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(key, DataKey):
+        return {"kid": key, "withheld": True}
+    iv = os.urandom(IV_BYTES)
+    plain = json.dumps(fields, sort_keys=True, default=str).encode()
+    ct = AESGCM(key.key).encrypt(iv, plain, seal_aad(clear, key.kid))
+    return {"kid": key.kid, "iv": b64url(iv), "ct": b64url(ct)}
+
+
+def seal_record(
+    record: dict[str, Any], recipient: Sealing, author: Sealing = None
+) -> dict[str, Any]:
+    """The stored form of ``record`` (module docstring): the clear fields, and ``sealed``, an
+    envelope per person whose fields it holds (the recipient's under ``recipient``, the author's
+    under ``author``). No key (None) or a destroyed one (its id): the fields are not stored."""
+    clear = {k: v for k, v in record.items() if k in CLEAR_FIELDS}
+    personal = {k: v for k, v in record.items() if k not in CLEAR_FIELDS and v is not None}
+    theirs = {k: v for k, v in personal.items() if k not in AUTHOR_FIELDS}
+    authored = {k: v for k, v in personal.items() if k in AUTHOR_FIELDS}
+    envelopes = [
+        _envelope(fields, key, clear)
+        for fields, key in ((theirs, recipient), (authored, author))
+        if fields
+    ]
+    if envelopes:
+        clear["sealed"] = envelopes
+    return clear
+
+
+def sealing_for(key: DataKey | None, expected_kid: str | None) -> Sealing:
+    """The key to seal a job's records with. ``expected_kid``: the key the fan-out sealed the
+    job's ``enqueued`` record with (``audit_kid``); when the table now holds no key or another
+    one, the recipient was erased since: withhold rather than seal under a key no erasure
+    destroyed."""
+    if expected_kid is None or (key is not None and key.kid == expected_kid):
+        return key
+    return expected_kid
 
 
 def _hour_of(at: object) -> datetime:

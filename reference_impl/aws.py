@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import boto3
@@ -91,19 +91,32 @@ def batch_write(ddb: Any, table: str, requests: Sequence[dict[str, Any]]) -> Non
 def batch_get(ddb: Any, table: str, keys: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Any number of keys, BATCH_GET_MAX per consistent BatchGetItem, each call's unprocessed
     keys asked again until none are left: the items found, in no particular order."""
-    items: list[dict[str, Any]] = []
-    for start in range(0, len(keys), BATCH_GET_MAX):
-        chunk = list(keys[start : start + BATCH_GET_MAX])
-        pending: dict[str, Any] = {table: {"Keys": chunk, "ConsistentRead": True}}
+    return batch_get_tables(ddb, {table: keys})[table]
+
+
+def batch_get_tables(
+    ddb: Any, keys: Mapping[str, Sequence[dict[str, Any]]]
+) -> dict[str, list[dict[str, Any]]]:
+    """:func:`batch_get` over several tables at once: one BatchGetItem reads up to
+    BATCH_GET_MAX keys of any tables, so two small reads of one batch cost one call. The items
+    found, by table."""
+    found: dict[str, list[dict[str, Any]]] = {table: [] for table in keys}
+    flat = [(table, key) for table, table_keys in keys.items() for key in table_keys]
+    for start in range(0, len(flat), BATCH_GET_MAX):
+        pending: dict[str, Any] = {}
+        for table, key in flat[start : start + BATCH_GET_MAX]:
+            pending.setdefault(table, {"Keys": [], "ConsistentRead": True})["Keys"].append(key)
         for _ in range(20):
             result = ddb.batch_get_item(RequestItems=pending)
-            items += result.get("Responses", {}).get(table, [])
+            for table, items in result.get("Responses", {}).items():
+                found.setdefault(table, []).extend(items)
             pending = result.get("UnprocessedKeys") or {}
             if not pending:
                 break
         else:
-            raise RuntimeError(f"BatchGetItem on {table} left keys unprocessed after 20 tries")
-    return items
+            tables = ", ".join(sorted(pending))
+            raise RuntimeError(f"BatchGetItem on {tables} left keys unprocessed after 20 tries")
+    return found
 
 
 def send_batch(

@@ -88,6 +88,7 @@ class ChannelConsumer(JobConsumer):
             return
         paused = self.gate.paused_for(self.scope)
         if paused > 0:  # Retry-After from an earlier answer: do not even try
+            self.audit("paused", job, **target.audit_fields, retry_in=paused)
             state.later(paused)
             state.finish()
             return

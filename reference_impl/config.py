@@ -47,6 +47,8 @@ DEFECTS = (
     "erasure_rows_first",  # erasure deletes rows before dedup keys: a retry cannot find them
     "deferral_acks_without_requeue",  # quiet hours: the job is acknowledged, never re-enqueued
     "dead_token_kept",  # a 410 / UNREGISTERED never deactivates the device
+    "audit_first_copy_only",  # a redelivered copy (receive count > 1) leaves no audit record
+    "erasure_keeps_audit_key",  # erasure leaves the user's audit data key: their trail readable
 )
 
 

@@ -11,6 +11,12 @@ expire on their TTL).
 Order matters for a retry: the keys are computed first (they need the inbox and devices), the
 Redis keys go next (a Redis error stops the erasure before anything else is gone, so a retry
 computes the same keys again), and the DynamoDB rows last (deleting them twice is harmless).
+
+The audit trail cannot be deleted (Object Lock, COMPLIANCE): erasure reaches it by destroying the
+user's audit data key (:mod:`reference_impl.audit_keys`), the first of the DynamoDB rows to go,
+so that jobs still in flight stop naming the user as soon as the dedup keys are gone. Nothing
+the dedup keys need comes from it, and deleting it again is harmless: a retried erasure ends
+with the key gone too.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from reference_impl.audit_keys import AuditKeys
 from reference_impl.aws import batch_write
 from reference_impl.config import Config
 from reference_impl.dedup_key import dedup_key, email_recipient, inapp_recipient
@@ -114,6 +121,11 @@ def erase_user(config: Config, ddb: Any, redis: Any, tenant: str, user: str) -> 
         counts["dedup_keys"] = removed
 
     def drop_rows() -> None:
+        counts["audit_keys"] = 0
+        if "erasure_keeps_audit_key" not in config.defects:  # the defect: the trail stays readable
+            counts["audit_keys"] = int(
+                AuditKeys(ddb, config.table("audit_keys")).destroy(tenant, user)
+            )
         _delete_rows(ddb, config.table("dedup_fallback"), [{"pk": {"S": k}} for k in keys])
         counts["follows"] = sum(
             inbox.pages.remove(tenant, author, user) for author in sorted(authors)

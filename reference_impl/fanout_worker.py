@@ -13,10 +13,12 @@ import base64
 import json
 import logging
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from reference_impl.audit import AuditSink
+from reference_impl.audit import AuditSink, seal_record
+from reference_impl.audit_keys import AuditKeys, DataKey, User
 from reference_impl.aws import batch_write, client, queue_url, send_batch, to_poison
 from reference_impl.config import PAGES_QUEUE, Config
 from reference_impl.event_source import (
@@ -62,15 +64,25 @@ class FanoutWorker:
             c: queue_url(self.sqs, config.queue_name(c)) for c in sorted(routed - {"push"})
         }
         self.audit_sink = AuditSink.from_config(config, "fanout-worker")
+        # Each page's followers' audit keys (and the author's), read (one BatchGetItem per 100)
+        # and created where missing before its jobs go out: every job names its recipient's key.
+        self.audit_keys = (
+            AuditKeys(self.ddb, config.table("audit_keys")) if self.audit_sink is not None else None
+        )
 
-    def enqueue(self, jobs: list[dict[str, Any]]) -> None:
+    def enqueue(
+        self, jobs: list[dict[str, Any]], keys: Mapping[User, DataKey] | None = None
+    ) -> None:
+        """``keys``: the audit keys of the jobs' recipients and author (sealing their records)."""
         by_channel: dict[str, list[dict[str, Any]]] = {}
         for job in jobs:
             by_channel.setdefault(job["channel"], []).append(job)
         for channel, channel_jobs in by_channel.items():
-            self._enqueue(self.queues[channel], channel_jobs)
+            self._enqueue(self.queues[channel], channel_jobs, keys or {})
 
-    def _enqueue(self, queue: str, jobs: list[dict[str, Any]]) -> None:
+    def _enqueue(
+        self, queue: str, jobs: list[dict[str, Any]], keys: Mapping[User, DataKey]
+    ) -> None:
         for batch in chunks(jobs, 10):
             entries = sqs_entries(batch)
             job_of = {e["Id"]: job for e, job in zip(entries, batch, strict=True)}
@@ -80,27 +92,41 @@ class FanoutWorker:
                 queue,
                 entries,
                 lambda accepted, job_of=job_of: self.audit_enqueued(
-                    [job_of[e["Id"]] for e in accepted]
+                    [job_of[e["Id"]] for e in accepted], keys
                 ),
             )
 
-    def audit_enqueued(self, jobs: list[dict[str, Any]]) -> None:
+    def audit_enqueued(
+        self, jobs: list[dict[str, Any]], keys: Mapping[User, DataKey] | None = None
+    ) -> None:
         if self.audit_sink is None or not jobs:
             return
+        keys = keys or {}
         at = datetime.now(UTC).isoformat()
         for job in jobs:
-            self.audit_sink.add(
-                {
-                    "outcome": "enqueued",
-                    "at": at,
-                    "tenant_id": job["tenant_id"],
-                    "notification_id": job["notification_id"],
-                    "recipient_user_id": job["recipient_user_id"],
-                    "author_id": job["author_id"],
-                    "kind": job["kind"],
-                    "channel": job["channel"],
-                }
-            )
+            tenant = job["tenant_id"]
+            record = {
+                "outcome": "enqueued",
+                "at": at,
+                "tenant_id": tenant,
+                "notification_id": job["notification_id"],
+                "recipient_user_id": job["recipient_user_id"],
+                "author_id": job["author_id"],
+                "kind": job["kind"],
+                "channel": job["channel"],
+            }
+            recipient = keys.get((tenant, job["recipient_user_id"]))
+            author = keys.get((tenant, job["author_id"]))
+            self.audit_sink.add(seal_record(record, recipient, author))
+
+    def page_keys(self, event: FanoutEvent, followers: list[str]) -> dict[User, DataKey]:
+        """The audit keys of a page's followers and of the author (none without an audit)."""
+        if self.audit_keys is None:
+            return {}
+        tenant = event.tenant_id
+        return self.audit_keys.ensure(
+            [(tenant, f) for f in followers] + [(tenant, event.author_id)]
+        )
 
     def fan_out(self, event: FanoutEvent) -> dict[str, Any]:
         """Choose the tier, write the pointer of a celebrity post, then walk the follower
@@ -137,8 +163,12 @@ class FanoutWorker:
                 self.config.table("inbox"),
                 [{"PutRequest": {"Item": inbox_item(event, f)}} for f in page.ids],
             )
+        keys = self.page_keys(event, list(page.ids))
         jobs = follower_jobs(event, page.ids, self.config.channels_for(event.kind))
-        self.enqueue(jobs)
+        if keys:
+            for job in jobs:
+                job["audit_kid"] = keys[(event.tenant_id, job["recipient_user_id"])].kid
+        self.enqueue(jobs, keys)
         return len(jobs)
 
     def send_tasks(self, tasks: list[PageTask]) -> None:

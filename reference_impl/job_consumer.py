@@ -46,7 +46,8 @@ from typing import Any, ClassVar
 import redis as redis_lib
 from ulid import ULID
 
-from reference_impl.audit import AuditSink
+from reference_impl.audit import AuditSink, seal_record, sealing_for
+from reference_impl.audit_keys import AuditKeys, DataKey
 from reference_impl.aws import client, queue_url, to_poison
 from reference_impl.config import Config
 from reference_impl.dedup import Claim, DedupStore, FallbackDedup
@@ -90,6 +91,21 @@ def parse_job(record: dict[str, Any]) -> dict[str, Any]:
 
 def receive_count(record: dict[str, Any]) -> int:
     return int((record.get("attributes") or {}).get("ApproximateReceiveCount", "1"))
+
+
+def copy_identity(record: dict[str, Any]) -> dict[str, Any]:
+    """The audit fields naming the copy of a job an SQS record is: its MessageId and that
+    receive's ApproximateReceiveCount (absent from the record: left out, never guessed)."""
+    identity: dict[str, Any] = {}
+    if isinstance(record.get("messageId"), str):
+        identity["sqs_message_id"] = record["messageId"]
+    count = (record.get("attributes") or {}).get("ApproximateReceiveCount")
+    if count is not None:
+        try:
+            identity["receive_count"] = int(count)
+        except (TypeError, ValueError):
+            pass
+    return identity
 
 
 @dataclass
@@ -143,6 +159,16 @@ def rounds(keys: Sequence[str]) -> list[list[int]]:
             out.append([])
         out[n].append(i)
     return out
+
+
+@dataclass(frozen=True)
+class PendingRecord:
+    """An audit record waiting for its recipient's key: ``recipient`` (tenant, user), None when
+    the record names no one; ``expected_kid`` the key the job was enqueued under, if named."""
+
+    record: dict[str, Any]
+    recipient: tuple[str, str] | None
+    expected_kid: str | None
 
 
 MAX_LATE_MARKS = 10_000
@@ -210,6 +236,22 @@ class JobConsumer:
         self.audit_sink = (
             audit_sink if audit_sink is not None else AuditSink.from_config(config, self.component)
         )
+        # The copy each job of the batch in hand came from (id of the job dict -> its audit
+        # fields): every record a job's copy leads to names that copy. Cleared after the batch,
+        # while the job dicts are still alive (an id is only unique among live objects).
+        self._copies: dict[int, dict[str, Any]] = {}
+        # The batch's records wait here for their recipients' audit keys, read once for the
+        # whole batch (:meth:`store_audit`), then go to the sink sealed.
+        self.audit_keys = (
+            AuditKeys(self.ddb, config.table("audit_keys"), clock)
+            if self.audit_sink is not None
+            else None
+        )
+        self._pending_audit: list[PendingRecord] = []
+        # Keys a read of the batch already brought (e.g. with the devices), and whose keys that
+        # read asked for (found or not). Never kept past the batch: a destroyed key is not used.
+        self._batch_keys: dict[tuple[str, str], DataKey] = {}
+        self._keys_read: set[tuple[str, str]] = set()
 
     # -- to implement -----------------------------------------------------------------------
 
@@ -311,20 +353,68 @@ class JobConsumer:
 
     # -- audit ------------------------------------------------------------------------------
 
-    def audit(self, outcome: str, job: dict[str, Any], **extra: Any) -> None:
-        """One log line per outcome and, with an audit bucket, one record in the WORM trail."""
+    def audit(
+        self,
+        outcome: str,
+        job: dict[str, Any],
+        *,
+        copy_of: dict[str, Any] | None = None,
+        **extra: Any,
+    ) -> None:
+        """One log line per outcome and, with an audit bucket, one record in the WORM trail.
+        The record names the SQS copy of ``job`` (or of ``copy_of``: a record about another
+        job, e.g. the digest a job scheduled) being handled."""
+        copy = self._copies.get(id(copy_of if copy_of is not None else job), {})
         record = {
             "audit": outcome,
             "at": self.clock().isoformat(),
             "tenant_id": job.get("tenant_id"),
             "notification_id": job.get("notification_id"),
             "recipient_user_id": job.get("recipient_user_id"),
+            **copy,
             **extra,
         }
         self.log.info("%s", json.dumps(record))
+        if "audit_first_copy_only" in self.defects and copy.get("receive_count", 1) > 1:
+            return  # the defect: a redelivered copy leaves no trail
         if self.audit_sink is not None:
             fields = {k: v for k, v in record.items() if k != "audit"}
-            self.audit_sink.add({"outcome": outcome, **fields})
+            tenant, user = job.get("tenant_id"), job.get("recipient_user_id")
+            recipient = (tenant, user) if valid_id(tenant) and valid_id(user) else None
+            kid = job.get("audit_kid")
+            self._pending_audit.append(
+                PendingRecord(
+                    {"outcome": outcome, **fields}, recipient, kid if isinstance(kid, str) else None
+                )
+            )
+
+    def store_audit(self) -> None:
+        """Seal the batch's records and hand them to the sink. The keys come from the batch's
+        own reads where one brought them, else from one BatchGetItem per 100 recipients; a key
+        is created only for a job that names none (a job the fan-out sealed for names its key,
+        and its absence means the recipient was erased). Keys are dropped afterwards. A key read
+        that fails keeps the records for the next batch's call, and raises with
+        ``audit_flush_before_ack`` (the batch must not be acknowledged before its trail)."""
+        pending, self._pending_audit = self._pending_audit, []
+        batch_keys, self._batch_keys = self._batch_keys, {}
+        keys_read, self._keys_read = self._keys_read, set()
+        if not pending or self.audit_sink is None or self.audit_keys is None:
+            return
+        try:
+            users = {r.recipient for r in pending if r.recipient is not None}
+            keys = {u: k for u, k in batch_keys.items() if u in users}
+            keys.update(self.audit_keys.read(users - keys_read))
+            unnamed = {r.recipient for r in pending if r.expected_kid is None}
+            keys.update(self.audit_keys.create_many(sorted(u for u in unnamed & users - set(keys))))
+        except Exception as exc:
+            self._pending_audit = pending + self._pending_audit
+            self.log.warning("audit keys unavailable (%s): %d record(s) kept", exc, len(pending))
+            if self.config.audit_flush_before_ack:
+                raise
+            return
+        for r in pending:
+            key = keys.get(r.recipient) if r.recipient is not None else None
+            self.audit_sink.add(seal_record(r.record, sealing_for(key, r.expected_kid)))
 
     # -- the send-once protocol -------------------------------------------------------------
 
@@ -411,6 +501,8 @@ class JobConsumer:
                 self.audit("deduped", state.job, **delivery.audit_fields)
                 continue
             if claim == "in_flight":
+                # Another copy holds the lease: this one comes back, and says so.
+                self.audit("in_flight", state.job, **delivery.audit_fields)
                 state.later(self.config.dedup_lease_seconds / 2)
                 continue
             try:
@@ -465,7 +557,9 @@ class JobConsumer:
     def settled(self, state: JobState, delivery: Delivery, answer: SendResult | str) -> None:
         """The audit (and the definite answer's follow-up) of a won claim's answer."""
         job, fields = state.job, delivery.audit_fields
-        if answer == _DEAD:
+        if answer == _PAUSED:
+            self.audit("paused", job, **fields, retry_in=state.retry_in)
+        elif answer == _DEAD:
             self.audit("dead_token", job, **fields, reason="deactivated")
         elif isinstance(answer, SendResult):
             if answer.outcome == "retry":
@@ -490,7 +584,10 @@ class JobConsumer:
         """One job as a batch of its own: None when it may be acknowledged, else the seconds
         to wait before it is retried. Raises what failed it."""
         state = self.new_state(job)
-        self.deliver_batch([state])
+        try:
+            self.deliver_batch([state])
+        finally:
+            self.store_audit()
         if state.error is not None:
             raise state.error
         return state.retry_in
@@ -513,23 +610,58 @@ class JobConsumer:
             self.audit("dedup_unavailable", state.job, error=type(state.error).__name__)
         else:
             self.log.error("job %s failed", record.get("messageId"), exc_info=state.error)
+            self.audit("failed", state.job, error=type(state.error).__name__)
         return 0.0
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
-        failures = []
         records = event.get("Records", [])
         if "delete_before_send" in self.defects:
             # The defect: acknowledge on receipt, so a crash or a failed send loses the jobs.
             for record in records:
                 self.sqs.delete_message(QueueUrl=self.queue, ReceiptHandle=record["receiptHandle"])
         batch: list[tuple[dict[str, Any], JobState]] = []
-        for record in records:
-            try:
-                batch.append((record, self.new_state(self.parse(record))))
-            except PoisonJob as exc:
-                self.to_poison(record, str(exc))
-                self.log.error("poison job %s: %s", record.get("messageId"), exc)
-        self.deliver_batch([state for _, state in batch])
+        try:
+            for record in records:
+                try:
+                    state = self.new_state(self.parse(record))
+                except PoisonJob as exc:
+                    self.to_poison(record, str(exc))
+                    self.log.error("poison job %s: %s", record.get("messageId"), exc)
+                    self.audit_poison(record, str(exc))
+                    continue
+                self._copies[id(state.job)] = copy_identity(record)
+                batch.append((record, state))
+            self.deliver_batch([state for _, state in batch])
+            failures = self.settle_batch(batch)
+        finally:
+            self._copies = {}
+            # Also when the batch raised: its records say what did happen, and the keys read
+            # for it must not outlive it.
+            self.store_audit()
+        if self.config.audit_flush_before_ack and self.audit_sink is not None:
+            # Raises on an S3 error: the whole batch is retried (and audited again) rather than
+            # acknowledged with its trail still in memory.
+            self.audit_sink.flush()
+        return {"batchItemFailures": failures}
+
+    def audit_poison(self, record: dict[str, Any], reason: str) -> None:
+        """A malformed copy's record: what of the body can be named safely (a tenant and a
+        notification id that are valid ids), never the rest of a body no one could parse."""
+        try:
+            body = json.loads(record.get("body") or "")
+        except (json.JSONDecodeError, TypeError):
+            body = None
+        body = body if isinstance(body, dict) else {}
+        named = {f: body[f] for f in ("tenant_id", "notification_id") if valid_id(body.get(f))}
+        job = {"tenant_id": named.get("tenant_id"), "notification_id": named.get("notification_id")}
+        self._copies[id(job)] = copy_identity(record)
+        self.audit("poison", job, reason=reason[:200])
+
+    def settle_batch(
+        self, batch: Sequence[tuple[dict[str, Any], JobState]]
+    ) -> list[dict[str, str]]:
+        """The batch's ``batchItemFailures``, each failed job's retry delay set on its message."""
+        failures = []
         for record, state in batch:
             retry_in = self.retry_delay(record, state)
             if retry_in is None:
@@ -555,11 +687,7 @@ class JobConsumer:
                 self.log.warning(
                     "could not set the retry delay of %s: %s", record["messageId"], exc
                 )
-        if self.config.audit_flush_before_ack and self.audit_sink is not None:
-            # Raises on an S3 error: the whole batch is retried (and audited again) rather than
-            # acknowledged with its trail still in memory.
-            self.audit_sink.flush()
-        return {"batchItemFailures": failures}
+        return failures
 
     def handle_and_flush(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         """A Lambda invocation: the batch, then its trail stored before the batch is
@@ -581,4 +709,14 @@ def serve(consumers: Sequence[JobConsumer], ready_file: str | None) -> int:
     name = first.component
     pollers = [SqsPoller(c.sqs, c.queue, arn, c, name, wait_seconds=1).run for c in consumers]
     sink = first.audit_sink
-    return run_pollers(name, pollers, ready_file, on_stop=sink.close if sink else None)
+
+    def stop() -> None:
+        for consumer in consumers:  # records a failed key read held back, if any
+            try:
+                consumer.store_audit()
+            except Exception as exc:
+                consumer.log.error("audit records not sealed at stop: %s", exc)
+        if sink is not None:
+            sink.close()
+
+    return run_pollers(name, pollers, ready_file, on_stop=stop)

@@ -29,6 +29,7 @@ TABLES: dict[str, bool] = {
     "following": True,  # pk tenant#user, sk author: below-threshold follows, for erasure
     "read_state": False,  # the read watermark (seed 003)
     "reads": True,  # per-item reads above the watermark
+    "audit_keys": False,  # pk tenant#user: the user's audit data key (audit_keys.py)
 }
 
 

@@ -32,7 +32,7 @@ from botocore.exceptions import ClientError
 from ulid import ULID
 
 from reference_impl.audit import AuditSink, token_sha256
-from reference_impl.aws import batch_get
+from reference_impl.aws import batch_get_tables
 from reference_impl.config import Config
 from reference_impl.consent import push_consent_granted
 from reference_impl.ids import user_key
@@ -139,22 +139,31 @@ class PushConsumer(JobConsumer):
 
     # -- reads ------------------------------------------------------------------------------
 
-    def load_devices(self, states: Sequence[PushJob]) -> None:
+    def load_devices(
+        self, states: Sequence[PushJob], key_users: Sequence[tuple[str, str]] = ()
+    ) -> None:
         """The devices of every job's recipient, deactivated ones included (``active``
         False): the recipients' records in consistent BatchGetItems (one per 100). Never cached:
         a token that answered dead is not tried again by the next job. A read error fails the
-        jobs it leaves without devices."""
+        jobs it leaves without devices. The audit keys of ``key_users`` (the whole batch's
+        recipients) ride in the same BatchGetItems."""
         users = list(
             dict.fromkeys((s.job["tenant_id"], s.job["recipient_user_id"]) for s in states)
         )
-        keys = [{"pk": {"S": user_key(t, u)}} for t, u in users]
+        prefs_table = self.config.table("preferences")
+        requests = {prefs_table: [{"pk": {"S": user_key(t, u)}} for t, u in users]}
+        if self.audit_keys is not None and key_users:
+            requests[self.audit_keys.table] = self.audit_keys.requests(key_users)
         try:
-            found = batch_get(self.ddb, self.config.table("preferences"), keys)
+            tables = batch_get_tables(self.ddb, requests)
         except Exception as exc:
             for state in states:
                 state.fail(exc)
             return
-        items = {item["pk"]["S"]: item for item in found}
+        if self.audit_keys is not None and key_users:
+            self._batch_keys = self.audit_keys.found(tables.get(self.audit_keys.table, []))
+            self._keys_read = set(key_users)
+        items = {item["pk"]["S"]: item for item in tables[prefs_table]}
         for state in states:
             item = items.get(user_key(state.job["tenant_id"], state.job["recipient_user_id"]))
             state.registered = devices_of(item)
@@ -277,7 +286,8 @@ class PushConsumer(JobConsumer):
         one after the other."""
         self.each(states, self.gate_job)
         self.limit_windows([s for s in states if s.open])
-        self.load_devices([s for s in states if s.open])
+        recipients = [(s.job["tenant_id"], s.job["recipient_user_id"]) for s in states]
+        self.load_devices([s for s in states if s.open], key_users=recipients)
         self.each(states, self.find_devices)
         self.plan_devices([s for s in states if s.open])
 
@@ -314,7 +324,11 @@ class PushConsumer(JobConsumer):
         if "digest" in job:
             closes = job["digest"]["closes_at_ms"]
             if to_ms(self.clock()) < closes:  # early (a skewed clock): only a closed window counts
-                self.defer(job, datetime.fromtimestamp(closes / 1000, UTC))
+                release_at = datetime.fromtimestamp(closes / 1000, UTC)
+                self.defer(job, release_at)
+                self.audit(
+                    "deferred", job, reason="digest_window_open", until=release_at.isoformat()
+                )
                 state.finish()
 
     def limit_windows(self, states: Sequence[PushJob]) -> None:
@@ -409,6 +423,7 @@ class PushConsumer(JobConsumer):
                 paused = self.gate.paused_for(scope)
                 if paused > 0:
                     state.later(paused)  # Retry-After from an earlier answer: do not even try
+                    self.audit("paused", state.job, device=device, retry_in=paused)
                     continue
                 candidates.append((state, device, scope))
         # Digests are exempt from the daily cap: a digest already is the collapsed excess, at
@@ -482,8 +497,10 @@ class PushConsumer(JobConsumer):
             "channel": channel,
             "digest": {"channel": channel, "window_start_ms": start_ms, "closes_at_ms": closes},
         }
+        if isinstance(job.get("audit_kid"), str):
+            digest["audit_kid"] = job["audit_kid"]  # the same recipient, the same key
         self.defer(digest, datetime.fromtimestamp(closes / 1000, UTC))
-        self.audit("digest_scheduled", digest, window_start=start_ms)
+        self.audit("digest_scheduled", digest, copy_of=job, window_start=start_ms)
 
 
 _consumer: PushConsumer | None = None

@@ -8,6 +8,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,19 +23,23 @@ from ulid import ULID
 
 from emulators.ports import free_port
 from harness.checkers import audit_complete
+from harness.checkers.audit_personal import readable_personal_ids
 from harness.load.loader import load_population, post_event
 from harness.model.history import History
 from harness.model.oracle import expected_deliveries
 from harness.model.population import Author, Device, Population, PopulationSpec, User, generate
-from harness.run.audit_trail import audit_versions, collect_audit
+from harness.run.audit_trail import audit_keys_by_kid, audit_versions, collect_audit, open_record
 from harness.run.provider_control import SimulatorControl
 from harness.run.runner import Collector, wait_for_outcome
 from harness.stack.supervisor import Stack, wait_until
-from reference_impl.audit import AuditSink, object_key, token_sha256
+from reference_impl.audit import AuditSink, object_key, seal_record, sealing_for, token_sha256
+from reference_impl.audit_keys import AuditKeys, DataKey
 from reference_impl.aws import client
 from reference_impl.config import Config, ConfigError
+from reference_impl.erasure import erase_user
 from reference_impl.provision import ensure_audit_bucket
 from reference_impl.push_consumer import PushConsumer
+from reference_impl.redis_store import connect_redis
 
 KEY = re.compile(
     r"^audit/(?P<tenant>[A-Za-z0-9_.\-]+|~unknown)/\d{4}/\d{2}/\d{2}/\d{2}/"
@@ -572,3 +577,304 @@ def test_every_outcome_of_a_run_is_in_the_worm_trail(audited):
     gone = sent[sent["notification_id"] == sent["notification_id"].iloc[0]].index
     broken = audit_complete.check(expectation, frame.drop(index=gone), population)
     assert not broken.valid and broken.counts["unaudited_sends"] >= 1
+
+
+# -- sealed personal fields (crypto-shredding) ------------------------------------------------
+
+KEY_A, KEY_B = DataKey("a" * 32, b"A" * 32), DataKey("b" * 32, b"B" * 32)
+
+
+def _enqueued() -> dict[str, object]:
+    return _record(
+        outcome="enqueued",
+        author_id="celeb-1",
+        device_id="dev-1",
+        token_sha256=token_sha256("tok-1"),
+        sqs_message_id="m1",
+        receive_count=2,
+        channel="push",
+    )
+
+
+def test_a_sealed_record_keeps_only_non_personal_fields_in_clear_and_opens_with_the_keys():
+    record = _enqueued()
+    stored = seal_record(record, KEY_A, KEY_B)
+    assert {k for k in stored if k != "sealed"} == {
+        "outcome",
+        "at",
+        "tenant_id",
+        "notification_id",
+        "sqs_message_id",
+        "receive_count",
+        "channel",
+    }
+    text = json.dumps(stored)
+    for personal in ("u1", "celeb-1", "dev-1", token_sha256("tok-1")):
+        assert f'"{personal}"' not in text
+    assert [e["kid"] for e in stored["sealed"]] == [KEY_A.kid, KEY_B.kid]
+    opened = open_record(stored, {KEY_A.kid: KEY_A.key, KEY_B.kid: KEY_B.key})
+    assert opened == {
+        "decrypted": {
+            "recipient_user_id": "u1",
+            "device_id": "dev-1",
+            "token_sha256": token_sha256("tok-1"),
+            "author_id": "celeb-1",
+        }
+    }
+    # The author's key destroyed: the recipient's fields still open, the author's do not.
+    partly = open_record(stored, {KEY_A.kid: KEY_A.key})
+    assert partly["key_destroyed"] and "author_id" not in partly["decrypted"]
+    assert open_record(stored, {}) == {"key_destroyed": True}
+
+
+def test_an_envelope_opens_only_in_the_record_it_was_sealed_in():
+    first, second = seal_record(_record(n=1), KEY_A), seal_record(_record(outcome="retry"), KEY_A)
+    moved = {**second, "sealed": first["sealed"]}
+    assert open_record(moved, {KEY_A.kid: KEY_A.key}) == {"seal_broken": True}
+    assert open_record(first, {KEY_A.kid: b"C" * 32}) == {"seal_broken": True}
+
+
+def test_a_destroyed_key_withholds_the_fields_and_a_record_naming_no_one_has_no_envelope():
+    withheld = seal_record(_record(device_id="dev-1"), "c" * 32)
+    assert withheld["sealed"] == [{"kid": "c" * 32, "withheld": True}]
+    assert "u1" not in json.dumps(withheld) and "dev-1" not in json.dumps(withheld)
+    assert open_record(withheld, {"c" * 32: b"C" * 32}) == {"key_destroyed": True}
+    poison = seal_record({"outcome": "poison", "at": "x", "tenant_id": None, "reason": "bad"}, None)
+    assert "sealed" not in poison
+
+
+def test_a_job_sealed_at_enqueue_is_withheld_once_its_key_is_gone_or_replaced():
+    assert sealing_for(KEY_A, None) is KEY_A  # no key named: whatever the table holds
+    assert sealing_for(KEY_A, KEY_A.kid) is KEY_A
+    assert sealing_for(None, KEY_A.kid) == KEY_A.kid  # erased since it was enqueued
+    assert sealing_for(KEY_B, KEY_A.kid) == KEY_A.kid  # erased, and registered again
+
+
+def _sealed_history(keys: dict[str, bytes], skip: tuple[str, str] | None = None) -> pd.DataFrame:
+    """``_history`` with every record's personal fields sealed, read back as the collector
+    does (the detail as stored, plus what the keys open)."""
+    frame = _history(skip=skip)
+    details = []
+    for row in frame.itertuples(index=False):
+        if row.kind != "audit":
+            details.append(row.detail)
+            continue
+        record = {
+            "outcome": row.reason,
+            "at": "2026-11-22T10:15:00+00:00",
+            "tenant_id": row.tenant_id,
+            "notification_id": row.notification_id,
+            **json.loads(row.detail),
+        }
+        stored = seal_record(record, KEY_A)
+        rest = {
+            k: v for k, v in stored.items() if k not in ("outcome", "tenant_id", "notification_id")
+        }
+        details.append(json.dumps({**rest, **open_record(stored, keys)}))
+    return frame.assign(detail=pd.array(details, dtype="string"))
+
+
+def test_audit_complete_reads_the_decrypted_fields_of_a_sealed_trail():
+    keys = {KEY_A.kid: KEY_A.key}
+    assert _check(_sealed_history(keys)).valid
+    verdict = _check(_sealed_history(keys, skip=("deferred", "quiet")))
+    assert not verdict.valid and verdict.counts["unaudited_quiet_hours_pending"] == 1
+    # Without the key (every user erased) the records name no one: nothing is matched.
+    assert _check(_sealed_history({})).counts["unaudited_suppressions"] == 3
+
+
+def _audit_row(history: History, tenant: str, outcome: str, detail: dict[str, object]) -> None:
+    history.append(
+        "audit", tenant_id=tenant, notification_id="n1", reason=outcome, detail=json.dumps(detail)
+    )
+
+
+def test_readable_personal_ids_finds_an_erased_users_id_or_token_in_clear_anywhere():
+    history = History()
+    sealed = {"sealed": [{"kid": "k", "iv": "u1AAAAAA", "ct": "xu1y-u1_z"}], "object": "audit/u1"}
+    _audit_row(history, T, "sent", {**sealed, "decrypted": {"recipient_user_id": "u1"}})
+    _audit_row(history, T, "sent", {"recipient_user_id": "u12"})  # another user
+    _audit_row(history, "t2", "sent", {"recipient_user_id": "u1"})  # another tenant's u1
+    _audit_row(history, T, "sent", {"note": "sent to t1:u1 today"})  # a field of no format
+    _audit_row(history, T, "deduped", {"token_sha256": token_sha256("tok-1")})
+    _audit_row(history, T, "retry", {"device": {"token": "tok-1"}})
+    history.append("audit", tenant_id=T, reason="unreadable", detail=json.dumps({"line": "{u1"}))
+    found = readable_personal_ids(history.frame(), {(T, "u1")}, {(T, "u1"): {"tok-1"}})
+    assert [(f["seq"], f["found"]) for f in found] == [
+        (3, "user_id"),
+        (4, "token_sha256"),
+        (5, "token"),
+        (6, "user_id"),
+    ]
+    assert found[0] == {
+        "seq": 3,
+        "tenant_id": T,
+        "user_id": "u1",
+        "found": "user_id",
+        "outcome": "sent",
+        "notification_id": "n1",
+    }
+    assert readable_personal_ids(history.frame(), set(), {}) == []
+
+
+def test_readable_personal_ids_is_not_a_registered_checker():
+    from harness.checkers import registry
+
+    assert "audit_personal" not in registry.known()
+    assert "audit_per_copy" in registry.known()
+
+
+@pytest.mark.integration
+def test_two_writers_creating_one_users_key_end_with_one_key(audited):
+    info = audited.info
+    config = Config.load(info.reference_config)
+    keys = AuditKeys(client(config, "dynamodb"), config.table("audit_keys"))
+    user = ("race", f"u-{uuid.uuid4().hex[:8]}")
+    with ThreadPoolExecutor(8) as pool:
+        created = list(pool.map(lambda _: keys.create(user), range(8)))
+    assert len({k.kid for k in created}) == 1 and len({k.key for k in created}) == 1
+    assert keys.read([user]) == {user: created[0]}
+    assert keys.ensure([user, ("race", "other")])[user] == created[0]
+    assert keys.destroy(*user) is True and keys.read([user]) == {}
+    assert keys.destroy(*user) is False  # a retried erasure: nothing left, no error
+    again = keys.create(user)
+    assert again.kid != created[0].kid  # the same id registered again: a new key
+
+
+def _stored(s3, bucket: str) -> list[dict[str, object]]:
+    return [r for records in _objects(s3, bucket).values() for r in records]
+
+
+@pytest.mark.integration
+def test_a_consumer_seals_each_copys_record_and_withholds_a_job_whose_key_is_gone(
+    audited, s3, bucket
+):
+    values = json.loads(Path(audited.info.reference_config).read_text())
+    config = Config.from_mapping({**values, "audit_bucket": bucket, "audit_flush_before_ack": True})
+    t = TenantClient(audited)
+    t.user("fresh", consent=False, devices=[("fcm", fcm_token(2, t.tenant))])
+    t.user("erased", consent=False)
+
+    def record(user: str, message_id: str, **job_extra: str) -> dict[str, object]:
+        job = {
+            "tenant_id": t.tenant,
+            "notification_id": str(ULID()),
+            "recipient_user_id": user,
+            "author_id": "a",
+            "kind": "post",
+            **job_extra,
+        }
+        return {
+            "messageId": message_id,
+            "receiptHandle": message_id,
+            "body": json.dumps(job),
+            "attributes": {"ApproximateReceiveCount": "2"},
+            "messageAttributes": {"tenant_id": {"stringValue": t.tenant, "dataType": "String"}},
+        }
+
+    gone_kid = uuid.uuid4().hex  # the key the job was enqueued under, destroyed since
+    consumer = PushConsumer(config)
+    try:
+        poison = {
+            **record("fresh", "m-poison"),
+            "body": json.dumps({"tenant_id": t.tenant, "x": 1}),
+        }
+        event = {
+            "Records": [
+                record("fresh", "m-fresh"),
+                record("erased", "m-gone", audit_kid=gone_kid),
+                poison,
+            ]
+        }
+        assert consumer(event, None) == {"batchItemFailures": []}
+    finally:
+        consumer.apns.close()
+        consumer.fcm.close()
+        consumer.audit_sink.close()
+    stored = {r["sqs_message_id"]: r for r in _stored(s3, bucket)}
+    assert {m: (r["outcome"], r["receive_count"]) for m, r in stored.items()} == {
+        "m-fresh": ("denied_consent", 2),
+        "m-gone": ("denied_consent", 2),
+        "m-poison": ("poison", 2),  # even a malformed copy ends in a record
+    }
+    assert stored["m-poison"]["tenant_id"] == t.tenant and "sealed" not in stored["m-poison"]
+    assert stored["m-gone"]["sealed"] == [{"kid": gone_kid, "withheld": True}]
+    assert "erased" not in json.dumps(stored["m-gone"])
+    ddb = client(config, "dynamodb")
+    table_keys = audit_keys_by_kid(ddb, config.table("audit_keys"))
+    assert open_record(stored["m-fresh"], table_keys)["decrypted"] == {"recipient_user_id": "fresh"}
+    # No key was created for the erased user: only a job that names no key creates one.
+    assert AuditKeys(ddb, config.table("audit_keys")).read([(t.tenant, "erased")]) == {}
+
+
+def _tenant_trail(info, tenant: str) -> pd.DataFrame:
+    history = History()
+    collect_audit(info, history)
+    frame = history.frame()
+    return frame[(frame["kind"] == "audit") & (frame["tenant_id"] == tenant)]
+
+
+def _readers(frame: pd.DataFrame) -> list[tuple[str, object, str | None, bool]]:
+    """(outcome, the decrypted recipient or None, the recipient envelope's key id, key
+    destroyed) per record."""
+    out = []
+    for row in frame.itertuples(index=False):
+        detail = json.loads(row.detail)
+        user = (detail.get("decrypted") or {}).get("recipient_user_id")
+        kid = detail["sealed"][0]["kid"] if detail.get("sealed") else None
+        out.append((str(row.reason), user, kid, bool(detail.get("key_destroyed"))))
+    return out
+
+
+@pytest.mark.integration
+def test_erasure_leaves_the_users_audit_records_intact_but_unreadable(stack):
+    """Against the real stack: a user's trail opens with the key table until erasure destroys
+    their key; after it the WORM records are all still there, no longer open, and their id is
+    in no stored record in clear; another user's records still open. The defect variant
+    (``erasure_keeps_audit_key``) leaves them readable."""
+    info = stack.info
+    t = TenantClient(stack)
+    tokens = {u: apns_token(n, t.tenant) for n, u in enumerate(("gone", "kept", "stays"))}
+    for user, token in tokens.items():
+        t.user(user, devices=[("apns", token)])
+    t.follow("er-author", list(tokens))
+    nid = t.post("er-author")
+    t.wait_rows(nid, 3)
+
+    def trail_complete() -> bool:
+        readers = _readers(_tenant_trail(info, t.tenant))
+        return all(
+            {u for o, u, _, _ in readers if o == outcome} == set(tokens)
+            for outcome in ("enqueued", "sent")
+        )
+
+    wait_until(trail_complete, 30, "the three users' records in the bucket", interval=0.5)
+    before = _readers(_tenant_trail(info, t.tenant))
+    kids = {u: kid for _, u, kid, _ in before}
+    assert len(set(kids.values())) == 3  # one key per user
+
+    response = t.api.delete(f"/v1/tenants/{t.tenant}/users/gone")
+    assert response.status_code == 200 and response.json()["removed"]["audit_keys"] == 1
+    config = Config.from_mapping(
+        {
+            **json.loads(Path(info.reference_config).read_text()),
+            "defects": ["erasure_keeps_audit_key"],
+        }
+    )
+    kept = erase_user(config, client(config, "dynamodb"), connect_redis(config), t.tenant, "kept")
+    assert kept["audit_keys"] == 0  # the defect: the key stays
+
+    trail = _tenant_trail(info, t.tenant)
+    after = _readers(trail)
+    assert len(after) == len(before)  # WORM: every record is still there, and only those
+    by_kid = {kid: [(o, u, d) for o, u, k, d in after if k == kid] for kid in kids.values()}
+    assert len(by_kid[kids["gone"]]) == 2  # enqueued, sent: still there, no longer open
+    assert all(u is None and destroyed for _, u, destroyed in by_kid[kids["gone"]])
+    assert {u for _, u, _ in by_kid[kids["kept"]]} == {"kept"}  # the defect: still readable
+    assert {u for _, u, _ in by_kid[kids["stays"]]} == {"stays"}
+    erased = {(t.tenant, "gone"), (t.tenant, "kept")}
+    tokens_of = {(t.tenant, u): {tokens[u]} for u in ("gone", "kept")}
+    assert readable_personal_ids(trail, erased, tokens_of) == []  # never in clear
+    # Retried, the erasure ends in the same state.
+    again = t.api.delete(f"/v1/tenants/{t.tenant}/users/gone")
+    assert again.status_code == 200 and again.json()["removed"]["audit_keys"] == 0

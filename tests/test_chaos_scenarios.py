@@ -64,6 +64,9 @@ def test_shipped_scenario_passes_on_the_reference(scenario, tmp_path):
     assert once["duplicates_per_million"] == pytest.approx(
         once["duplicated"] / once["delivered"] * 1_000_000, abs=0.1
     )
+    per_copy = summary["checkers"].get("audit_per_copy")
+    if per_copy is not None:  # every copy SQS handed out is in the trail, once per subject
+        assert per_copy["copies"] > 0 and per_copy["double_outcomes"] == 0
 
 
 def _failed(summary: dict, checker: str) -> dict:
@@ -111,6 +114,18 @@ def test_skipping_dedup_is_caught_under_sqs_redelivery(tmp_path):
     )
     assert code == 1
     assert _failed(summary, "effectively_once")["duplicated"] > 0
+
+
+def test_auditing_only_the_first_copy_is_caught_under_sqs_redelivery(tmp_path):
+    path = _variant(tmp_path, "sqs-redelivery", ["audit_first_copy_only"])
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    result = _failed(summary, "audit_per_copy")
+    assert result["unaudited_copies"] > 0
+    # Exactly the redelivered copies, against the SQS endpoint's own log of what it handed out.
+    assert result["unaudited_copies"] == result["unaudited_redelivered_copies"]
+    assert result["unaudited_redelivered_copies"] == result["redelivered_copies"]
+    assert result["double_outcomes"] == 0
 
 
 def test_delete_before_send_loses_jobs_in_a_crash(tmp_path):

@@ -15,6 +15,7 @@ from harness.run.runner import overall_verdict
 
 BUILT_IN = {
     "audit_complete",
+    "audit_per_copy",
     "backpressure",
     "channel_delivery",
     "consent",

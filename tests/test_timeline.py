@@ -100,6 +100,7 @@ def test_a_withdrawal_allows_no_delivery_after_the_bound_and_makes_the_oracle_un
     _inject(history, author, "before", T0 + 5)  # may: the old state is still possible
     _inject(history, author, "after", T0 + 30)  # must not
     evidence = evidence_from(population, history.frame(), bound_s=5)
+
     def of_user(frame):
         return set(frame.loc[frame["user_id"] == user.user_id, "notification_id"])
 

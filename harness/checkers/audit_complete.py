@@ -5,6 +5,8 @@ Ground truth is the provider ledgers and the population, never the system's own 
 ``audit`` rows are what :func:`harness.run.audit_trail.collect_audit` read from the WORM bucket.
 Devices are matched by ``token_sha256`` (hex SHA-256 of the token), the field the audit record
 format names a device by (a record carrying the token in clear is matched by that too).
+``recipient_user_id`` and ``token_sha256`` are read from the fields the collector decrypted
+(``decrypted``) when it could open the record's envelopes, else from the record's top level.
 
 * every delivery (a provider row with ``delivered`` true) has a ``sent`` record for that
   (tenant, notification, device); a device that got the push only through "accepted, then
@@ -58,7 +60,17 @@ from harness.model.population import Population
 
 UNREADABLE = "unreadable"
 # Records that do not settle a job: it was still on its way.
-NOT_FINAL = frozenset({"enqueued", "retry", "dedup_unavailable", "rate_limit_unavailable"})
+NOT_FINAL = frozenset(
+    {
+        "enqueued",
+        "retry",
+        "dedup_unavailable",
+        "rate_limit_unavailable",
+        "in_flight",
+        "paused",
+        "failed",
+    }
+)
 # Per oracle reason: (records accepted for the job, records accepted for the device).
 ACCEPTED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "no_consent": (frozenset({"denied_consent"}), frozenset()),
@@ -197,10 +209,10 @@ class _Trail:
                 # (same tenant, notification and user).
                 continue
             tenant, nid = str(row.tenant_id), str(row.notification_id)
-            user = detail.get("recipient_user_id")
+            user = _personal(detail, "recipient_user_id")
             if isinstance(user, str):
                 self.by_job.setdefault((tenant, nid, user), set()).add(outcome)
-            hashes = {detail.get("token_sha256")}
+            hashes = {_personal(detail, "token_sha256")}
             if isinstance(row.token, str):
                 hashes.add(token_sha256(row.token))
             for digest in hashes - {None}:
@@ -211,6 +223,15 @@ class _Trail:
 
     def device(self, tenant: str, nid: str, digest: str) -> set[str]:
         return self.by_device.get((tenant, nid, digest), set())
+
+
+def _personal(detail: dict[str, Any], field: str) -> Any:
+    """A personal field of a record: from what the auditor decrypted of it when the collector
+    could open its envelopes, else from the record's top level (a system writing it in clear)."""
+    opened = detail.get("decrypted")
+    if isinstance(opened, dict) and field in opened:
+        return opened[field]
+    return detail.get(field)
 
 
 def _detail(value: Any) -> dict[str, Any]:

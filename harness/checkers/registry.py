@@ -22,7 +22,7 @@ from harness.checkers.verdict import Verdict
 Probe = Callable[[Evidence, Mapping[str, Any]], Verdict]
 # Modules of this package that are helpers, not checkers.
 _NOT_CHECKERS = frozenset(
-    {"duplicate_causes", "evidence", "keys", "registry", "verdict", "windows"}
+    {"audit_personal", "duplicate_causes", "evidence", "keys", "registry", "verdict", "windows"}
 )
 
 

@@ -10,16 +10,29 @@ One history row per record, kind ``audit``: ``reason`` is the outcome, ``tenant_
 by ``token_sha256`` only), ``time`` the record's ``at``, ``detail`` the rest of the record as
 JSON plus the object key. A line that is not a JSON object becomes a row with reason
 ``unreadable``: a trail that cannot be read is a finding, not noise.
+
+Sealed personal fields (the audit format's ``sealed`` envelopes, AES-256-GCM under a per-user
+data key; see the reference's ``audit.py``) are read as an auditor would, with the privilege of
+the key table (``audit_keys``, scanned once): ``detail`` keeps the record as STORED, envelopes
+included, and adds ``"decrypted": {...}`` (the fields every envelope that opened holds) and
+``"key_destroyed": true`` when an envelope's key no longer exists (its person was erased) or
+was withheld at writing; ``"seal_broken": true`` when a key exists but the envelope does not
+open with it (altered, or moved from another record). This reader is the verifier's own: it
+follows the documented format, not the system's code.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import time
 from datetime import datetime
 from typing import Any
 
 from botocore.config import Config as BotoConfig
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from harness.model.history import History
 from harness.stack.supervisor import StackInfo
@@ -61,6 +74,74 @@ def audit_versions(s3: Any, bucket: str) -> list[tuple[str, str | None, str]]:
     return sorted(versions)
 
 
+def audit_dynamodb_client(info: StackInfo, config: Config) -> Any:
+    kwargs: dict[str, Any] = {"region_name": info.region, **(info.aws_keys or {})}
+    if config.dynamodb_endpoint:
+        kwargs["endpoint_url"] = config.dynamodb_endpoint
+    return new_client("dynamodb", **kwargs)
+
+
+def audit_keys_by_kid(ddb: Any, table: str) -> dict[str, bytes]:
+    """Every data key of the key table, by key id; none when the system keeps no such table."""
+    keys: dict[str, bytes] = {}
+    try:
+        for page in ddb.get_paginator("scan").paginate(TableName=table, ConsistentRead=True):
+            for item in page.get("Items", []):
+                kid, key = item.get("kid", {}).get("S"), item.get("key", {}).get("B")
+                if isinstance(kid, str) and key is not None:
+                    keys[kid] = bytes(key)
+    except ddb.exceptions.ResourceNotFoundException:
+        return {}
+    return keys
+
+
+def _unb64url(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def envelope_aad(record: dict[str, Any], kid: str) -> bytes:
+    """The associated data the format binds an envelope to its record with."""
+    fields = [record.get(f) for f in ("tenant_id", "notification_id", "outcome", "at")]
+    return json.dumps([*fields, kid], separators=(",", ":"), default=str).encode()
+
+
+def open_record(record: dict[str, Any], keys: dict[str, bytes]) -> dict[str, Any]:
+    """What an auditor reads of a stored record's envelopes: ``decrypted`` (the fields of every
+    envelope that opened), ``key_destroyed`` and ``seal_broken`` (module docstring); {} for a
+    record without envelopes."""
+    envelopes = record.get("sealed")
+    if not isinstance(envelopes, list) or not envelopes:
+        return {}
+    opened: dict[str, Any] = {}
+    destroyed = broken = False
+    for envelope in envelopes:
+        kid = envelope.get("kid") if isinstance(envelope, dict) else None
+        key = keys.get(kid) if isinstance(kid, str) else None
+        if key is None or envelope.get("withheld"):
+            destroyed = True
+            continue
+        try:
+            plain = AESGCM(key).decrypt(
+                _unb64url(envelope["iv"]), _unb64url(envelope["ct"]), envelope_aad(record, kid)
+            )
+            fields = json.loads(plain)
+        except (InvalidTag, KeyError, TypeError, ValueError, binascii.Error):
+            broken = True
+            continue
+        if isinstance(fields, dict):
+            opened.update(fields)
+        else:
+            broken = True
+    out: dict[str, Any] = {}
+    if opened:
+        out["decrypted"] = opened
+    if destroyed:
+        out["key_destroyed"] = True
+    if broken:
+        out["seal_broken"] = True
+    return out
+
+
 def collect_audit(info: StackInfo, history: History) -> int:
     """Append every audit record of the run's system to ``history``; return how many.
 
@@ -69,6 +150,7 @@ def collect_audit(info: StackInfo, history: History) -> int:
     if not config.audit_bucket:
         return 0
     s3 = audit_s3_client(info, config)
+    keys = audit_keys_by_kid(audit_dynamodb_client(info, config), config.table("audit_keys"))
     records = 0
     for key, version_id, _etag in audit_versions(s3, config.audit_bucket):
         kwargs = {"Bucket": config.audit_bucket, "Key": key}
@@ -101,7 +183,9 @@ def collect_audit(info: StackInfo, history: History) -> int:
                 notification_id=record.get("notification_id"),
                 token=record.get("token"),
                 reason=record.get("outcome"),
-                detail=json.dumps({**rest, "object": key}, default=str),
+                detail=json.dumps(
+                    {**rest, "object": key, **open_record(record, keys)}, default=str
+                ),
             )
             records += 1
     return records

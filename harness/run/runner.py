@@ -48,6 +48,7 @@ from harness.run.audit_trail import collect_audit
 from harness.run.channel_ledgers import ChannelLedgers, register_online_users
 from harness.run.dlq import redrive_all
 from harness.run.provider_control import SimulatorControl
+from harness.run.sqs_receives import collect_receives
 from harness.stack.reference_table import write_preferences
 from harness.stack.supervisor import WORKER_PARTS, Stack, StackInfo, stop_process
 from harness.stack.target import Target
@@ -672,6 +673,10 @@ def execute(
         audited = collect_audit(info, history)
         if audited:
             progress("collect", f"{audited} audit record(s) read from the WORM bucket")
+        if "sqs" in info.parts:  # our SQS endpoint's log of every copy the consumers were given
+            config = Config.load(info.reference_config)
+            queues = {config.queue_name(channel) for channel in CHANNELS}
+            collect_receives(info.parts["sqs"].url, history, queues)
         errors += nemesis.errors
         evidence = evidence_from(population, history.frame(), policy, scenario.preference_bound_s)
         verdicts = [run_probe(p.name, p.tolerance, evidence) for p in scenario.probes]
