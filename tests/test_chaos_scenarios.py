@@ -183,3 +183,16 @@ def test_like_storm_collapses_the_excess_into_digests(tmp_path):
     assert limit["valid"] and limit["per_window"] == 2
     assert limit["held"] > 0 and limit["digests_delivered"] >= limit["digests_expected"] > 0
     assert limit["over_limit_sent"] == 0 and limit["redeliveries_counted"] == 0
+
+
+def test_a_deferral_that_is_never_requeued_is_caught_by_quiet_hours(tmp_path):
+    path = _variant(tmp_path, "smoke", ["deferral_acks_without_requeue"])
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    assert _failed(summary, "quiet_hours")["deferred_never_released"] > 0
+
+
+def test_a_dead_token_never_deactivated_is_tried_again(tmp_path):
+    code, summary, _ = _run(str(_variant(tmp_path, "smoke", ["dead_token_kept"])), tmp_path / "out")
+    assert code == 1
+    assert _failed(summary, "dead_tokens")["sends_after_dead"] > 0

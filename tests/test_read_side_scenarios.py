@@ -85,3 +85,9 @@ def test_an_erasure_that_deletes_rows_first_leaves_a_dedup_key_behind(tmp_path):
     path = _variant(tmp_path, "gdpr-erasure", ["erasure_rows_first"])
     code, summary, _ = _run(path, tmp_path / "o")
     assert _failed(code, summary, "erasure")["reused_id_lost"] > 0
+
+
+def test_an_erasure_that_keeps_the_audit_key_leaves_the_trail_readable(tmp_path):
+    path = _variant(tmp_path, "gdpr-erasure", ["erasure_keeps_audit_key"])
+    code, summary, _ = _run(path, tmp_path / "o")
+    assert _failed(code, summary, "erasure")["records_still_readable"] > 0

@@ -112,10 +112,11 @@ def test_markdown_evidence_traces_duplicates_and_losses(
 
 
 def test_evidence_puts_the_broken_tolerance_first(tmp_path: Path) -> None:
-    """Only a loss breaks effectively_once here: the collapsed duplicate is context."""
+    """Only a loss breaks effectively_once here: the collapsed duplicate (after an 'accepted
+    then 500', a cause the design admits) is context."""
     h = History()
     h.append("inject", time=T0, tenant_id=TENANT, author_id="a", notification_id="n1")
-    deliver(h, 1.0, "n1", "u1")
+    deliver(h, 1.0, "n1", "u1", status=500, delivered=True)
     deliver(h, 2.0, "n1", "u1")
     deliver(h, 1.0, "n1", "u3")
     deliver(h, 1.0, "n1", "u4", collapse=None)

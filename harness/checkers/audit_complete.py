@@ -96,7 +96,12 @@ class _Expansion:
     followers are expanded once (``follower_*``, a block per author) and each event repeats its
     author's block. Row ``i`` is event ``event[i]`` and follower entry ``follower[i]``."""
 
-    def __init__(self, population: Population, injected: pd.DataFrame) -> None:
+    def __init__(
+        self,
+        population: Population,
+        injected: pd.DataFrame,
+        skip: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
+    ) -> None:
         self.tenants: list[Any] = []
         self.nids: list[Any] = []
         users: list[str] = []
@@ -110,6 +115,8 @@ class _Expansion:
                 start = len(users)
                 author = population.author(event.tenant_id, event.author_id)
                 for follower in author.followers:
+                    if (event.tenant_id, follower) in skip:
+                        continue  # a user the run changed: no fixed reason to expect
                     user = population.user(event.tenant_id, follower)
                     devices = population.devices_of(event.tenant_id, follower)
                     if not devices:
@@ -250,8 +257,14 @@ def check(
     population: Population,
     max_unaudited_dlq: int = 0,
     max_lost_sent_records: int = 0,
+    changed: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
+    erased: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
 ) -> Verdict:
+    """``changed``: users the run changed (their suppressions have no fixed reason to audit);
+    ``erased``: users the run erased, whose records no longer say who they were (by design),
+    so their sends, jobs and dead letters cannot be matched and are left out."""
     trail = _Trail(history)
+    erased_tokens = {(d.tenant_id, d.token) for key in erased for d in population.devices_of(*key)}
     hashes: dict[str, str] = {}
 
     def digest(token: str) -> str:
@@ -289,6 +302,12 @@ def check(
     first = order[starts] if len(keys) else np.zeros(0, np.int64)
     by_first = np.argsort(first, kind="stable")
     first, got_200 = positions[first[by_first]], got_200[by_first]
+    if erased_tokens and len(first):
+        pairs = zip(history["tenant_id"].iloc[first], history["token"].iloc[first], strict=True)
+        keep = np.fromiter(
+            ((str(t), str(k)) not in erased_tokens for t, k in pairs), bool, len(first)
+        )
+        first, got_200 = first[keep], got_200[keep]
     audited = np.zeros(len(first), dtype=bool)
     lost = np.zeros(len(first), dtype=bool)
     digests = {digest for _, _, digest in trail.by_device}
@@ -320,7 +339,7 @@ def check(
 
     # Suppressions the oracle knows of.
     injected = history[history["kind"] == "inject"]
-    suppressions = _Expansion(population, injected)
+    suppressions = _Expansion(population, injected, skip=changed)
     expanded = np.bincount(suppressions.reason, minlength=len(REASONS))
     oracle_mismatch = sum(
         abs(int(expanded[i]) - expectation.suppressed.get(reason, 0))
@@ -362,6 +381,12 @@ def check(
     # Every job the fan-out had to create, in sorted order (the keys sort as the tuples do).
     job_columns = ["tenant_id", "notification_id", "user_id"]
     expected_jobs = expectation.deliveries[job_columns]
+    if erased:
+        mine = [
+            (t, u) not in erased
+            for t, u in zip(expected_jobs["tenant_id"], expected_jobs["user_id"], strict=True)
+        ]
+        expected_jobs = expected_jobs[mine]
     suppressed_jobs = suppressions.jobs()
     enqueued = [key for key, outcomes in trail.by_job.items() if "enqueued" in outcomes]
     enqueued_jobs = pd.DataFrame(
@@ -392,8 +417,10 @@ def check(
         detail = _detail(row.detail)
         if str(detail.get("queue", "")).endswith("-poison"):
             continue
-        parked += 1
         user = detail.get("recipient_user_id")
+        if (str(row.tenant_id), str(user)) in erased:
+            continue
+        parked += 1
         outcomes = trail.job(str(row.tenant_id), str(row.notification_id), str(user))
         if outcomes - NOT_FINAL:
             continue
@@ -448,4 +475,6 @@ def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
         evidence.population,
         max_unaudited_dlq=int(tolerance["max_unaudited_dlq"]),
         max_lost_sent_records=int(tolerance["max_lost_sent_records"]),
+        changed=evidence.timeline.changed_users() if evidence.timeline else frozenset(),
+        erased=set(evidence.timeline.erasures) if evidence.timeline else frozenset(),
     )

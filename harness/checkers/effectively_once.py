@@ -149,6 +149,8 @@ def check(
             "max_visible_duplicates": max_visible_duplicates,
             "max_lost": max_lost,
             "max_duplicated": max_duplicated,
+            "max_unattributed": max_unattributed,
+            "kill_window_s": kill_window_s,
         },
         "lost_examples": records(expectation.deliveries, expected_keys, expected[lost_mask]),
         "duplicate_examples": duplicate_examples,

@@ -12,6 +12,10 @@ device, follows the same authors, and posts again an event they had received bef
 * ``reused_id_lost``: the event posted again reaches the person registered again (a dedup key
   that survived the erasure would suppress it: the system remembered the old person);
   ``reused_id_duplicated``: and only once;
+* the audit trail, when the system has one: it is WORM (Object Lock), so its records stay, but
+  ``personal_ids_in_clear`` (the erased user's id, a token or its hash, in clear in any stored
+  record of their tenant) and ``records_still_readable`` (a record from before the erasure that
+  the auditor's keys still open to name them) must both be 0;
 * ``erasures_unfinished``: every erasure the run asked for was acknowledged in the end.
 
 Deliveries to the re-registered devices are judged here from the registration on (the same ids,
@@ -27,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.checkers.audit_personal import readable_personal_ids
 from harness.checkers.evidence import Evidence
 from harness.checkers.preference_changes import judge_deliveries
 from harness.checkers.registry import checker
@@ -110,6 +115,34 @@ def _reused_ids(evidence: Evidence) -> tuple[int, int, int, list[dict[str, Any]]
     return required, lost, duplicated, examples
 
 
+def _trail(evidence: Evidence) -> dict[str, int] | None:
+    """What the audit trail still says of erased users; None without a trail."""
+    timeline = evidence.timeline
+    assert timeline is not None
+    history = evidence.history
+    audit = history[history["kind"] == "audit"]
+    if audit.empty:
+        return None
+    tokens = {
+        key: {d.token for d in evidence.population.devices_of(*key)} for key in timeline.erasures
+    }
+    in_clear = readable_personal_ids(history, set(timeline.erasures), tokens)
+    readable = 0
+    for row in audit[audit["tenant_id"].isin({t for t, _ in timeline.erasures})].itertuples(
+        index=False
+    ):
+        detail = json.loads(row.detail) if isinstance(row.detail, str) else {}
+        opened = detail.get("decrypted") if isinstance(detail, dict) else None
+        if not isinstance(opened, dict):
+            continue
+        for field in ("recipient_user_id", "author_id"):
+            erasure = timeline.erasures.get((str(row.tenant_id), str(opened.get(field))))
+            if erasure is not None and float(row.time) < erasure.sent:
+                readable += 1
+                break
+    return {"personal_ids_in_clear": len(in_clear), "records_still_readable": readable}
+
+
 def check(evidence: Evidence) -> Verdict:
     timeline = evidence.timeline
     if timeline is None or not timeline.erasures:
@@ -129,7 +162,9 @@ def check(evidence: Evidence) -> Verdict:
     violations, examples, judged = judge_deliveries(evidence, set(timeline.erasures))
     reads, items, unread = _reads_after_erasure(evidence)
     required, lost, duplicated, reuse_examples = _reused_ids(evidence)
+    trail = _trail(evidence)
     counts = {
+        **(trail or {}),
         "erasures": len(attempts),
         "erasure_attempts": sum(attempts.values()),
         "erasures_unfinished": len(set(attempts) - finished),
@@ -150,6 +185,7 @@ def check(evidence: Evidence) -> Verdict:
         and lost == 0
         and duplicated == 0
         and counts["erasures_unfinished"] == 0
+        and not any((trail or {}).values())
     )
     details = {"bound_s": timeline.bound_s, "examples": examples, "reuse_examples": reuse_examples}
     return Verdict("erasure", valid, counts, details)

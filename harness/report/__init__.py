@@ -32,6 +32,7 @@ from matplotlib.transforms import blended_transform_factory
 from harness.analysis import metrics
 from harness.analysis.duplicates import fault_buckets
 from harness.analysis.metrics import KEY, Run
+from harness.checkers import registry
 from harness.checkers.fail_closed import OUTAGES
 from harness.checkers.windows import Window, deliveries
 from harness.model.oracle import Expectation
@@ -289,14 +290,17 @@ def effectively_once_evidence(
 ) -> list[tuple[str, pd.DataFrame]]:
     """Duplicates, lost and unexpected deliveries; what broke the tolerance comes first, the
     rest is marked as context so nobody chases a figure that did not fail the check."""
-    tolerance = result.get("tolerance") or {}
-    max_duplicated = tolerance.get("max_duplicated")
-    dup_broken = int(result.get("visible_duplicates", 0)) > int(
-        tolerance.get("max_visible_duplicates", 0)
-    ) or (max_duplicated is not None and int(result.get("duplicated", 0)) > int(max_duplicated))
+    # The checker's own defaults (one place: the registry), under what the run recorded.
+    tolerance = {**registry.get("effectively_once").tolerances, **(result.get("tolerance") or {})}
+    max_duplicated = tolerance["max_duplicated"]
+    dup_broken = (
+        int(result.get("visible_duplicates", 0)) > int(tolerance["max_visible_duplicates"])
+        or int(result.get("unattributed_duplicates", 0)) > int(tolerance["max_unattributed"])
+        or (max_duplicated is not None and int(result.get("duplicated", 0)) > int(max_duplicated))
+    )
     parts = [
         (dup_broken, duplicate_evidence(ctx)),
-        (int(result.get("lost", 0)) > int(tolerance.get("max_lost", 0)), lost_evidence(ctx)),
+        (int(result.get("lost", 0)) > int(tolerance["max_lost"]), lost_evidence(ctx)),
         (int(result.get("unexpected", 0)) > 0, unexpected_evidence(ctx)),
     ]
     found = [item for broken, items in parts if broken for item in items]
