@@ -41,6 +41,6 @@ bench: setup
 	done
 
 clean:
-	@-[ -f .stack/stack.json ] && $(PY) -m harness stack down || true
+	@-[ -x $(PY) ] && $(PY) -m harness stack down || true
 	rm -rf .stack .pytest_cache .ruff_cache .cache reports/*/ *.egg-info
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -not -path './node_modules/*' -exec rm -rf {} +

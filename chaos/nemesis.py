@@ -119,13 +119,15 @@ class Nemesis:
                 self.errors.append(message)
                 self.log(message)
 
-    def rollback(self) -> list[str]:
-        """Stop the schedule and undo every active fault; return what was rolled back."""
+    def rollback(self, hurry: bool = False) -> list[str]:
+        """Stop the schedule and undo every active fault; return what was rolled back.
+        ``hurry`` (an interrupted run): wait for running steps a second at most."""
         self._stop.set()
+        wait = 1.0 if hurry else 30.0
         if self._thread is not None:
-            self._thread.join(30)
+            self._thread.join(wait)
         for thread in self._action_threads:
-            thread.join(30)
+            thread.join(wait)
         undone = []
         with self._lock:
             for item in self.schedule:

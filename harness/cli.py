@@ -1,7 +1,8 @@
 """``python -m harness``: stack, serve, run, dlq, capacity, report, compare, duplicates.
 
-Exit codes: 0 success / every checker passed; 1 a checker failed (or the run errored);
-2 bad input or an unusable machine (unknown scenario, taken port, missing redis-server).
+Exit codes: 0 success / every checker passed; 1 a checker failed, could not decide, or the run
+errored; 2 bad input or an unusable machine (unknown scenario, taken port, missing
+redis-server); 3 the run was interrupted (SIGINT, SIGTERM) before its verdict.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from emulators.ports import PortInUse, require_free
 from harness.analysis import capacity
 from harness.model import scenarios
+from harness.stack.reaper import reap_orphans
 from harness.stack.supervisor import (
     PARTS,
     WORKER_PARTS,
@@ -55,9 +57,14 @@ def cmd_stack(args: argparse.Namespace) -> int:
         for name, part in info.parts.items():
             print(f"  {name:<14} pid {part.pid:<7} {part.url or ''}")
         return 0
+    if args.action == "down":
+        # What a run killed with -9 left (its watchdog normally reaps it at once).
+        orphans = reap_orphans()
+        if orphans:
+            print(f"stopped what a killed run left: {', '.join(orphans)}")
     if not path.exists():
         if args.action == "down":
-            print(f"no stack file at {path}: nothing to stop")
+            print(f"no stack file at {path}: no detached stack to stop")
             return 0
         print(f"no stack file at {path}: no stack is up")
         return EXIT_FAIL

@@ -31,6 +31,7 @@ import pandas as pd
 
 from harness.checkers.evidence import expectation_from
 from harness.checkers.windows import Window, deliveries, fault_windows
+from harness.model.history import STREAM_FILE, read_partial
 from harness.model.history import read as read_history
 from harness.model.oracle import Expectation
 from harness.model.population import Population
@@ -50,6 +51,8 @@ class Run:
     summary: dict[str, Any]
     history: pd.DataFrame
     population: Population | None
+    # The run never finished: the history is what it streamed before it stopped.
+    partial: bool = False
 
     @property
     def name(self) -> str:
@@ -65,6 +68,10 @@ def load_run(run_dir: Path) -> Run:
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir} is not a directory")
     summary_path, history_path = run_dir / "summary.json", run_dir / "history.parquet"
+    partial = not history_path.is_file() and (run_dir / STREAM_FILE).is_file()
+    if partial:
+        # A run that never finished (killed with -9): what it streamed, up to its last second.
+        history_path = run_dir / STREAM_FILE
     for needed in (summary_path, history_path):
         if not needed.is_file():
             raise RunDirError(f"{run_dir} is not a run directory: {needed.name} is missing")
@@ -75,7 +82,7 @@ def load_run(run_dir: Path) -> Run:
     if not isinstance(summary, dict):
         raise RunDirError(f"{summary_path}: not a JSON object")
     try:
-        history = read_history(history_path)
+        history = read_partial(history_path) if partial else read_history(history_path)
     except Exception as exc:  # pyarrow raises several unrelated types for a bad file
         raise RunDirError(f"{history_path}: unreadable history ({exc})") from exc
     population = None
@@ -86,7 +93,7 @@ def load_run(run_dir: Path) -> Run:
         except (OSError, ValueError, KeyError, TypeError):
             # The report still has value without the oracle; it says what it could not show.
             population = None
-    return Run(run_dir, summary, history, population)
+    return Run(run_dir, summary, history, population, partial)
 
 
 def run_start(history: pd.DataFrame) -> float:

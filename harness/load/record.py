@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,3 +168,109 @@ def append_read(history: History, row: dict[str, Any]) -> None:
         reason=row.get("op"),
         detail=json.dumps(rest),
     )
+
+
+class LoadTail:
+    """Folds what the load records into the history while it runs: every event as soon as its
+    answer is written (``inject`` / ``inject_info``; refused ones are dropped) and every read,
+    so a killed run's streamed history already holds them. :meth:`finish` reads what is left
+    and takes every event still without an answer as indeterminate."""
+
+    def __init__(self, out: Path, history: History) -> None:
+        self.out = out
+        self.history = history
+        self._offsets = {INJECTED_FILE: 0, READS_FILE: 0}
+        self._invoked: dict[str, dict[str, Any]] = {}
+        self._answered: set[str] = set()
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.accepted = self.indeterminate = 0
+
+    def start(self, interval_s: float = 1.0) -> None:
+        self._thread = threading.Thread(
+            target=self._run, args=(interval_s,), name="load-tail", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.poll()
+            except OSError:
+                continue
+
+    def _new_rows(self, name: str) -> list[dict[str, Any]]:
+        path = self.out / name
+        if not path.exists():
+            return []
+        with open(path, "rb") as handle:
+            handle.seek(self._offsets[name])
+            data = handle.read()
+        end = data.rfind(b"\n") + 1  # a line still being written waits for the next poll
+        self._offsets[name] += end
+        rows = []
+        for line in data[:end].splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows
+
+    def poll(self) -> None:
+        with self._lock:
+            for row in self._new_rows(INJECTED_FILE):
+                self._event(row)
+            for row in self._new_rows(READS_FILE):
+                identity = _identity(row)
+                if identity not in self._seen:
+                    self._seen.add(identity)
+                    append_read(self.history, row)
+
+    def _event(self, row: dict[str, Any]) -> None:
+        key = str(row.get("client_id") or row.get("notification_id"))
+        op = row.get("op", "ok")
+        if op == "invoke":
+            self._invoked.setdefault(key, row)
+            return
+        if key in self._answered:
+            return  # the same answer twice (relayed and merged from a worker's file)
+        self._answered.add(key)
+        start = self._invoked.pop(key, {})
+        merged = {**start, **row, "time": start.get("time", row.get("time"))}
+        if op == "ok":
+            self._append("inject", merged)
+        elif op == "info":
+            merged["notification_id"] = merged.get("client_id", merged.get("notification_id"))
+            self._append("inject_info", merged)
+
+    def _append(self, kind: str, row: dict[str, Any]) -> None:
+        end = row.get("end")
+        self.history.append(
+            kind,
+            time=row["time"],
+            end=end if isinstance(end, int | float) else None,
+            tenant_id=row["tenant_id"],
+            author_id=row["author_id"],
+            notification_id=row["notification_id"],
+            detail=row.get("kind"),
+        )
+        if kind == "inject":
+            self.accepted += 1
+        else:
+            self.indeterminate += 1
+
+    def finish(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        self.poll()
+        with self._lock:
+            for key, row in list(self._invoked.items()):
+                if key not in self._answered:
+                    self._answered.add(key)
+                    self._append("inject_info", {**row, "notification_id": key})
+            self._invoked.clear()

@@ -1,8 +1,13 @@
 """The run history: one append-only table, Jepsen style, written as Parquet.
 
-Every injected operation, every provider request and (later) every fault window is a row. Wall
-time (``time``, epoch seconds) orders rows across processes on this machine; ``mono`` is the
+Every injected operation, every provider request and every fault window is a row. Wall time
+(``time``, epoch seconds) orders rows across processes on this machine; ``mono`` is the
 harness's monotonic clock where the harness itself observed the row.
+
+While a run goes, the history also streams to disk (``history.arrows``: Arrow IPC batches,
+appended and flushed at least every second, :meth:`History.stream_to`), so that a run killed
+with -9 leaves every row up to its last second readable (:func:`read_partial`); the finished
+run writes ``history.parquet``.
 """
 
 from __future__ import annotations
@@ -10,9 +15,10 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pandas as pd
+import pyarrow as pa
 
 COLUMNS = {
     "seq": "int64",
@@ -40,10 +46,71 @@ COLUMNS = {
 }
 
 
+_ARROW_TYPES = {
+    "int64": pa.int64(),
+    "Int64": pa.int64(),
+    "float64": pa.float64(),
+    "string": pa.string(),
+    "boolean": pa.bool_(),
+}
+SCHEMA = pa.schema([(name, _ARROW_TYPES[dtype]) for name, dtype in COLUMNS.items()])
+STREAM_FILE = "history.arrows"
+
+
 class History:
     def __init__(self) -> None:
         self._rows: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._stream: IO[bytes] | None = None
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+        self._streamed = 0
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
+
+    # -- streaming to disk ----------------------------------------------------------------------
+
+    def stream_to(self, path: Path, interval_s: float = 1.0) -> None:
+        """Append every row to ``path`` as the run goes: what is there now at once, then new
+        rows at least every ``interval_s`` (and at :meth:`close_stream`)."""
+        self._stream = open(path, "wb")  # noqa: SIM115 - closed by close_stream
+        self._writer = pa.ipc.new_stream(self._stream, SCHEMA)
+        self.flush()
+        self._flusher = threading.Thread(
+            target=self._flush_forever, args=(interval_s,), name="history-flush", daemon=True
+        )
+        self._flusher.start()
+
+    def flush(self) -> int:
+        """Write the rows not streamed yet; return how many."""
+        with self._lock:
+            rows = self._rows[self._streamed :]
+            self._streamed = len(self._rows)
+            if self._writer is None or not rows:
+                return 0
+            self._writer.write_batch(pa.RecordBatch.from_pylist(rows, schema=SCHEMA))
+            assert self._stream is not None
+            self._stream.flush()
+        return len(rows)
+
+    def _flush_forever(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.flush()
+            except (OSError, ValueError, pa.ArrowException):  # a full disk must not end the run
+                continue
+
+    def close_stream(self) -> None:
+        self._stop.set()
+        if self._flusher is not None:
+            self._flusher.join(5)
+        if self._writer is not None:
+            self.flush()
+            with self._lock:
+                self._writer.close()
+                self._writer = None
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
 
     def append(self, kind: str, **fields: Any) -> None:
         unknown = set(fields) - set(COLUMNS)
@@ -98,3 +165,19 @@ def read(path: Path) -> pd.DataFrame:
         if column not in frame:
             frame[column] = pd.Series([None] * len(frame), dtype=COLUMNS[column], index=frame.index)
     return frame[list(COLUMNS)].astype(COLUMNS)
+
+
+def read_partial(path: Path) -> pd.DataFrame:
+    """The rows of a streamed history, up to the last whole batch (a run killed mid-write
+    leaves a torn last batch, which is dropped)."""
+    batches = []
+    with open(path, "rb") as source:
+        try:
+            reader = pa.ipc.open_stream(source)
+            for batch in reader:
+                batches.append(batch)
+        except (pa.ArrowInvalid, OSError, EOFError):
+            pass
+    table = pa.Table.from_batches(batches, schema=SCHEMA)
+    frame = table.to_pandas()
+    return frame.astype(COLUMNS)

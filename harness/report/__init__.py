@@ -82,14 +82,22 @@ class Document:
 
 
 def verdict_word(summary: dict[str, Any]) -> str:
+    if summary.get("verdict") == "incomplete":
+        return "INCOMPLETE"
     if summary.get("error"):
         return "ERROR"
-    return "PASS" if summary.get("verdict") == "pass" else "FAIL"
+    return {"pass": "PASS", "unknown": "UNKNOWN"}.get(str(summary.get("verdict")), "FAIL")
 
 
 def verdict_sentence(summary: dict[str, Any]) -> str:
     checkers = summary.get("checkers") or {}
     failed = [name for name, result in checkers.items() if not result.get("valid")]
+    if summary.get("verdict") == "incomplete":
+        return (
+            f"The run did not finish: {summary.get('error') or 'it was stopped'}. There is "
+            "no verdict; this report shows only what it recorded before it stopped. Do not "
+            "release on this run."
+        )
     if summary.get("error"):
         ran = f" ({len(checkers)} checker(s) ran, {len(failed)} failed)" if checkers else ""
         return f"The run itself failed: {summary['error']}{ran}. Do not release on this run."
@@ -938,6 +946,11 @@ def build_document(run: Run, out_dir: Path) -> Document:
     chart_in = ChartInput(run, t0, span, metrics.bucket_seconds(history), windows, actions)
 
     doc.blocks.append(Block("lead", verdict_sentence(summary)))
+    if run.partial:
+        doc.note(
+            "Partial report: the run was stopped before it wrote history.parquet; this is the "
+            f"history it streamed ({len(history)} rows, up to its last flush)."
+        )
     doc.h2("Verdict by checker")
     doc.table(verdict_rows(summary))
 
@@ -1108,7 +1121,10 @@ def header_lines(run: Run) -> list[tuple[str, str]]:
         ("scenario", str(summary.get("scenario", "?"))),
         ("seed", str(summary.get("seed", "?"))),
         ("started", started),
-        ("history rows", str(summary.get("history_rows", len(run.history)))),
+        (
+            "history rows",
+            str(len(run.history) if run.partial else summary.get("history_rows", len(run.history))),
+        ),
     ]
 
 
@@ -1140,6 +1156,7 @@ max-width:1100px;color:#222;padding:0 1em}
 .verdict{font-size:4em;font-weight:800;letter-spacing:.05em;padding:.2em .4em;border-radius:8px;
 display:inline-block;color:#fff;margin:0}
 .PASS{background:#2e7d32}.FAIL{background:#c62828}.ERROR{background:#ef6c00}
+.INCOMPLETE,.UNKNOWN{background:#616161}
 dl.meta{display:grid;grid-template-columns:max-content auto;gap:.2em 1em;color:#444}
 dl.meta dt{font-weight:600}dl.meta dd{margin:0;font-family:ui-monospace,monospace}
 table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.9em}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
@@ -10,7 +11,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,15 +30,12 @@ from harness.checkers.verdict import Verdict
 from harness.load.loader import load_population, post_event
 from harness.load.loadgen import ROOT
 from harness.load.record import (
-    INJECTED_FILE,
-    READS_FILE,
-    Injected,
-    append_read,
+    LoadTail,
     fold_injected,
     read_rows,
 )
 from harness.model import history as history_mod
-from harness.model.history import History
+from harness.model.history import STREAM_FILE, History
 from harness.model.oracle import expected_channel_deliveries
 from harness.model.population import Population, generate
 from harness.model.scenarios import Scenario
@@ -49,12 +47,15 @@ from harness.run.channel_ledgers import ChannelLedgers, register_online_users
 from harness.run.dlq import redrive_all
 from harness.run.provider_control import SimulatorControl
 from harness.run.sqs_receives import collect_receives
+from harness.stack.reaper import reap_orphans
 from harness.stack.reference_table import write_preferences
 from harness.stack.supervisor import WORKER_PARTS, Stack, StackInfo, stop_process
 from harness.stack.target import Target
 from reference_impl.config import CHANNELS, PAGES_QUEUE, Config
 
 Clock = Callable[[], datetime]
+# Exit code of a run stopped before its verdict (SIGINT, SIGTERM): neither a pass nor a fail.
+EXIT_INCOMPLETE = 3
 
 
 class Progress:
@@ -94,7 +95,7 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.summary["verdict"] == "pass" else 1
+        return {"pass": 0, "incomplete": EXIT_INCOMPLETE}.get(self.summary["verdict"], 1)
 
 
 def overall_verdict(verdicts: list[Verdict], error: str | None) -> str:
@@ -149,25 +150,46 @@ def verdict_table(summary: dict[str, Any]) -> str:
 
 
 class Collector:
-    """Pulls provider ledgers into the history as the run goes."""
+    """Pulls provider ledgers into the history as the run goes: every second from the stack's
+    start (a killed run's streamed history holds them), and whenever the wait asks."""
 
     def __init__(self, history: History, controls: list[SimulatorControl]) -> None:
         self.history = history
         self.controls = controls
         self.delivered: set[tuple[str, str, str]] = set()
         self.rows = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def poll(self) -> int:
         added = 0
-        for control in self.controls:
-            rows = control.new_rows()
-            self.history.extend_provider(rows)
-            for row in rows:
-                if row.get("delivered", row["status"] == 200):
-                    self.delivered.add((row["tenant_id"], row["notification_id"], row["token"]))
-            added += len(rows)
-        self.rows += added
+        with self._lock:  # one reader of each ledger's cursor at a time
+            for control in self.controls:
+                rows = control.new_rows()
+                self.history.extend_provider(rows)
+                for row in rows:
+                    if row.get("delivered", row["status"] == 200):
+                        self.delivered.add((row["tenant_id"], row["notification_id"], row["token"]))
+                added += len(rows)
+            self.rows += added
         return added
+
+    def start(self, interval_s: float = 1.0) -> None:
+        self._thread = threading.Thread(target=self._run, args=(interval_s,), daemon=True)
+        self._thread.start()
+
+    def _run(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.poll()
+            except Exception:  # a missed poll is taken by the next one
+                continue
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
 
 
 class PushQueueProbe:
@@ -421,10 +443,13 @@ def _inject_with_locust(
     history: History,
     on_start: Callable[[], None],
     progress: Progress,
+    stack: Stack | None = None,
 ) -> None:
     """Run the scenario's locustfile through ``harness.load.loadgen`` (Locust's library API, in its
     own process: Locust monkey-patches with gevent), start the faults when the load starts, and
-    record what the users injected."""
+    record what the users injected as they go. The load generator runs in a session of its own
+    (its Locust workers in its process group), adopted by the stack: stopped with it, reaped if
+    the harness is killed."""
     from harness.model.shapes import LoadPlan
 
     assert scenario.locust is not None
@@ -445,10 +470,21 @@ def _inject_with_locust(
         "--timeout", str(plan.duration_s + 60),
     ]  # fmt: skip
     started = False
+    tail = LoadTail(out, history)
+    tail.start()
     with open(out / "loadgen.log", "w") as log:
         proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+            start_new_session=True,
         )
+        if stack is not None:
+            stack.adopt("loadgen", proc)
+        # Its process group (Locust's workers included), for whoever checks nothing outlived us.
+        history.append("phase", detail=json.dumps({"loadgen": proc.pid}))
         try:
             assert proc.stdout is not None
             # Bounded: loadgen stops itself at plan end + 60 s, and quits its workers.
@@ -460,12 +496,20 @@ def _inject_with_locust(
                         on_start()
                     progress("locust", line.removeprefix("locust: ").rstrip())
             proc.wait(timeout=30)
-        finally:
-            if proc.poll() is None:
+        except BaseException:
+            # Interrupted, or the wait timed out: with a stack, the load generator is stopped
+            # with every other part, at once; alone, here.
+            tail.finish()
+            if stack is None and proc.poll() is None:
                 stop_process(proc)
+            raise
+        if proc.poll() is None:
+            stop_process(proc)
+        if stack is not None:
+            stack.release(proc)
     if not started:
         on_start()  # faults and rollbacks still run, so the run says what happened
-    record_load(out, history)
+    tail.finish()
     if proc.returncode != 0:
         raise RuntimeError(
             f"the Locust load exited with code {proc.returncode}; log {out / 'loadgen.log'}"
@@ -476,26 +520,6 @@ def read_injected(path: Path) -> list[dict[str, Any]]:
     """The accepted events of an injected.jsonl (folded per event: sent ``time``, answered
     ``end``); a line cut short by a crash is skipped, the rest kept."""
     return fold_injected(read_rows(path)).accepted
-
-
-def record_load(out: Path, history: History) -> Injected:
-    """What the load recorded (``out``: its output directory), as history rows: ``inject``
-    (accepted), ``inject_info`` (acceptance unknown) and ``read`` (what readers saw)."""
-    folded = fold_injected(read_rows(out / INJECTED_FILE))
-    for kind, rows in (("inject", folded.accepted), ("inject_info", folded.indeterminate)):
-        for row in rows:
-            history.append(
-                kind,
-                time=row["time"],
-                end=row.get("end"),
-                tenant_id=row["tenant_id"],
-                author_id=row["author_id"],
-                notification_id=row["notification_id"],
-                detail=row.get("kind"),
-            )
-    for row in read_rows(out / READS_FILE):
-        append_read(history, row)
-    return folded
 
 
 def _wait_for_channels(
@@ -527,9 +551,12 @@ def execute(
     stack_factory: Callable[[Path], Stack] | None = None,
     locust_workers: int | None = None,
     target: Target | None = None,
+    history: History | None = None,
 ) -> tuple[History, Population | None, list[Verdict], str | None]:
-    history = History()
+    history = history if history is not None else History()
     population = None
+    collector: Collector | None = None
+    interrupted = False
     nemesis: Nemesis | None = None
     sampler: QueueSampler | None = None
     errors: list[str] = []
@@ -565,6 +592,8 @@ def execute(
         fcm = SimulatorControl(info.url("fcm"))
         apns.unregister([d.token for d in population.devices if d.dead and d.platform == "apns"])
         fcm.unregister([d.token for d in population.devices if d.dead and d.platform == "fcm"])
+        collector = Collector(history, [apns, fcm])
+        collector.start()
         calls = load_population(info.url("event-api"), population)
         if "inapp" in info.parts:
             register_online_users(info.url("inapp"), population)
@@ -607,7 +636,7 @@ def execute(
         if scenario.locust is not None:
             _inject_with_locust(
                 scenario, run_dir, info.url("event-api"), seed, locust_workers, history,
-                nemesis.start, progress,
+                nemesis.start, progress, stack,
             )  # fmt: skip
         else:
             nemesis.start()
@@ -615,7 +644,6 @@ def execute(
         policy = policy_from_config(
             Config.load(info.reference_config), durable=scenario.durable_redis or target is not None
         )
-        collector = Collector(history, [apns, fcm])
         channel_urls = {p: info.url(p) for p in ("ses", "inapp") if p in info.parts}
         channels = ChannelLedgers.for_stack(history, channel_urls)
         deadline = time.monotonic() + scenario.timeout_seconds
@@ -681,17 +709,26 @@ def execute(
         evidence = evidence_from(population, history.frame(), policy, scenario.preference_bound_s)
         verdicts = [run_probe(p.name, p.tolerance, evidence) for p in scenario.probes]
         return history, population, verdicts, "; ".join(errors) or None
+    except RunInterrupted as exc:
+        interrupted = True
+        errors.append(str(exc))
+        return history, population, [], "; ".join(errors)
     except BaseException as exc:  # the run still leaves its history and says what failed
         errors.append(f"{type(exc).__name__}: {exc}")
         (run_dir / "error.txt").write_text(traceback.format_exc())
         return history, population, [], "; ".join(errors)
     finally:
-        if sampler is not None:
-            sampler.stop()
-        if nemesis is not None:
-            nemesis.rollback()
-        progress("stack", "stopping")
-        stack.down()
+        with deferred_signals():
+            if collector is not None:
+                collector.stop()
+            if sampler is not None:
+                sampler.stop()
+            if nemesis is not None:
+                undone = nemesis.rollback(hurry=interrupted)
+                if interrupted and undone:
+                    progress("rollback", f"undid {', '.join(undone)}")
+            progress("stack", "stopping")
+            stack.down(hurry=interrupted)
 
 
 def run(
@@ -705,7 +742,12 @@ def run(
     target: Target | None = None,
     reports: bool = True,
 ) -> RunResult:
-    """``reports``: False writes junit.xml only (no charts, no html/md): for CI loops."""
+    """``reports``: False writes junit.xml only (no charts, no html/md): for CI loops.
+
+    From its first second a run leaves a record that a crash cannot take: ``summary.json`` says
+    ``incomplete`` until the run has a verdict, and the history streams to ``history.arrows``.
+    SIGINT and SIGTERM stop the run at once (faults undone, every process stopped within
+    seconds) with verdict ``incomplete``; ``report`` reads what a killed run left."""
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
     progress = progress or Progress()
     run_id = new_run_id(scenario.name, seed, clock())
@@ -713,42 +755,97 @@ def run(
     run_dir = Path(out).resolve() / run_id
     run_dir.mkdir(parents=True, exist_ok=False)
     progress("run", f"{run_id} (seed {seed}; repeat with --seed {seed})")
-
-    def _terminate(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    try:
-        history, _population, verdicts, error = execute(
-            scenario, seed, run_dir, progress, clock, stack_factory, locust_workers, target
-        )
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    history.write(run_dir / "history.parquet")
-    checkers = {v.name: v.to_dict() for v in verdicts}
-    verdict = overall_verdict(verdicts, error)
-    summary = {
+    summary: dict[str, Any] = {
         "run_id": run_id,
         "scenario": scenario.name,
         "seed": seed,
         "target": target.name if target is not None else "reference",
-        "verdict": verdict,
-        "checkers": checkers,
-        "history_rows": len(history),
+        "verdict": "incomplete",
+        "checkers": {},
+        "history_rows": 0,
         "preference_bound_s": scenario.preference_bound_s,
-        "error": error,
+        "error": "stopped before its end (killed?); history.arrows holds what it recorded",
     }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+    _write_summary(run_dir, summary)
+    reap_orphans()  # what an earlier run killed with -9 may have left
+    history = History()
+    history.stream_to(run_dir / STREAM_FILE)
+    with interruptible():
+        _history, _population, verdicts, error = execute(
+            scenario, seed, run_dir, progress, clock, stack_factory, locust_workers, target,
+            history,
+        )  # fmt: skip
+    history.close_stream()
+    history.write(run_dir / "history.parquet")
+    (run_dir / STREAM_FILE).unlink(missing_ok=True)
+    interrupted = error is not None and error.startswith(INTERRUPTED)
+    summary.update(
+        verdict="incomplete" if interrupted else overall_verdict(verdicts, error),
+        checkers={v.name: v.to_dict() for v in verdicts},
+        history_rows=len(history),
+        error=error,
+    )
+    _write_summary(run_dir, summary)
+    if interrupted:
+        progress("run", f"{error}: verdict incomplete, the history and logs are kept")
     try:
         from harness.report import junit_xml, write_reports
 
-        if reports:
+        if reports and not interrupted:
             progress("report", str(write_reports(run_dir)["html"]))
         else:
             (run_dir / "junit.xml").write_text(junit_xml(summary, time.monotonic() - started))
     except Exception as exc:  # a broken report must not hide the verdict
         progress("report", f"could not write the reports: {exc}")
     return RunResult(run_dir, json.loads(json.dumps(summary, default=_json_default)))
+
+
+INTERRUPTED = "interrupted by "
+
+
+class RunInterrupted(BaseException):
+    """SIGINT or SIGTERM during a run (a BaseException, as KeyboardInterrupt is: no handler
+    meant for errors may swallow it)."""
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`RunInterrupted` in the main thread, once."""
+    fired = threading.Event()
+
+    def interrupt(signum: int, frame: Any) -> None:
+        if fired.is_set():
+            return  # the run is already stopping
+        fired.set()
+        raise RunInterrupted(f"{INTERRUPTED}{signal.Signals(signum).name}")
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Cleanup that a second Ctrl-C must not cut short: SIGINT and SIGTERM are ignored inside
+    (the run is stopping already). Only in the main thread, where handlers can be set."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    tmp = run_dir / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2, default=_json_default))
+    tmp.replace(run_dir / "summary.json")
 
 
 def load_run(run_dir: Path) -> tuple[dict[str, Any], Any]:

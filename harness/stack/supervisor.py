@@ -26,6 +26,7 @@ import redis
 
 from chaos.faults import DEDUP_PROXY
 from emulators.ports import LOOPBACK, free_port
+from harness.stack.reaper import Ownership
 from harness.stack.target import Target, port_of
 from reference_impl.aws import new_client
 from reference_impl.config import Config
@@ -246,6 +247,11 @@ class Stack:
             p for p in PARTS if (parts is None and p not in OPTIONAL_PARTS) or p in (parts or ())
         )
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        # Process groups the stack did not start but stops with its own (the load generator).
+        self.adopted: dict[str, subprocess.Popen[Any]] = {}
+        # A detached stack (a stack file) outlives the command that started it; any other is
+        # recorded for the reaper, so that nothing it started outlives its owner.
+        self.ownership: Ownership | None = None if stack_file is not None else Ownership()
         self.info = StackInfo(
             workdir=str(self.workdir), reference_config=str(self.workdir / "reference.json")
         )
@@ -289,13 +295,45 @@ class Stack:
             self.stack_file.write_text(self.info.to_json())
         return self.info
 
-    def down(self) -> None:
-        # Workers first (they hold connections to the rest), then the infrastructure together.
+    def down(self, hurry: bool = False) -> None:
+        """Workers first (they hold connections to the rest), then the infrastructure together;
+        ``hurry`` (an interrupted run): everything at once, a shorter grace."""
         workers = [p for p in reversed(list(self.procs)) if p in WORKER_PARTS]
-        for tier in (workers, list(reversed(list(self.procs)))):
-            stop_processes([self.procs.pop(part) for part in tier if part in self.procs])
+        tiers = (
+            [list(reversed(list(self.procs)))]
+            if hurry
+            else [workers, list(reversed(list(self.procs)))]
+        )
+        adopted = list(self.adopted.values())
+        self.adopted.clear()
+        for n, tier in enumerate(tiers):
+            stopped = [self.procs.pop(part) for part in tier if part in self.procs]
+            if n == 0:
+                stopped = adopted + stopped
+            stop_processes(stopped, timeout=2.0 if hurry else 5.0)
+            self._forget(stopped)
         if self.stack_file and self.stack_file.exists():
             self.stack_file.unlink()
+        if self.ownership is not None and not self.procs and not self.adopted:
+            self.ownership.close()
+
+    def adopt(self, name: str, proc: subprocess.Popen[Any]) -> None:
+        """Stop ``proc``'s process group with the stack's own, and reap it if the owner dies."""
+        self.adopted[name] = proc
+        if self.ownership is not None:
+            self.ownership.add(name, proc.pid)
+
+    def release(self, proc: subprocess.Popen[Any]) -> None:
+        """``proc`` has ended on its own."""
+        for name, adopted in list(self.adopted.items()):
+            if adopted is proc:
+                del self.adopted[name]
+        self._forget([proc])
+
+    def _forget(self, procs: Sequence[subprocess.Popen[Any]]) -> None:
+        if self.ownership is not None:
+            for proc in procs:
+                self.ownership.remove(proc.pid)
 
     # -- parts ------------------------------------------------------------------------------
 
@@ -552,7 +590,9 @@ class Stack:
     def stop_parts(self, parts: Sequence[str]) -> None:
         """Stop several parts at once: each gets its SIGTERM before any is waited for, so their
         shutdowns (a poller's long poll, an audit flush) overlap."""
-        stop_processes([self.procs.pop(part) for part in parts if part in self.procs])
+        stopped = [self.procs.pop(part) for part in parts if part in self.procs]
+        stop_processes(stopped)
+        self._forget(stopped)
         for part in parts:
             (self.workdir / f"{part}.ready").unlink(missing_ok=True)
 
@@ -562,6 +602,7 @@ class Stack:
         if proc is not None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+            self._forget([proc])
         (self.workdir / f"{part}.ready").unlink(missing_ok=True)
 
     def start_part(self, part: str) -> PartInfo:
@@ -648,12 +689,14 @@ class Stack:
                 start_new_session=True,
             )
         self.procs[part] = proc
+        if self.ownership is not None:
+            self.ownership.add(part, proc.pid)
         info = PartInfo(part, proc.pid, port, self._url(part, port), str(log_path), argv)
         self.info.parts[part] = info
         return info, proc
 
 
-def stop_process(proc: subprocess.Popen[bytes] | int, timeout: float = 5.0) -> None:
+def stop_process(proc: subprocess.Popen[Any] | int, timeout: float = 5.0) -> None:
     """SIGTERM the process group, then SIGKILL it if it has not gone within the timeout."""
     pid = proc if isinstance(proc, int) else proc.pid
     try:
@@ -679,7 +722,7 @@ def stop_process(proc: subprocess.Popen[bytes] | int, timeout: float = 5.0) -> N
         proc.wait(timeout)
 
 
-def stop_processes(procs: Sequence[subprocess.Popen[bytes]], timeout: float = 5.0) -> None:
+def stop_processes(procs: Sequence[subprocess.Popen[Any]], timeout: float = 5.0) -> None:
     """SIGTERM every process group at once, then wait for each (SIGKILL past the timeout)."""
     for proc in procs:
         try:
