@@ -8,6 +8,7 @@ redis-server); 3 the run was interrupted (SIGINT, SIGTERM) before its verdict.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -132,14 +133,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     except StackError as exc:
         return _error(str(exc))
     if args.scale is not None:
+        if not math.isfinite(args.scale) or args.scale <= 0:
+            return _error(f"--scale must be a positive number, not {args.scale!r}")
         try:
             scenario = scenarios.scaled(scenario, args.scale)
         except scenarios.ScenarioError as exc:
             return _error(str(exc))
-    if args.timeout:
+    if args.timeout is not None:
+        if not math.isfinite(args.timeout) or args.timeout <= 0:
+            return _error(f"--timeout must be a positive number of seconds, not {args.timeout!r}")
         from dataclasses import replace
 
         scenario = replace(scenario, timeout_seconds=args.timeout)
+    problem = _unwritable(Path(args.out))
+    if problem:
+        return _error(f"--out {args.out}: {problem}")
+    if target is not None:
+        from harness.stack.target import unreachable
+
+        dead = unreachable(target)
+        if dead:
+            return _error(f"target {target.name}: {dead}")
     if args.locust_workers is not None:
         if args.locust_workers < 0:
             return _error("--locust-workers must be 0 or more")
@@ -161,6 +175,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     if report.exists():
         print(f"report: {report}")
     return result.exit_code
+
+
+def _unwritable(out: Path) -> str | None:
+    """Why runs cannot be written under ``out``, or None."""
+    if out.exists() and not out.is_dir():
+        return "is a file, not a directory"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        return f"cannot write there ({exc.strerror or exc})"
+    return None
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:

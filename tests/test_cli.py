@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -126,3 +127,75 @@ def test_every_reference_process_refuses_a_missing_config_with_exit_2(
     main = importlib.import_module(module).main
     assert main([*extra, "--config", str(tmp_path / "absent.json")]) == 2
     assert "error: config file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--scale", "nan"], "--scale must be a positive number, not nan"),
+        (["--scale", "inf"], "--scale must be a positive number, not inf"),
+        (["--scale", "0"], "--scale must be a positive number"),
+        (["--timeout", "-5"], "--timeout must be a positive number of seconds, not -5.0"),
+        (["--timeout", "0"], "--timeout must be a positive number of seconds, not 0.0"),
+        (["--timeout", "nan"], "--timeout must be a positive number of seconds"),
+    ],
+)
+def test_bad_numbers_exit_2_with_one_clear_line(args, message, tmp_path):
+    result = run_cli("run", "smoke", "--out", str(tmp_path), *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines() == [f"error: {message}"] or message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not any(tmp_path.iterdir())  # nothing started, nothing written
+
+
+def test_out_naming_a_file_or_an_unwritable_place_exits_2(tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    result = run_cli("run", "smoke", "--out", str(a_file))
+    assert result.returncode == 2 and "is a file, not a directory" in result.stderr
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):  # root writes anywhere: use a place no one can write
+            locked = Path("/proc/harness-cannot-write-here")
+        result = run_cli("run", "smoke", "--out", str(locked / "runs"))
+        assert result.returncode == 2 and "cannot write there" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    finally:
+        (tmp_path / "locked").chmod(0o700)
+
+
+def test_a_negative_count_in_a_scenario_file_is_refused(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "title: bad\n"
+        "steady-state-hypothesis: {probes: [{name: effectively_once}]}\n"
+        "method: [{type: load, regular_posts: -4}]\n"
+    )
+    result = run_cli("run", str(path), "--out", str(tmp_path / "o"))
+    assert result.returncode == 2
+    assert "method[0]: regular_posts must be a whole number >= 0" in result.stderr
+    path.write_text(
+        "title: bad\nconfiguration: {population: {no_consent_fraction: 1.5}}\n"
+        "steady-state-hypothesis: {probes: [{name: effectively_once}]}\n"
+        "method: [{type: load}]\n"
+    )
+    result = run_cli("run", str(path), "--out", str(tmp_path / "o"))
+    assert result.returncode == 2
+    assert "no_consent_fraction must be between 0 and 1" in result.stderr
+
+
+def test_a_target_whose_endpoint_is_down_is_named(tmp_path):
+    from emulators.ports import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    path = tmp_path / "target.yaml"
+    path.write_text(
+        f"name: down-system\nevent_api: {dead}\n"
+        f"apns_listen: 127.0.0.1:{free_port()}\nfcm_listen: 127.0.0.1:{free_port()}\n"
+    )
+    result = run_cli("run", "smoke", "--target", str(path), "--out", str(tmp_path / "o"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"target down-system: its event_api {dead} does not answer" in result.stderr
+    assert "Traceback" not in result.stderr

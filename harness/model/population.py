@@ -72,6 +72,29 @@ class PopulationSpec:
     # the seed sizes a celebrity burst by the ~20% of followers who have push enabled.
     push_enabled_fraction: float = 1.0
 
+    def problem(self) -> str | None:
+        """What makes this spec unusable, said plainly; None when it is fine."""
+        import math
+
+        for name, value in asdict(self).items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return f"{name} must be a number"
+            if isinstance(value, float) and not math.isfinite(value):
+                return f"{name} must be a finite number"
+            if name.endswith("_fraction") and not 0 <= value <= 1:
+                return f"{name} must be between 0 and 1"
+            if value < 0:
+                return f"{name} must not be negative"
+        for name in ("tenants", "users_per_tenant"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                return f"{name} must be a whole number >= 1"
+        if self.users_per_tenant < self.celebrity_followers + 1:
+            return (
+                f"users_per_tenant ({self.users_per_tenant}) must be at least "
+                f"celebrity_followers + 1 ({self.celebrity_followers + 1})"
+            )
+        return None
+
     def scaled(self, factor: float) -> PopulationSpec:
         values = asdict(self)
         for name in ("users_per_tenant", "celebrity_followers", "regular_followers"):

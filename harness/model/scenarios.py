@@ -175,6 +175,9 @@ def parse(data: Any, name: str) -> Scenario:
         _mapping(config.get("population"), "configuration.population"),
         "configuration.population",
     )
+    problem = population.problem()
+    if problem:
+        raise ScenarioError(f"configuration.population: {problem}")
     hypothesis = _mapping(data.get("steady-state-hypothesis"), "steady-state-hypothesis")
     probes = []
     for i, probe in enumerate(hypothesis.get("probes") or []):
@@ -211,6 +214,11 @@ def parse(data: Any, name: str) -> Scenario:
         if kind == "load":
             values = {k: v for k, v in step.items() if k not in ("type", "name")}
             load = _dataclass_from(Load, values, where)
+            for key in ("regular_posts", "celebrity_posts"):
+                value = getattr(load, key)
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    raise ScenarioError(f"{where}: {key} must be a whole number >= 0")
+            _number(values, "spread_s", where, 0.0)
         elif kind == "locust":
             locust = _locust_step(step, where)
         elif kind == "fault":

@@ -130,3 +130,37 @@ def load(path: Path) -> Target:
     except yaml.YAMLError as exc:
         raise TargetError(f"{path} is not valid YAML: {exc}") from exc
     return parse(data, str(path))
+
+
+def _endpoints(target: Target) -> list[tuple[str, str]]:
+    """(key, address) of every endpoint of the system the harness will talk to itself."""
+    found = [("event_api", target.event_api)]
+    for key in ("sqs_endpoint", "toxiproxy_url", "kinesis_upstream"):
+        value = getattr(target, key)
+        if value:
+            found.append((key, value))
+    if target.dedup_redis and not target.toxiproxy_url:
+        found.append(("dedup_redis", target.dedup_redis))
+    return found
+
+
+def unreachable(target: Target, timeout_s: float = 3.0) -> str | None:
+    """The first endpoint of ``target`` that does not accept a connection, said plainly; None
+    when all do. Checked before a run starts anything, so a typo or a system that is down is
+    named instead of surfacing as a failed checker."""
+    import socket
+
+    for key, address in _endpoints(target):
+        if "://" in address:
+            parts = urlsplit(address)
+            host = parts.hostname or ""
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        else:
+            host, port = _host_port(address, key)
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                pass
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            return f"its {key} {address} does not answer ({reason.lower()})"
+    return None
