@@ -138,7 +138,8 @@ class Stream:
     def closed(self) -> bool:
         return self.end_seq is not None
 
-    def __len__(self) -> int:
+    def kept(self) -> int:
+        """Records not trimmed yet. (Not ``__len__``: an empty stream must not be falsy.)"""
         return len(self.seqs) - self.head
 
     def describe_shard(self) -> dict[str, Any]:
@@ -288,7 +289,7 @@ class StreamStore:
             return None
         stream.status = "DISABLED"
         stream.disabled_at = self.clock()
-        last = stream.seqs[-1] if len(stream) else 0
+        last = stream.seqs[-1] if stream.kept() else 0
         stream.end_seq = max(stream.start_seq, stream.trimmed_through, last)
         return stream
 
@@ -312,7 +313,7 @@ class StreamStore:
         if stream is None:
             return None
         now = self.clock()
-        if len(stream) and now < stream.times[-1]:
+        if stream.kept() and now < stream.times[-1]:
             now = stream.times[-1]  # a clock stepping back must not unsort AT_TIMESTAMP
         self.counter += 1
         record = change_record(stream, keys, event, old, new, self.counter, now)
@@ -327,9 +328,11 @@ class StreamStore:
     # -- bounds ---------------------------------------------------------------------------------
     def _trim(self, stream: Stream, now: float) -> None:
         cutoff = now - self.retention_seconds
-        while len(stream) and stream.times[stream.head] < cutoff:
+        while stream.kept() and stream.times[stream.head] < cutoff:
             stream.drop_oldest(early=False)
-        while len(stream) > self.max_records or (len(stream) > 1 and stream.bytes > self.max_bytes):
+        while stream.kept() > self.max_records or (
+            stream.kept() > 1 and stream.bytes > self.max_bytes
+        ):
             stream.drop_oldest(early=True)
 
     def expire(self) -> None:
@@ -346,7 +349,7 @@ class StreamStore:
         streams = list(self.streams.values())
         return {
             "streams": len(streams),
-            "records": sum(len(s) for s in streams),
+            "records": sum(s.kept() for s in streams),
             "record_bytes": sum(s.bytes for s in streams),
             "trimmed": sum(s.trimmed for s in streams),
             "trimmed_early": sum(s.trimmed_early for s in streams),

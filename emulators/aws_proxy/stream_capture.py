@@ -155,7 +155,8 @@ class StreamCapture:
         elif self.store.latest and operation == "BatchWriteItem":
             body = self._body(request)
             if body is not None:
-                streams = {t: s for t in body.get("RequestItems") or {} if (s := self._enabled(t))}
+                tables = body.get("RequestItems") or {}
+                streams = {t: s for t in tables if (s := self._enabled(t)) is not None}
                 writes = batch_writes(body, streams)
                 if writes:
                     return await self._batch_write(request, body, streams, writes)
@@ -225,7 +226,7 @@ class StreamCapture:
                 for table, items in (found.get("Responses") or {}).items():
                     stream = self.store.latest.get(table)
                     for item in items:
-                        key = key_of(item, stream.key_schema) if stream else None
+                        key = key_of(item, stream.key_schema) if stream is not None else None
                         if key is not None:
                             images[key_text(table, key)] = item
                 wanted = found.get("UnprocessedKeys") or {}
