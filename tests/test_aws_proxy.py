@@ -141,7 +141,9 @@ def start_proxy(upstream: str) -> tuple[subprocess.Popen[bytes], str]:
         "--port",
         str(port),
     ]
-    proc = start_process(argv, lambda: answers_200(f"{url}/_proxy/health"), "the aws proxy to answer")
+    proc = start_process(
+        argv, lambda: answers_200(f"{url}/_proxy/health"), "the aws proxy to answer"
+    )
     return proc, url
 
 

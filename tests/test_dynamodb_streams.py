@@ -29,7 +29,7 @@ from emulators.aws_proxy.dynamodb_streams import (
     sequence_text,
 )
 from emulators.ports import free_port
-from harness.stack.supervisor import NODE_EMULATOR, stop_process
+from harness.stack.supervisor import NODE_EMULATOR, Stack, StackError, stop_process
 
 TABLE_ARN = "arn:aws:dynamodb:us-east-1:000000000000:table/prefs"
 KEYS = [{"AttributeName": "pk", "KeyType": "HASH"}]
@@ -657,3 +657,8 @@ def test_concurrent_writers_to_one_item_leave_a_chain_of_images(clients, proxy):
         for r in records
     ]
     assert counts == [(None, 0)] + [(n, n + 1) for n in range(200)]
+
+
+def test_the_dynamodb_proxy_part_names_its_missing_upstream(tmp_path):
+    with pytest.raises(StackError, match="dynamodb-proxy needs an upstream: the dynamodb part"):
+        Stack(tmp_path, parts=["dynamodb-proxy"]).up()
