@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import redis
+from botocore.exceptions import ClientError
 from helpers import TenantClient, apns_token, audit_lines
 
+from emulators.aws_proxy.dynamodb_streams import AwsError, StreamStore
 from emulators.ports import free_port
 from harness.stack.reference_table import write_preferences
 from harness.stack.supervisor import AWS_KEYS, wait_until
@@ -43,6 +47,109 @@ def test_a_redis_error_fails_the_batch_from_its_first_record():
         {"Records": [_record("MODIFY", "t#u", "42"), _record("INSERT", "t#v", "43")]}
     )
     assert result == {"batchItemFailures": [{"itemIdentifier": "42"}]}
+
+
+class StoreClient:
+    """The Streams API of the AWS proxy's own store (a fake clock, no server), answering as
+    boto3 would: its errors as ClientError."""
+
+    def __init__(self, store: StreamStore) -> None:
+        self.store = store
+
+    def _call(self, operation: str, body: dict) -> dict:
+        try:
+            return json.loads(self.store.call(operation, body))
+        except AwsError as error:
+            error_body = {"Error": {"Code": error.code, "Message": error.message}}
+            raise ClientError(error_body, operation) from None
+
+    def describe_stream(self, **body: object) -> dict:
+        return self._call("DescribeStream", body)
+
+    def get_shard_iterator(self, **body: object) -> dict:
+        return self._call("GetShardIterator", body)
+
+    def get_records(self, **body: object) -> dict:
+        return self._call("GetRecords", body)
+
+
+class Table:
+    def __init__(self, arn: str) -> None:
+        self.arn = arn
+
+    def describe_table(self, TableName: str) -> dict:  # noqa: N803 - boto3's parameter name
+        spec = {"StreamEnabled": True, "StreamViewType": "KEYS_ONLY"}
+        return {"Table": {"LatestStreamArn": self.arn, "StreamSpecification": spec}}
+
+
+def _poller(**limits: int) -> tuple[StreamPoller, StreamStore, list[str], list[float]]:
+    now = [1_800_000_000.0]
+    store = StreamStore(lambda: now[0], **limits)
+    arn = "arn:aws:dynamodb:us-east-1:000000000000:table/prefs"
+    stream = store.enable("prefs", arn, KEYS, "KEYS_ONLY")
+    seen: list[str] = []
+
+    def handler(event: dict) -> dict:
+        seen.extend(r["dynamodb"]["Keys"]["pk"]["S"] for r in event["Records"])
+        return {"batchItemFailures": []}
+
+    poller = StreamPoller(
+        Table(stream.arn), StoreClient(store), "prefs", handler, clock=lambda: now[0]
+    )
+    return poller, store, seen, now
+
+
+def _change(store: StreamStore, pk: str) -> None:
+    key = {"pk": {"S": pk}}
+    store.append("prefs", key, "MODIFY", None, None)
+
+
+KEYS = [{"AttributeName": "pk", "KeyType": "HASH"}]
+
+
+def test_an_expired_iterator_is_renewed_after_the_last_handled_record():
+    poller, store, seen, now = _poller()
+    _change(store, "t#a")
+    assert poller.poll_once() == 1
+    now[0] += 16 * 60  # past an iterator's 15 minutes
+    _change(store, "t#b")
+    assert poller.poll_once() == 1
+    assert seen == ["t#a", "t#b"]  # nothing handled twice, nothing skipped
+    assert poller.trimmed_restarts == 0
+
+
+def test_a_trimmed_position_restarts_at_the_horizon_and_says_so():
+    poller, store, seen, _ = _poller(max_records=2)
+    _change(store, "t#a")
+    assert poller.poll_once() == 1
+    for user in "bcde":  # the cap keeps the last two: b and c are gone before they are read
+        _change(store, f"t#{user}")
+    assert poller.poll_once() == 2
+    assert seen == ["t#a", "t#d", "t#e"] and poller.trimmed_restarts == 1
+
+
+def test_the_poller_survives_an_error_and_polls_on():
+    poller, store, seen, _ = _poller()
+    calls = {"n": 0}
+    real = poller.streams.get_records
+
+    def flaky(**body: object) -> dict:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ClientError({"Error": {"Code": "InternalServerError", "Message": "x"}}, "GR")
+        return real(**body)
+
+    poller.streams.get_records = flaky  # type: ignore[method-assign]
+    _change(store, "t#a")
+    stop = threading.Event()
+    thread = threading.Thread(target=poller.run, args=(stop, 0.01))
+    thread.start()
+    try:
+        wait_until(lambda: seen == ["t#a"], 10, "the record after the error")
+    finally:
+        stop.set()
+        thread.join(10)
+    assert calls["n"] >= 2
 
 
 @pytest.mark.integration
