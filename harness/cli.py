@@ -88,6 +88,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix=f"harness-{args.part}-"))
     stack = Stack(workdir, apns_tls=args.tls)
     stack.kinesis_upstream = args.upstream
+    stack.dynamodb_upstream = args.upstream
     if args.part in WORKER_PARTS:
         config = args.config or os.environ.get("FANOUT_CONFIG")
         if not config and stack_file_path().exists():
@@ -235,7 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, required=False, default=0)
     serve.add_argument("--tls", action="store_true", help="apns: TLS with a generated certificate")
     serve.add_argument("--config", help="reference workers: config JSON")
-    serve.add_argument("--upstream", help="kinesis-proxy: the Kinesis endpoint URL to forward to")
+    serve.add_argument(
+        "--upstream",
+        help="kinesis-proxy, dynamodb-proxy: the Kinesis or DynamoDB endpoint URL to forward to",
+    )
     serve.set_defaults(func=cmd_serve)
 
     dlq = sub.add_parser("dlq", help="count or redrive the dead-letter queues of a stack")

@@ -159,6 +159,9 @@ class Config:
     # Processes serving the local API Gateway's port (Lambda's concurrent instances): one
     # Python process is one core at most, whatever its threads.
     event_api_processes: int = 1
+    # How often the stream invalidator reads each shard of the preferences table's stream:
+    # Lambda's event-source mapping polls a DynamoDB stream's shards 4 times a second.
+    stream_poll_interval_seconds: float = 0.25
     extra: dict[str, Any] = field(default_factory=dict)
 
     def table(self, name: str) -> str:
@@ -221,9 +224,10 @@ class Config:
                 raise ConfigError(f"{name} must be an integer >= 1")
         if not isinstance(config.audit_flush_before_ack, bool):
             raise ConfigError("audit_flush_before_ack must be true or false")
-        flush = config.audit_flush_seconds
-        if isinstance(flush, bool) or not isinstance(flush, int | float) or flush <= 0:
-            raise ConfigError("audit_flush_seconds must be a number > 0")
+        for name in ("audit_flush_seconds", "stream_poll_interval_seconds"):
+            value = getattr(config, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"{name} must be a number > 0")
         return config
 
     @classmethod

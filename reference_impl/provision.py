@@ -1,4 +1,4 @@
-"""Creates the reference implementation's tables, stream, queues and audit bucket (idempotent).
+"""Creates the reference implementation's tables, streams, queues and audit bucket (idempotent).
 
 This is the local equivalent of the CloudFormation stack a team deploys: the harness calls it
 once the AWS endpoints are up, and a team on real AWS runs it against an empty account.
@@ -31,24 +31,51 @@ TABLES: dict[str, bool] = {
     "reads": True,  # per-item reads above the watermark
     "audit_keys": False,  # pk tenant#user: the user's audit data key (audit_keys.py)
 }
+# Tables with a DynamoDB stream, and its view: the stream invalidator reads only the keys.
+STREAMS: dict[str, str] = {"preferences": "KEYS_ONLY"}
 
 
-def _create_table(ddb: Any, name: str, with_sort_key: bool) -> None:
+def _create_table(ddb: Any, name: str, with_sort_key: bool, stream_view: str | None) -> bool:
+    """Create the table (with its stream, if it has one); False when it already existed."""
     keys = [{"AttributeName": "pk", "KeyType": "HASH"}]
     attrs = [{"AttributeName": "pk", "AttributeType": "S"}]
     if with_sort_key:
         keys.append({"AttributeName": "sk", "KeyType": "RANGE"})
         attrs.append({"AttributeName": "sk", "AttributeType": "S"})
+    extra: dict[str, Any] = {}
+    if stream_view is not None:
+        extra["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": stream_view}
     try:
         ddb.create_table(
             TableName=name,
             KeySchema=keys,
             AttributeDefinitions=attrs,
             BillingMode="PAY_PER_REQUEST",
+            **extra,
         )
     except ClientError as exc:
         if exc.response["Error"]["Code"] != "ResourceInUseException":
             raise
+        return False
+    return True
+
+
+def ensure_stream(ddb: Any, name: str, view: str) -> None:
+    """An existing table without an enabled stream gets one (any view carries the keys, so a
+    stream already enabled with another view is left as it is)."""
+    table = ddb.describe_table(TableName=name)["Table"]
+    if table.get("StreamSpecification", {}).get("StreamEnabled"):
+        return
+    try:
+        ddb.update_table(
+            TableName=name, StreamSpecification={"StreamEnabled": True, "StreamViewType": view}
+        )
+    except ClientError as exc:
+        raise ConfigError(
+            f"table {name} has no stream and the endpoint refused to enable one ({exc}); "
+            "dynalite has no streams: reach it through `python -m emulators.aws_proxy "
+            "--dynamodb-streams`"
+        ) from exc
 
 
 def _wait_active(describe: Any, status_of: Any, what: str, timeout: float = 30.0) -> None:
@@ -104,7 +131,9 @@ def provision(config: Config) -> dict[str, str]:
     """Create everything; return the queue URLs by queue name."""
     ddb = client(config, "dynamodb")
     for name, with_sort_key in TABLES.items():
-        _create_table(ddb, config.table(name), with_sort_key)
+        view = STREAMS.get(name)
+        if not _create_table(ddb, config.table(name), with_sort_key, view) and view is not None:
+            ensure_stream(ddb, config.table(name), view)
     for name in TABLES:
         table = config.table(name)
         _wait_active(

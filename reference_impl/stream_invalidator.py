@@ -9,27 +9,43 @@ withdrawn consent could still be honoured for five minutes.
 
 ``handler(event, context)`` takes the batch Lambda receives from a DynamoDB stream and answers
 ``batchItemFailures`` (a Redis error fails the batch from its first record, so the mapping
-retries it). ``StreamPoller`` plays the event-source mapping locally against any endpoint with
-the DynamoDB Streams API (moto's server locally; dynalite has no streams).
+retries it). ``StreamPoller`` plays the event-source mapping against any endpoint with the
+DynamoDB Streams API (real AWS, moto's server, or the local stack's AWS proxy in front of
+dynalite): every shard from its trim horizon, each polled every
+``stream_poll_interval_seconds`` (0.25 s: Lambda polls a DynamoDB stream's shards 4 times a
+second), a failed batch retried from where it failed, an expired iterator renewed after the
+last handled record, a trimmed one restarted at the horizon (and logged: records were lost).
 
-    python -m reference_impl.stream_invalidator --config reference.json
+    python -m reference_impl.stream_invalidator --config reference.json [--ready-file PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import redis as redis_lib
+from botocore.exceptions import ClientError
 
 from reference_impl.aws import client
 from reference_impl.config import Config, ConfigError
+from reference_impl.event_source import run_pollers
 from reference_impl.ids import preferences_cache_key
 from reference_impl.redis_store import connect_redis
 
+log = logging.getLogger(__name__)
+
 CHANGE_EVENTS = ("INSERT", "MODIFY", "REMOVE")
+# Shards change rarely (AWS rolls a stream's shards over every few hours): list them this often,
+# and at once when a shard has been read to its end.
+DESCRIBE_EVERY_SECONDS = 10.0
+MAX_DESCRIBE_PAGES = 100
+MAX_ERROR_BACKOFF_SECONDS = 5.0
 
 
 def cache_keys(records: list[dict[str, Any]]) -> list[str]:
@@ -64,36 +80,106 @@ class Invalidator:
 
 
 class StreamPoller:
-    """Reads every shard of a table's stream from its start and hands batches to the handler,
-    retrying a batch the handler failed (bounded by ``max_batches`` per call)."""
+    """Reads every shard of a table's stream from its trim horizon and hands batches to the
+    handler, retrying a batch the handler failed (bounded by ``max_batches`` per shard and
+    call). Shards are read independently: invalidation is idempotent, so a child shard read
+    before its parent is finished costs nothing."""
 
-    def __init__(self, ddb: Any, streams: Any, table: str, handler: Invalidator) -> None:
+    def __init__(
+        self,
+        ddb: Any,
+        streams: Any,
+        table: str,
+        handler: Invalidator,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.streams = streams
         self.handler = handler
-        description = ddb.describe_table(TableName=table)["Table"]
+        self.clock = clock
+        try:
+            description = ddb.describe_table(TableName=table)["Table"]
+        except ClientError as exc:
+            raise ConfigError(f"table {table}: {exc}") from exc
         arn = description.get("LatestStreamArn")
-        if not arn:
-            raise ConfigError(f"table {table} has no stream: enable StreamSpecification")
+        if not arn or not description.get("StreamSpecification", {}).get("StreamEnabled"):
+            raise ConfigError(f"table {table} has no enabled stream: enable StreamSpecification")
         self.arn = arn
         self.iterators: dict[str, str | None] = {}
+        # The last sequence number handled per shard: where a renewed iterator starts.
+        self.checkpoints: dict[str, str] = {}
+        self.shards: list[str] = []
+        self.described_at: float | None = None
+        self.trimmed_restarts = 0
 
-    def _shards(self) -> list[str]:
-        shards = self.streams.describe_stream(StreamArn=self.arn)["StreamDescription"]["Shards"]
-        return [s["ShardId"] for s in shards]
+    def _describe(self) -> None:
+        if (
+            self.described_at is not None
+            and self.clock() - self.described_at < DESCRIBE_EVERY_SECONDS
+        ):
+            return
+        shards: list[str] = []
+        page: dict[str, Any] = {}
+        for _ in range(MAX_DESCRIBE_PAGES):
+            description = self.streams.describe_stream(StreamArn=self.arn, **page)[
+                "StreamDescription"
+            ]
+            shards += [s["ShardId"] for s in description["Shards"]]
+            last = description.get("LastEvaluatedShardId")
+            if not last:
+                break
+            page = {"ExclusiveStartShardId": last}
+        self.shards = shards
+        self.described_at = self.clock()
+
+    def _iterator(self, shard: str) -> str:
+        """A new iterator for ``shard``: after its last handled record, or at its horizon."""
+        checkpoint = self.checkpoints.get(shard)
+        if checkpoint is not None:
+            try:
+                return self.streams.get_shard_iterator(
+                    StreamArn=self.arn,
+                    ShardId=shard,
+                    ShardIteratorType="AFTER_SEQUENCE_NUMBER",
+                    SequenceNumber=checkpoint,
+                )["ShardIterator"]
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "TrimmedDataAccessException":
+                    raise
+                self._trimmed(shard)
+        return self.streams.get_shard_iterator(
+            StreamArn=self.arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+
+    def _trimmed(self, shard: str) -> None:
+        self.trimmed_restarts += 1
+        log.warning(
+            "shard %s: records after %s were trimmed before they were read; restarting at the "
+            "horizon (the cache TTL bounds what was missed)",
+            shard,
+            self.checkpoints.pop(shard, "the start"),
+        )
 
     def poll_once(self, max_batches: int = 100) -> int:
         """One pass over the shards; returns the records handled."""
+        self._describe()
         handled = 0
-        for shard in self._shards():
+        for shard in self.shards:
             if shard not in self.iterators:
-                self.iterators[shard] = self.streams.get_shard_iterator(
-                    StreamArn=self.arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
-                )["ShardIterator"]
+                self.iterators[shard] = self._iterator(shard)
             for _ in range(max_batches):
                 iterator = self.iterators[shard]
                 if iterator is None:
-                    break
-                response = self.streams.get_records(ShardIterator=iterator, Limit=100)
+                    break  # a closed shard read to its end
+                try:
+                    response = self.streams.get_records(ShardIterator=iterator, Limit=100)
+                except ClientError as exc:
+                    code = exc.response["Error"]["Code"]
+                    if code == "TrimmedDataAccessException":
+                        self._trimmed(shard)
+                    elif code != "ExpiredIteratorException":
+                        raise
+                    self.iterators[shard] = self._iterator(shard)
+                    continue
                 records = response.get("Records", [])
                 if not records:
                     self.iterators[shard] = response.get("NextShardIterator")
@@ -103,35 +189,54 @@ class StreamPoller:
                     # Keep the iterator: the same batch comes again on the next pass.
                     break
                 handled += len(records)
+                self.checkpoints[shard] = records[-1]["dynamodb"]["SequenceNumber"]
                 self.iterators[shard] = response.get("NextShardIterator")
+                log.info(
+                    "invalidated %d cache entr(ies) for %d record(s) of shard %s, up to %s",
+                    len(cache_keys(records)),
+                    len(records),
+                    shard,
+                    self.checkpoints[shard],
+                )
+            if self.iterators[shard] is None:
+                self.described_at = None  # the shard closed: its children are listed now
         return handled
 
-    def run(self, stop: threading.Event, interval_s: float = 0.5) -> None:
+    def run(self, stop: threading.Event, interval_s: float = 0.25) -> None:
+        """Poll until ``stop``; an error is logged and the next pass waits longer (up to 5 s)."""
+        errors = 0
         while not stop.is_set():
-            self.poll_once()
-            stop.wait(interval_s)
+            try:
+                self.poll_once()
+                errors = 0
+            except Exception:
+                errors += 1
+                log.exception("stream %s: poll failed (%d in a row)", self.arn, errors)
+            stop.wait(min(MAX_ERROR_BACKOFF_SECONDS, interval_s * 2**errors))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="config JSON (default: $FANOUT_CONFIG)")
+    parser.add_argument("--ready-file", help="written once the poller runs")
     args = parser.parse_args(argv)
     config = Config.load_for_main(args.config)
     if config is None:
         return 2
-    redis = connect_redis(config)
-    poller = StreamPoller(
-        client(config, "dynamodb"),
-        client(config, "dynamodbstreams"),
-        config.table("preferences"),
-        Invalidator(redis),
+    try:
+        poller = StreamPoller(
+            client(config, "dynamodb"),
+            client(config, "dynamodbstreams"),
+            config.table("preferences"),
+            Invalidator(connect_redis(config)),
+        )
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    interval = config.stream_poll_interval_seconds
+    return run_pollers(
+        "stream-invalidator", [lambda stop: poller.run(stop, interval)], args.ready_file
     )
-    stop = threading.Event()
-    import signal
-
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    poller.run(stop)
-    return 0
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -11,7 +13,7 @@ from urllib.parse import quote
 import httpx
 
 from harness.run.provider_control import SimulatorControl
-from harness.stack.supervisor import Stack, wait_until
+from harness.stack.supervisor import ROOT, Stack, stop_process, wait_until
 
 
 def apns_token(n: int, salt: str) -> str:
@@ -104,3 +106,30 @@ def audit_lines(stack: Stack, part: str) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 continue
     return records
+
+
+def start_process(argv: list[str], ready: Callable[[], bool], what: str) -> subprocess.Popen[bytes]:
+    """A server process of the test's own (own session), once ``ready()`` holds; stopped again
+    when it exits or times out while starting."""
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: proc.poll() is not None or ready(), 30, what)
+    except BaseException:
+        stop_process(proc)
+        raise
+    if proc.poll() is not None:
+        raise RuntimeError(f"{what}: exited with code {proc.returncode}")
+    return proc
+
+
+def answers_200(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -20,6 +20,7 @@ import boto3
 import httpx
 import pytest
 from botocore.config import Config as BotoConfig
+from helpers import answers_200, start_process
 
 from emulators.aws_proxy.faults import FaultState, ShardRef, shard_id_of, validate
 from emulators.aws_proxy.kinesis import IteratorMap, held_answer, operation_of, stream_name
@@ -117,31 +118,6 @@ def test_operation_and_stream_are_read_from_the_request():
 # -- processes ----------------------------------------------------------------------------------
 
 
-def _start(argv: list[str], ready: Any, what: str) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        argv,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        wait_until(lambda: proc.poll() is not None or ready(), 30, what)
-    except BaseException:
-        stop_process(proc)
-        raise
-    if proc.poll() is not None:
-        raise RuntimeError(f"{what}: exited with code {proc.returncode}")
-    return proc
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def _kinesis(url: str, retries: int = 2) -> Any:
     return boto3.client(
         "kinesis",
@@ -165,7 +141,9 @@ def start_proxy(upstream: str) -> tuple[subprocess.Popen[bytes], str]:
         "--port",
         str(port),
     ]
-    proc = _start(argv, lambda: _answers(f"{url}/_proxy/health"), "the aws proxy to answer")
+    proc = start_process(
+        argv, lambda: answers_200(f"{url}/_proxy/health"), "the aws proxy to answer"
+    )
     return proc, url
 
 
@@ -183,7 +161,7 @@ def kinesalite() -> Iterator[str]:
             return False
 
     argv = [shutil.which("node") or "node", str(NODE_EMULATOR), "kinesalite", "--port", str(port)]
-    proc = _start(argv, ready, "kinesalite to answer")
+    proc = start_process(argv, ready, "kinesalite to answer")
     try:
         yield url
     finally:

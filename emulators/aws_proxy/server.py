@@ -1,6 +1,8 @@
-"""The fault proxy for AWS JSON-protocol APIs: forwards every request, holds Kinesis shards.
+"""The fault proxy for AWS JSON-protocol APIs: forwards every request, holds Kinesis shards,
+and, with ``--dynamodb-streams``, gives a DynamoDB without streams (dynalite) DynamoDB Streams.
 
-Run: ``python -m emulators.aws_proxy --upstream URL --port N [--host 127.0.0.1]``
+Run: ``python -m emulators.aws_proxy --upstream URL --port N [--host 127.0.0.1]
+[--dynamodb-streams [--stream-max-records N] [--stream-max-mib N] [--stream-retention-hours H]]``
 (foreground). Prints ``aws proxy listening on http://HOST:PORT -> URL`` when ready; exits 2 on
 a taken port or a bad upstream URL, 0 on SIGTERM/SIGINT.
 
@@ -22,6 +24,13 @@ Control API (``/_proxy/...``, JSON, in the style of the SQS endpoint's ``/_sqs/f
   ...}, ...]}`` (epoch seconds)
 
 Bad control input is answered 400 with ``{"error": "..."}``.
+
+With ``--dynamodb-streams`` the proxy also serves the DynamoDB Streams API
+(``DynamoDBStreams_20120810.*``) on the same port, records a stream record for every write
+that goes through it to a table whose stream is enabled, and adds the stream fields to table
+descriptions (:mod:`emulators.aws_proxy.stream_capture`); health then has
+``"dynamodb_streams": {"streams", "records", "record_bytes", "trimmed", "trimmed_early",
+"recorded", "unchanged_writes", "image_reads", "capture_errors"}``.
 """
 
 from __future__ import annotations
@@ -31,7 +40,6 @@ import asyncio
 import logging
 import sys
 import time
-import zlib
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +52,14 @@ import aiohttp
 from multidict import CIMultiDict
 from yarl import URL
 
+from emulators.aws_proxy.answers import aws_error, rewritten
+from emulators.aws_proxy.dynamodb import is_dynamodb, is_dynamodb_streams
+from emulators.aws_proxy.dynamodb_streams import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_RECORDS,
+    RETENTION_SECONDS,
+    StreamStore,
+)
 from emulators.aws_proxy.faults import FaultState
 from emulators.aws_proxy.kinesis import (
     DEFAULT_ITERATOR_CAPACITY,
@@ -54,6 +70,7 @@ from emulators.aws_proxy.kinesis import (
     operation_of,
     requested_shard,
 )
+from emulators.aws_proxy.stream_capture import StreamCapture
 from emulators.http_server import (
     ConnectionRegistry,
     PortInUseError,
@@ -105,11 +122,7 @@ def check_upstream(url: str) -> str:
 
 def _error(status: int, kind: str, message: str) -> Response:
     """An error in the AWS JSON protocol's shape, so SDKs report it by name."""
-    return json_response(
-        status,
-        {"__type": kind, "message": message},
-        {"content-type": "application/x-amz-json-1.1"},
-    )
+    return aws_error(status, kind, message)
 
 
 class AwsProxy:
@@ -120,6 +133,7 @@ class AwsProxy:
         upstream: str,
         clock: Callable[[], float] = time.time,
         iterator_capacity: int = DEFAULT_ITERATOR_CAPACITY,
+        streams: StreamStore | None = None,
     ) -> None:
         self.upstream = check_upstream(upstream)
         self.faults = FaultState(clock)
@@ -128,6 +142,8 @@ class AwsProxy:
         self.base_url = ""
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._session: aiohttp.ClientSession | None = None
+        # DynamoDB Streams for an upstream DynamoDB without them (None: DynamoDB is forwarded).
+        self.capture = StreamCapture(streams, self._send) if streams is not None else None
 
     async def handle(self, request: Request) -> Response:
         if request.path.startswith(CONTROL_PREFIX):
@@ -141,6 +157,11 @@ class AwsProxy:
             delay = self.faults.latency_for(operation)
             if delay > 0:
                 await asyncio.sleep(delay)
+        if self.capture is not None:
+            if is_dynamodb_streams(request.headers):
+                return self.capture.streams_api(request, operation or "")
+            if is_dynamodb(request.headers):
+                return await self.capture.dynamodb(request, operation)
         kinesis = is_kinesis(request.headers)
         if kinesis and operation == "GetRecords":
             return await self._get_records(request)
@@ -177,18 +198,7 @@ class AwsProxy:
             fault.held_answers += 1
             fault.max_held_records = max(fault.max_held_records, withheld)
         self.counts["held_answers"] += 1
-        response = json_response(200, held)
-        response.headers = {
-            **{
-                k: v
-                for k, v in answer.headers.items()
-                if k not in ("content-encoding", "content-length")
-            },
-            "content-type": answer.headers.get("content-type", "application/x-amz-json-1.1"),
-        }
-        if "x-amz-crc32" in response.headers:  # botocore checks it where a service sends it
-            response.headers["x-amz-crc32"] = str(zlib.crc32(response.body))
-        return response
+        return rewritten(answer, held)
 
     def _session_for_loop(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -236,24 +246,19 @@ class AwsProxy:
         path = request.path[len(CONTROL_PREFIX) :].rstrip("/")
         method = request.method
         if path == "health" and method == "GET":
-            return json_response(
-                200,
-                {
-                    "ok": True,
-                    "upstream": self.upstream,
-                    "active_faults": [f.window() for f in self.faults.active()],
-                    "known_iterators": len(self.iterators),
-                    "counts": {
-                        key: self.counts[key]
-                        for key in (
-                            "forwarded",
-                            "held_answers",
-                            "unknown_iterators",
-                            "upstream_errors",
-                        )
-                    },
+            health: dict[str, Any] = {
+                "ok": True,
+                "upstream": self.upstream,
+                "active_faults": [f.window() for f in self.faults.active()],
+                "known_iterators": len(self.iterators),
+                "counts": {
+                    key: self.counts[key]
+                    for key in ("forwarded", "held_answers", "unknown_iterators", "upstream_errors")
                 },
-            )
+            }
+            if self.capture is not None:
+                health["dynamodb_streams"] = self.capture.health()
+            return json_response(200, health)
         if path == "faults/log" and method == "GET":
             return json_response(200, {"windows": self.faults.log()})
         if path == "faults" and method == "POST":
@@ -330,13 +335,14 @@ class AwsProxy:
             self._session = None
 
 
-async def serve(upstream: str, host: str, port: int) -> None:
+async def serve(upstream: str, host: str, port: int, streams: StreamStore | None = None) -> None:
     """Serve until SIGTERM/SIGINT. Raises PortInUseError when the port is taken."""
-    proxy = AwsProxy(upstream)
+    proxy = AwsProxy(upstream, streams=streams)
     server, registry = await proxy.start(host, port)
     try:
         with stop_on_signals() as stop:
-            print(f"aws proxy listening on {proxy.base_url} -> {proxy.upstream}", flush=True)
+            extra = " (with DynamoDB Streams)" if streams is not None else ""
+            print(f"aws proxy listening on {proxy.base_url} -> {proxy.upstream}{extra}", flush=True)
             await stop.wait()
     finally:
         server.close()
@@ -348,21 +354,53 @@ async def serve(upstream: str, host: str, port: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m emulators.aws_proxy",
-        description="Fault proxy for AWS JSON-protocol APIs (Kinesis shard holds, latency).",
+        description="Fault proxy for AWS JSON-protocol APIs (Kinesis shard holds, latency), and "
+        "DynamoDB Streams for a DynamoDB without them (--dynamodb-streams).",
     )
     parser.add_argument("--upstream", required=True, help="the real endpoint, e.g. kinesalite's")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port")
     parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument(
+        "--dynamodb-streams",
+        action="store_true",
+        help="upstream is a DynamoDB without streams (dynalite): record and serve them here",
+    )
+    parser.add_argument(
+        "--stream-max-records",
+        type=int,
+        default=DEFAULT_MAX_RECORDS,
+        help=f"records kept per stream before the oldest are trimmed (default {DEFAULT_MAX_RECORDS})",
+    )
+    parser.add_argument(
+        "--stream-max-mib",
+        type=int,
+        default=DEFAULT_MAX_BYTES >> 20,
+        help=f"MiB of records kept per stream (default {DEFAULT_MAX_BYTES >> 20})",
+    )
+    parser.add_argument(
+        "--stream-retention-hours",
+        type=float,
+        default=RETENTION_SECONDS / 3600,
+        help="records older than this are trimmed, as AWS does after 24 h (default 24)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s %(message)s")
     try:
         check_upstream(args.upstream)
+        streams = None
+        if args.dynamodb_streams:
+            streams = StreamStore(
+                time.time,
+                max_records=args.stream_max_records,
+                max_bytes=args.stream_max_mib << 20,
+                retention_seconds=args.stream_retention_hours * 3600,
+            )
     except ValueError as exc:
         print(f"aws proxy: {exc}", file=sys.stderr, flush=True)
         return 2
     try:
-        asyncio.run(serve(args.upstream, args.host, args.port))
+        asyncio.run(serve(args.upstream, args.host, args.port, streams))
     except PortInUseError as exc:
         print(f"aws proxy: {exc}", file=sys.stderr, flush=True)
         return 2

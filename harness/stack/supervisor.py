@@ -46,6 +46,9 @@ PARTS = (
     # The fault proxy in front of kinesalite: the reference's Kinesis calls all go through it,
     # so chaos can hold one shard's records (per-author ordering made observable).
     "kinesis-proxy",
+    # The same proxy in front of dynalite, which has no streams: it gives the reference's
+    # tables their DynamoDB Streams (the preferences table's feeds the stream invalidator).
+    "dynamodb-proxy",
     "sqs",
     "aws",
     "apns",
@@ -58,16 +61,35 @@ PARTS = (
     "push-consumer",
     "email-consumer",
     "in-app-consumer",
+    "stream-invalidator",
+)
+WORKER_PARTS = (
+    "event-api",
+    "fanout-worker",
+    "push-consumer",
+    "email-consumer",
+    "in-app-consumer",
+    "stream-invalidator",
 )
 # Parts that need other parts' URLs (and the APNs CA) at start: a tier of their own.
 DEPENDENT_PARTS = ("sns",)
 # Parts a stack starts only when asked for by name: the reference does not publish through SNS
 # yet, so a default stack does without it.
 OPTIONAL_PARTS = ("sns",)
-WORKER_PARTS = ("event-api", "fanout-worker", "push-consumer", "email-consumer", "in-app-consumer")
 INFRA_PARTS = tuple(p for p in PARTS if p not in WORKER_PARTS and p not in DEPENDENT_PARTS)
 # Worker part -> the channel its reference_impl.channel_consumer process drains.
 CHANNEL_CONSUMERS = {"email-consumer": "email", "in-app-consumer": "in_app"}
+# Workers that serve nothing: they poll, and say they are ready with a ready file.
+POLLER_PARTS = ("fanout-worker", "push-consumer", *CHANNEL_CONSUMERS, "stream-invalidator")
+# Where the harness's own clients reach a service: the first of these parts the stack has.
+# DynamoDB goes through its proxy, so a write the harness makes (a "console edit") is on the
+# table's stream like any other.
+CLIENT_PARTS = {
+    "dynamodb": ("dynamodb-proxy", "dynamodb"),
+    "dynamodbstreams": ("dynamodb-proxy",),
+    "kinesis": ("kinesis",),
+    "sqs": ("sqs",),
+}
 
 
 class StackError(RuntimeError):
@@ -152,8 +174,9 @@ class StackInfo:
         return cls(parts=parts, **data)
 
     def aws_client(self, service: str) -> Any:
-        endpoint = {"dynamodb": "dynamodb", "kinesis": "kinesis", "sqs": "sqs"}.get(service, "aws")
-        url = self.url(endpoint) if endpoint in self.parts or endpoint in self.endpoints else None
+        known = (*self.parts, *self.endpoints)
+        endpoint = next((p for p in CLIENT_PARTS.get(service, ("aws",)) if p in known), None)
+        url = self.url(endpoint) if endpoint is not None else None
         return new_client(
             service, region_name=self.region, endpoint_url=url, **(self.aws_keys or {})
         )
@@ -230,6 +253,8 @@ class Stack:
         # What the kinesis-proxy part forwards to when the stack has no kinesis part of its
         # own (a target's Kinesis, or `harness serve kinesis-proxy --upstream URL`).
         self.kinesis_upstream = target.kinesis_upstream if target is not None else None
+        # The same for dynamodb-proxy (`harness serve dynamodb-proxy --upstream URL`).
+        self.dynamodb_upstream: str | None = None
         if target is not None:
             # The system under test runs elsewhere: the harness starts only the fault proxies
             # (if the target has no Toxiproxy of its own) and the provider simulators.
@@ -366,7 +391,8 @@ class Stack:
 
         values: dict[str, Any] = {
             "region": REGION,
-            "dynamodb_endpoint": url("dynamodb"),
+            # Through the proxy that gives dynalite its streams, when the stack has it.
+            "dynamodb_endpoint": url("dynamodb-proxy") or url("dynamodb"),
             # Through the fault proxy when the stack has one (Event API and fan-out alike).
             "kinesis_endpoint": url("kinesis-proxy") or url("kinesis"),
             "sqs_endpoint": url("sqs"),
@@ -435,18 +461,21 @@ class Stack:
             ]
         if part == "aws":
             return [py, "-m", "moto.server", "-H", LOOPBACK, "-p", str(port)]
-        if part == "kinesis-proxy":
-            upstream = self.kinesis_upstream
-            if upstream is None and "kinesis" in self.info.parts:
-                upstream = self.info.parts["kinesis"].url
+        if part in ("kinesis-proxy", "dynamodb-proxy"):
+            service = part.removesuffix("-proxy")
+            upstream = self.kinesis_upstream if part == "kinesis-proxy" else self.dynamodb_upstream
+            if upstream is None and service in self.info.parts:
+                upstream = self.info.parts[service].url
             if not upstream:
                 raise StackError(
-                    "kinesis-proxy needs an upstream: the kinesis part, a target's "
-                    "kinesis_upstream, or --upstream URL"
+                    f"{part} needs an upstream: the {service} part"
+                    + (", a target's kinesis_upstream" if part == "kinesis-proxy" else "")
+                    + ", or --upstream URL"
                 )
+            streams = ["--dynamodb-streams"] if part == "dynamodb-proxy" else []
             return [
                 py, "-m", "emulators.aws_proxy", "--upstream", upstream,
-                "--host", LOOPBACK, "--port", str(port),
+                "--host", LOOPBACK, "--port", str(port), *streams,
             ]  # fmt: skip
         if part == "sqs":
             return [py, "-m", "emulators.sqs", "--host", LOOPBACK, "--port", str(port)]
@@ -500,6 +529,11 @@ class Stack:
                 py, "-m", "reference_impl.channel_consumer", "--channel", CHANNEL_CONSUMERS[part],
                 "--config", config, "--ready-file", ready,
             ]  # fmt: skip
+        if part == "stream-invalidator":
+            return [
+                py, "-m", "reference_impl.stream_invalidator", "--config", config,
+                "--ready-file", ready,
+            ]  # fmt: skip
         raise StackError(f"unknown part {part!r}; parts: {', '.join(PARTS)}")
 
     def sns_argv(self, port: int | None) -> list[str]:
@@ -514,7 +548,7 @@ class Stack:
         return argv
 
     def _url(self, part: str, port: int | None) -> str | None:
-        if port is None or part in CHANNEL_CONSUMERS:
+        if port is None or part in POLLER_PARTS:
             return None  # a poller serves nothing (it is only handed a free port)
         if part == "redis":
             return f"redis://{LOOPBACK}:{port}/0"
@@ -552,7 +586,7 @@ class Stack:
             return _http_ok(f"{info.url}/health")
         if part == "toxiproxy":
             return _http_ok(f"{info.url}/proxies/{DEDUP_PROXY}")
-        if part == "kinesis-proxy":
+        if part in ("kinesis-proxy", "dynamodb-proxy"):
             return _http_ok(f"{info.url}/_proxy/health")
         return (self.workdir / f"{part}.ready").exists()
 
