@@ -149,6 +149,13 @@ class Config:
     # Processes serving the local API Gateway's port (Lambda's concurrent instances): one
     # Python process is one core at most, whatever its threads.
     event_api_processes: int = 1
+    # The local API Gateway's limits (reference_impl.api_gateway): how long a request's headers
+    # or body may take to arrive, how long an idle keep-alive connection stays open, how many
+    # connections a process keeps open, and the threads that run the handler (boto3 blocks).
+    event_api_read_timeout_seconds: float = 10.0
+    event_api_keep_alive_seconds: float = 60.0
+    event_api_max_connections: int = 4096
+    event_api_threads: int = 16
     extra: dict[str, Any] = field(default_factory=dict)
 
     def table(self, name: str) -> str:
@@ -205,12 +212,22 @@ class Config:
             "fanout_page_threads",
             "page_task_visibility_seconds",
             "event_api_processes",
+            "event_api_max_connections",
+            "event_api_threads",
         ):
             value = getattr(config, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1")
         if not isinstance(config.audit_flush_before_ack, bool):
             raise ConfigError("audit_flush_before_ack must be true or false")
+        for name in ("event_api_read_timeout_seconds", "event_api_keep_alive_seconds"):
+            value = getattr(config, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 < value <= 3600
+            ):
+                raise ConfigError(f"{name} must be a number of seconds > 0 and <= 3600")
         flush = config.audit_flush_seconds
         if isinstance(flush, bool) or not isinstance(flush, int | float) or flush <= 0:
             raise ConfigError("audit_flush_seconds must be a number > 0")

@@ -29,6 +29,7 @@ TABLES: dict[str, bool] = {
     "following": True,  # pk tenant#user, sk author: below-threshold follows, for erasure
     "read_state": False,  # the read watermark (seed 003)
     "reads": True,  # per-item reads above the watermark
+    "event_registry": False,  # pk tenant#event_id: the content each accepted id stands for
 }
 
 
