@@ -58,12 +58,22 @@ MAX_TOKEN_CHARS = 4096
 # recursion limit (a RecursionError that used to close the connection with no answer).
 MAX_JSON_DEPTH = 32
 # One plain address: no display name, no list (the email consumer sends to exactly this).
-_EMAIL = re.compile(r"^[^@\s<>,;]{1,64}@[^@\s<>,;]+\.[^@\s<>,;]+$")
+# Spelled out, not \s: JSON Schema patterns are ECMAScript, whose \s differs from Python's.
+_EMAIL = re.compile(
+    r"^[^@\u0000-\u0020\u007f<>,;]{1,64}@[^@\u0000-\u0020\u007f<>,;]+"
+    r"\.[^@\u0000-\u0020\u007f<>,;]+$"
+)
 # RFC 3339 with an offset, seconds 00-59 (datetime has no leap second, and the consumer's
 # consent check parses with datetime.fromisoformat): what the OpenAPI document's Instant says.
 _INSTANT = re.compile(
     r"^(?!0000)[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?"
     r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+# A consent version string: at least one character that str.strip() keeps (the consumer's rule,
+# reference_impl.consent), its whitespace spelled out for the OpenAPI document's ECMAScript.
+_VERSION = re.compile(
+    r"[^\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f"
+    r"\u205f\u3000]"
 )
 _LIMIT = re.compile(r"^[+-]?[0-9]{1,9}$")
 # JSON strings (escapes included), then the brackets left outside them.
@@ -323,7 +333,7 @@ class EventApi:
         version = consent.get("version")
         if not (
             (isinstance(version, int) and not isinstance(version, bool))
-            or (isinstance(version, str) and version.strip() and len(version) <= 64)
+            or (isinstance(version, str) and _VERSION.search(version) and len(version) <= 64)
         ):
             raise BadRequest(
                 f"{name} must be null or {{granted_at, version}}: version must be an integer "
