@@ -530,3 +530,20 @@ def test_the_year_10889_id_from_the_issue_is_refused(http):
     assert response.status_code == 400 and "future" in response.json()["error"]
     response = http.post("/v1/events", json=event(event_id=str(ULID()).lower()))
     assert response.status_code == 400 and "upper-case" in response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("event_api_read_timeout_seconds", 0), ("event_api_keep_alive_seconds", "long"),
+     ("event_api_max_connections", 0), ("event_api_threads", True)],
+)  # fmt: skip
+def test_bad_gateway_limits_are_a_config_error(tmp_path, key, value):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({key: value}))
+    done = subprocess.run(
+        [sys.executable, "-m", "reference_impl.event_api", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2 and f"error: {key} must be" in done.stderr
