@@ -130,6 +130,27 @@ def _port_of(argv: list[str]) -> int:
     return int(argv[argv.index("--port") + 1])
 
 
+def _session_pids(session: int) -> list[int]:
+    """Processes of one session (a server started with start_new_session: all its workers)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[3]) == session:
+                    pids.append(int(entry.name))
+    return pids
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def _wrk(port: int, tenant: str, seconds: float, connections: int, script: Path) -> dict:
     done = subprocess.run(
         ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "--latency"]
@@ -187,7 +208,7 @@ def _variants(args: argparse.Namespace, tmp: Path) -> list[tuple[str, list[str],
             (f"baseline {args.baseline}", [py, "-m", "reference_impl.event_api"], base, base)
         )
     if args.candidates:
-        app = "reference_impl.api_gateway:app_from_environment"
+        app = "reference_impl.event_api:asgi_app_from_environment"
         out.append(
             (
                 "uvicorn (CLI, httptools, uvloop)",
@@ -200,7 +221,13 @@ def _variants(args: argparse.Namespace, tmp: Path) -> list[tuple[str, list[str],
         out.append(
             (
                 "granian (CLI, asgi)",
-                [shutil.which("granian") or "granian", "--interface", "asgi", "--factory", app]
+                [
+                    str(Path(sys.executable).parent / "granian"),
+                    "--interface",
+                    "asgi",
+                    "--factory",
+                    app,
+                ]
                 + ["--host", LOOPBACK, "--log-level", "warning", "--no-ws"],
                 ROOT,
                 ROOT,
@@ -244,6 +271,12 @@ def main(argv: list[str] | None = None) -> int:
                 "kinesis", region_name=REGION, endpoint_url=stack.info.url("kinesis"), **AWS_KEYS
             )
             stream = stack.reference_config().stream_name
+            # CPU per accepted event of the API and of the emulators it calls: less sensitive
+            # to what else runs on the machine than the rate itself.
+            backends = {
+                part: _session_pids(stack.info.parts[part].pid)
+                for part in ("dynamodb", "kinesis", "redis")
+            }
             for n, (name, base_argv, pythonpath, cwd) in enumerate(_variants(args, tmp)):
                 for processes in args.processes:
                     config = tmp / f"config-{n}-{processes}.json"
@@ -264,9 +297,18 @@ def main(argv: list[str] | None = None) -> int:
                     }
                     tenant = f"bench{n}p{processes}"
                     print(f"== {name}, {processes} process(es)", flush=True)
-                    with _serving(server_argv, env, cwd, tmp / f"server-{n}-{processes}.log"):
+                    log = tmp / f"server-{n}-{processes}.log"
+                    with _serving(server_argv, env, cwd, log) as session:
                         _wrk(port, f"{tenant}w", args.warmup, args.connections, script)
+                        server_pids = _session_pids(session)
+                        cpu = {"api": server_pids, **backends}
+                        before = {part: _cpu_seconds(pids) for part, pids in cpu.items()}
                         run = _wrk(port, tenant, args.seconds, args.connections, script)
+                        for part, pids in cpu.items():
+                            used = _cpu_seconds(pids) - before[part]
+                            run[f"{part}_cpu_ms_per_accepted"] = round(
+                                1000 * used / max(1, run["accepted"]), 3
+                            )
                     run["in_stream"] = _stream_count(kinesis, stream, tenant)
                     run.update({"server": name, "processes": processes})
                     print(json.dumps(run), flush=True)

@@ -294,14 +294,10 @@ class EventApi:
                     },
                 )
         else:
-            # A fresh ULID is unique (80 random bits); registered all the same, so that a client
-            # reusing it later as its event_id for other content is refused, not let through.
-            for _ in range(3):
-                notification_id = str(ULID())
-                if self.registry.claim(body["tenant_id"], notification_id, digest, now, now):
-                    break
-            else:
-                raise ApiError("could not mint an unused notification id; retry", 503)
+            # A fresh ULID is unique (80 random bits); registered all the same (before the 202),
+            # so that a client reusing it later as its event_id for other content is refused.
+            notification_id = str(ULID())
+            self.registry.claim_minted(body["tenant_id"], notification_id, digest, now)
         accepted_at = now.isoformat()
         record = {
             "tenant_id": body["tenant_id"],

@@ -547,3 +547,37 @@ def test_bad_gateway_limits_are_a_config_error(tmp_path, key, value):
         timeout=30,
     )
     assert done.returncode == 2 and f"error: {key} must be" in done.stderr
+
+
+def test_minted_ids_are_group_committed_and_each_waits_for_its_own_write(stack):
+    """Concurrent minted claims share BatchWriteItem rounds; every one is stored when its call
+    returns; a failed round fails every claim in it (none is reported stored)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ddb = stack.info.aws_client("dynamodb")
+    table = stack.reference_config().table(REGISTRY_TABLE)
+    registry = EventRegistry(ddb, table)
+    now = datetime.now(UTC)
+    ids = [str(ULID()) for _ in range(64)]
+    with ThreadPoolExecutor(16) as pool:
+        rounds = list(pool.map(lambda i: registry.claim_minted("tg", i, "d" * 64, now), ids))
+    assert max(rounds) > 1, rounds  # some claims shared a write
+    for event_id in ids:
+        item = ddb.get_item(TableName=table, Key={"pk": {"S": f"tg#{event_id}"}})["Item"]
+        assert item["content_sha256"]["S"] == "d" * 64
+    broken = EventRegistry(ddb, "no-such-table")
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(
+            pool.map(lambda i: _outcome(broken.claim_minted, "tg", i, "d", now), ids[:16])
+        )
+    assert outcomes == ["ResourceNotFoundException"] * 16
+
+
+def _outcome(call: Any, *args: Any) -> str:
+    from botocore.exceptions import ClientError
+
+    try:
+        call(*args)
+    except ClientError as exc:
+        return exc.response["Error"]["Code"]
+    return "stored"
