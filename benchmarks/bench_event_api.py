@@ -10,7 +10,9 @@ keep-alive connections from one wrk thread, each request a distinct event (a new
 of 50 authors), a warm-up of ``--warmup`` s, then ``--seconds`` s measured. "Accepted" counts
 the 202 answers, and the stream is read back afterwards: each variant posts under its own
 tenant, and the records of that tenant in Kinesis must be at least the 202s (a 202 that did not
-reach the stream would be a lie the figure must not hide).
+reach the stream would be a lie the figure must not hide). Each variant's CPU per accepted event
+(its own processes, and the DynamoDB, Kinesis and Redis emulators') and its GET /health rate
+(the HTTP server and adapter alone) are reported beside it.
 
 ``--baseline REF`` exports ``reference_impl/`` of that git commit into a temporary directory and
 serves it beside the checkout's, so one run gives the before and the after with the same tool
@@ -175,6 +177,21 @@ def _wrk(port: int, tenant: str, seconds: float, connections: int, script: Path)
     }
 
 
+def _health_rate(port: int, seconds: float, connections: int) -> float:
+    """GET /health req/s: the server and adapter alone, no AWS call."""
+    done = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", f"http://{LOOPBACK}:{port}/health"],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+        check=True,
+    )
+    match = re.search(r"Requests/sec:\s+([0-9.]+)", done.stdout)
+    if not match:
+        raise RuntimeError(f"wrk printed no rate: {done.stdout}\n{done.stderr}")
+    return round(float(match.group(1)), 1)
+
+
 def _stream_count(kinesis: Any, stream: str, tenant: str) -> int:
     """Records of ``tenant`` in the stream (every shard from its start; bounded by the data)."""
     count = 0
@@ -309,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
                             run[f"{part}_cpu_ms_per_accepted"] = round(
                                 1000 * used / max(1, run["accepted"]), 3
                             )
+                        run["health_req_per_s"] = _health_rate(port, 5, args.connections)
                     run["in_stream"] = _stream_count(kinesis, stream, tenant)
                     run.update({"server": name, "processes": processes})
                     print(json.dumps(run), flush=True)
