@@ -33,7 +33,8 @@ test-all: setup lint
 	@$(PY) -m pytest -m "wholerun" -q -n 2
 	@$(PY) tests/moto_sqs/run.py
 
-bench: setup
+bench:
+	@SETUP_BENCH=1 scripts/setup.sh
 	@mkdir -p reports/bench
 	@for b in benchmarks/bench_*.py; do \
 		name=$$(basename $$b .py); name=$${name#bench_}; \

@@ -162,6 +162,13 @@ class Config:
     # How often the stream invalidator reads each shard of the preferences table's stream:
     # Lambda's event-source mapping polls a DynamoDB stream's shards 4 times a second.
     stream_poll_interval_seconds: float = 0.25
+    # The local API Gateway's limits (reference_impl.api_gateway): how long a request's headers
+    # or body may take to arrive, how long an idle keep-alive connection stays open, how many
+    # connections a process keeps open, and the threads that run the handler (boto3 blocks).
+    event_api_read_timeout_seconds: float = 10.0
+    event_api_keep_alive_seconds: float = 60.0
+    event_api_max_connections: int = 4096
+    event_api_threads: int = 16
     extra: dict[str, Any] = field(default_factory=dict)
 
     def table(self, name: str) -> str:
@@ -218,6 +225,8 @@ class Config:
             "fanout_page_threads",
             "page_task_visibility_seconds",
             "event_api_processes",
+            "event_api_max_connections",
+            "event_api_threads",
         ):
             value = getattr(config, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -228,6 +237,14 @@ class Config:
             value = getattr(config, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(f"{name} must be a number > 0")
+        for name in ("event_api_read_timeout_seconds", "event_api_keep_alive_seconds"):
+            value = getattr(config, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 < value <= 3600
+            ):
+                raise ConfigError(f"{name} must be a number of seconds > 0 and <= 3600")
         return config
 
     @classmethod

@@ -6,12 +6,18 @@ import hashlib
 import re
 
 # '#' separates key segments (tenant#user) and ':' separates dedup-key parts, so neither may
-# appear inside an id: otherwise two tenants could construct colliding keys.
-_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+# appear inside an id: otherwise two tenants could construct colliding keys. An id is also a
+# path segment (of URLs, and of the audit trail's S3 keys ``audit/<tenant>/...``): it may not
+# start with a dot, so '.' and '..' (and hidden names) are never ids. Dots inside stay allowed
+# for domain-style tenants such as ``acme.eu``. The OpenAPI document states the same pattern.
+ID_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$"
+ID_RULE = "1-64 characters of A-Z a-z 0-9 _ - . (not starting with a dot)"
+_ID = re.compile(ID_PATTERN)
 
 
 def valid_id(value: object) -> bool:
-    return isinstance(value, str) and bool(_ID.match(value))
+    # fullmatch: '$' alone would also let a trailing newline through.
+    return isinstance(value, str) and bool(_ID.fullmatch(value))
 
 
 def user_key(tenant_id: str, user_id: str) -> str:

@@ -30,6 +30,7 @@ TABLES: dict[str, bool] = {
     "read_state": False,  # the read watermark (seed 003)
     "reads": True,  # per-item reads above the watermark
     "audit_keys": False,  # pk tenant#user: the user's audit data key (audit_keys.py)
+    "event_registry": False,  # pk tenant#event_id: the content each accepted id stands for
 }
 # Tables with a DynamoDB stream, and its view: the stream invalidator reads only the keys.
 STREAMS: dict[str, str] = {"preferences": "KEYS_ONLY"}
