@@ -61,9 +61,17 @@ def cache_keys(records: list[dict[str, Any]]) -> list[str]:
     return keys
 
 
+# A consumer that read the table just before a change can write its stale copy back into the
+# cache just after the first delete; a second delete this long after the first removes it (the
+# "delayed double delete"), so the stale copy lives seconds, not the 5-minute TTL.
+SECOND_DELETE_SECONDS = 1.5
+
+
 class Invalidator:
-    def __init__(self, redis: Any) -> None:
+    def __init__(self, redis: Any, clock: Any = time.monotonic) -> None:
         self.redis = redis
+        self.clock = clock
+        self._again: list[tuple[float, list[str]]] = []
 
     def __call__(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         records = event.get("Records", [])
@@ -76,7 +84,23 @@ class Invalidator:
             # Report the first record: the mapping retries the batch from there.
             first = records[0]["dynamodb"].get("SequenceNumber", "")
             return {"batchItemFailures": [{"itemIdentifier": first}]}
+        self._again.append((self.clock() + SECOND_DELETE_SECONDS, keys))
         return {"batchItemFailures": []}
+
+    def delete_again(self) -> int:
+        """The second deletes that are due; returns how many keys. A Redis error keeps them
+        for the next call."""
+        now = self.clock()
+        due = [keys for at, keys in self._again if at <= now]
+        if not due:
+            return 0
+        keys = sorted({k for batch in due for k in batch})
+        try:
+            self.redis.delete(*keys)
+        except redis_lib.RedisError:
+            return 0
+        self._again = [(at, k) for at, k in self._again if at > now]
+        return len(keys)
 
 
 class StreamPoller:
@@ -208,6 +232,8 @@ class StreamPoller:
         while not stop.is_set():
             try:
                 self.poll_once()
+                if isinstance(self.handler, Invalidator):
+                    self.handler.delete_again()
                 errors = 0
             except Exception:
                 errors += 1
