@@ -43,7 +43,7 @@ DEFECTS = (
     "inbox_cursor_skips",  # next cursor = the oldest row any source fetched: a merge gap
     "unread_ignores_item_reads",  # the unread count forgets items read one by one
     "fcm_project_random",  # each send picks an FCM project by notification, not by user
-    "no_cache_invalidation",  # a preference change through the API leaves the cached copy
+    "invalidator_ignores_modify",  # the stream invalidator skips MODIFY records (updates)
     "erasure_rows_first",  # erasure deletes rows before dedup keys: a retry cannot find them
     "deferral_acks_without_requeue",  # quiet hours: the job is acknowledged, never re-enqueued
     "dead_token_kept",  # a 410 / UNREGISTERED never deactivates the device

@@ -415,11 +415,7 @@ class EventApi:
                 ":t": {"S": datetime.now(UTC).isoformat()},
             },
         )
-        invalidated = (
-            False
-            if "no_cache_invalidation" in self.config.defects
-            else self._invalidate([preferences_cache_key(tenant, user)])
-        )
+        invalidated = self._invalidate([preferences_cache_key(tenant, user)])
         return _response(200, {"stored": True, "cache_invalidated": invalidated})
 
     def put_device(

@@ -48,11 +48,11 @@ MAX_DESCRIBE_PAGES = 100
 MAX_ERROR_BACKOFF_SECONDS = 5.0
 
 
-def cache_keys(records: list[dict[str, Any]]) -> list[str]:
+def cache_keys(records: list[dict[str, Any]], events: tuple[str, ...] = CHANGE_EVENTS) -> list[str]:
     """The cache entries a batch of preferences-table stream records makes stale."""
     keys = []
     for record in records:
-        if record.get("eventName") not in CHANGE_EVENTS:
+        if record.get("eventName") not in events:
             continue
         pk = record.get("dynamodb", {}).get("Keys", {}).get("pk", {}).get("S", "")
         tenant, sep, user = pk.partition("#")
@@ -68,14 +68,17 @@ SECOND_DELETE_SECONDS = 1.5
 
 
 class Invalidator:
-    def __init__(self, redis: Any, clock: Any = time.monotonic) -> None:
+    def __init__(
+        self, redis: Any, clock: Any = time.monotonic, events: tuple[str, ...] = CHANGE_EVENTS
+    ) -> None:
         self.redis = redis
         self.clock = clock
+        self.events = events
         self._again: list[tuple[float, list[str]]] = []
 
     def __call__(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         records = event.get("Records", [])
-        keys = cache_keys(records)
+        keys = cache_keys(records, self.events)
         if not keys:
             return {"batchItemFailures": []}
         try:
@@ -254,7 +257,13 @@ def main(argv: list[str] | None = None) -> int:
             client(config, "dynamodb"),
             client(config, "dynamodbstreams"),
             config.table("preferences"),
-            Invalidator(connect_redis(config)),
+            Invalidator(
+                connect_redis(config),
+                # The defect: an update of an existing record (the common change) is skipped.
+                events=("INSERT", "REMOVE")
+                if "invalidator_ignores_modify" in config.defects
+                else CHANGE_EVENTS,
+            ),
         )
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
