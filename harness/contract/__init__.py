@@ -1,0 +1,1 @@
+"""The system contract: what the verifier may know about a system (see docs/ARCHITECTURE.md)."""
