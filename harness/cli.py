@@ -194,18 +194,19 @@ def _unwritable(out: Path) -> str | None:
 def cmd_dlq(args: argparse.Namespace) -> int:
     """Redrive (or count) the dead-letter queues of the stack in the stack file."""
     from harness.run.dlq import queue_urls, redrive
-    from reference_impl.config import WORK_QUEUES, Config
+    from harness.stack import reference
 
     path = Path(args.stack_file) if args.stack_file else stack_file_path()
     try:
         info = StackInfo.read(path)
     except StackError as exc:
         return _error(str(exc))
-    config = Config.load(info.reference_config)
+    queues = reference.contract(info, durable=False).queues
+    assert queues is not None
     sqs = info.aws_client("sqs")
-    channels = [args.channel] if args.channel else list(WORK_QUEUES)
+    channels = [args.channel] if args.channel else [c for c in queues.work if c in queues.dead]
     for channel in channels:
-        source, dlq = queue_urls(sqs, config, channel)
+        source, dlq = queue_urls(sqs, queues, channel)
         if args.action == "redrive":
             print(f"{channel}: moved {redrive(sqs, dlq, source)} message(s) back to {source}")
         else:

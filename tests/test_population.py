@@ -125,14 +125,16 @@ def test_the_oracle_expects_no_push_for_a_follower_without_a_record():
 
 
 def test_each_author_follower_list_loads_as_one_ordered_chain():
-    from harness.load.loader import FOLLOWERS_PER_CALL, _follower_calls
+    from harness.contract.driver import FanoutApiDriver
+    from harness.load.loader import _follower_calls
 
     spec = PopulationSpec(tenants=2, users_per_tenant=25_100, celebrity_followers=25_000)
     population = generate(2, START, spec)
-    chains = _follower_calls(population)
+    driver = FanoutApiDriver()
+    chains = _follower_calls(population, driver)
     assert len(chains) == len(population.authors)
     for author, chain in zip(population.authors, chains, strict=True):
-        sent = [f for _, _, body in chain for f in body["followers"]]
+        sent = [f for call in chain for f in call.body["followers"]]
         assert sent == list(author.followers)
-        assert all(len(body["followers"]) <= FOLLOWERS_PER_CALL for _, _, body in chain)
+        assert all(len(c.body["followers"]) <= driver.followers_per_call for c in chain)
     assert max(len(chain) for chain in chains) == 3  # 25,000 followers: 10,000 a call

@@ -14,7 +14,6 @@ from helpers import TenantClient, apns_token, audit_lines
 
 from emulators.aws_proxy.dynamodb_streams import AwsError, StreamStore
 from emulators.ports import free_port
-from harness.stack.reference_table import write_preferences
 from harness.stack.supervisor import AWS_KEYS, wait_until
 from reference_impl.aws import client
 from reference_impl.config import Config
@@ -223,7 +222,7 @@ def _withdraw_consent_directly(stack, t: TenantClient, user: str) -> float:
             continue
         break
     wait_until(lambda: cache.get(key) is not None, 3, "the push consumer to cache the prefs")
-    write_preferences(stack.info, t.tenant, user, {"zone": "UTC", "push_consent": None})
+    _write_preferences(stack, t.tenant, user, {"zone": "UTC", "push_consent": None})
     return time.monotonic()
 
 
@@ -292,3 +291,10 @@ def test_a_stale_copy_written_back_after_the_first_delete_goes_with_the_second()
     assert invalidator.delete_again() == 1
     assert key not in cache.values
     assert invalidator.delete_again() == 0  # done once
+
+
+def _write_preferences(stack, tenant: str, user: str, prefs: dict) -> None:
+    """Straight to the preferences table, through the reference's contract."""
+    from harness.stack.reference import contract
+
+    contract(stack.info, durable=False).table_writer(tenant, user, prefs)

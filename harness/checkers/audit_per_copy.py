@@ -227,7 +227,7 @@ def check(history: pd.DataFrame, max_unaudited_copies: int = 0) -> Verdict:
     "audit_per_copy",
     summary="every copy SQS handed out ends in exactly one audit outcome per subject",
     tolerances={"max_unaudited_copies": 0},
-    needs=("audit_trail",),
+    needs=("audit_trail", "sqs_log"),
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     return check(evidence.history, max_unaudited_copies=int(tolerance["max_unaudited_copies"]))

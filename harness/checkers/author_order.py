@@ -70,6 +70,7 @@ def check(evidence: Evidence, slack_s: float = 0.0) -> Verdict:
     "author_order",
     summary="a reader who sees an author's later post also sees every earlier one",
     tolerances={"slack_s": 0.0},
+    needs=("inbox",),
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     return check(evidence, slack_s=float(tolerance["slack_s"]))

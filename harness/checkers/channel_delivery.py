@@ -22,8 +22,8 @@ import pandas as pd
 from harness.checkers.evidence import Evidence
 from harness.checkers.registry import checker
 from harness.checkers.verdict import Verdict
+from harness.model.history import CHANNEL_OF_PROVIDER
 from harness.model.oracle import expected_channel_deliveries
-from harness.run.channel_ledgers import CHANNEL_OF_PROVIDER
 
 CHANNELS = ("email", "in_app")
 KEY = ["tenant_id", "notification_id", "token"]

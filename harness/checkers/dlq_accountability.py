@@ -68,6 +68,7 @@ def check(expectation: Expectation, history: pd.DataFrame) -> Verdict:
 @checker(
     "dlq_accountability",
     summary="every expected notification delivered or parked in a dead-letter queue",
+    needs=("queues",),
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     return check(evidence.expectation, evidence.history)

@@ -194,6 +194,7 @@ def check(evidence: Evidence) -> Verdict:
 @checker(
     "erasure",
     summary="nothing of an erased user survives: no delivery, an empty inbox, no dedup key",
+    needs=("erase_user",),
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     return check(evidence)

@@ -110,6 +110,7 @@ def check(evidence: Evidence, lag_s: float = 10.0, min_pages: int = 0) -> Verdic
     "inbox",
     summary="every reader sees exactly their followed authors' posts, newest first, no gap",
     tolerances={"lag_s": 10.0, "min_multi_page_walks": 0},
+    needs=("inbox",),
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     return check(

@@ -45,6 +45,8 @@ def _harness_args(args: argparse.Namespace) -> list[str]:
         "--harness-plan", args.plan,
         "--harness-out", str(args.out),
         "--harness-seed", str(args.seed),
+        "--harness-driver", args.driver,
+        "--harness-driver-options", args.driver_options,
     ]  # fmt: skip
 
 
@@ -230,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seed", type=int, default=1, help="seeds the users' choices")
     parser.add_argument("--workers", type=int, default=0, help="Locust worker processes")
+    parser.add_argument("--driver", default="", help="the system's driver, package.module:Class")
+    parser.add_argument("--driver-options", default="{}", help="the driver's options, JSON")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--progress-s", type=float, default=5.0)
     return parser

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import gevent
 from gevent.event import AsyncResult
@@ -31,6 +30,16 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 from ulid import ULID
 
+from harness.contract.driver import (
+    Call,
+    Driver,
+    DriverError,
+    Event,
+    FanoutApiDriver,
+    InboxItem,
+    Unsupported,
+    load_driver,
+)
 from harness.load.record import RecordFiles
 from harness.model.population import Author as PopulationAuthor
 from harness.model.population import Population, PopulationSpec, generate, preferences_body
@@ -44,10 +53,18 @@ _CLAIMED_MESSAGE = "harness_claimed"
 class LoadContext:
     """What every user of this process shares: the plan, the population, where to record."""
 
-    def __init__(self, plan: LoadPlan, population: Population, record: Callable[[str, dict], None]):
+    def __init__(
+        self,
+        plan: LoadPlan,
+        population: Population,
+        record: Callable[[str, dict], None],
+        driver: Driver | None = None,
+    ):
         self.plan = plan
         self.population = population
         self.record = record
+        # How the system's API is reached (its contract's driver; the Event API's by default).
+        self.driver = driver or FanoutApiDriver()
         self.regular = [a for a in population.authors if not a.celebrity]
         self.celebrities = [a for a in population.authors if a.celebrity]
         # Readers are followers (their inboxes hold something to walk), drawn author first so
@@ -118,6 +135,16 @@ def _arguments(parser: Any) -> None:
         "--harness-out", env_var="HARNESS_OUT", default="", help="where injected.jsonl goes"
     )
     group.add_argument("--harness-seed", env_var="HARNESS_SEED", type=int, default=1)
+    group.add_argument(
+        "--harness-driver",
+        env_var="HARNESS_DRIVER",
+        default="",
+        help="the system's driver class, package.module:Class (default: the Event API's)",
+    )
+    group.add_argument(
+        "--harness-driver-options", env_var="HARNESS_DRIVER_OPTIONS", default="{}",
+        help="the driver's options, JSON",
+    )  # fmt: skip
 
 
 def default_host() -> str | None:
@@ -187,7 +214,10 @@ def setup(environment: Environment, shape_name: str) -> LoadContext:
             sink.write(stream, [row])
 
         events.quitting.add_listener(lambda **_: sink.close())
-    _context = LoadContext(plan, population, record)
+    driver = load_driver(
+        options.harness_driver or None, json.loads(options.harness_driver_options or "{}")
+    )
+    _context = LoadContext(plan, population, record, driver)
     # Plan offsets count from the start of the load, not from process start.
     events.test_start.add_listener(lambda **_: setattr(_context, "started", time.monotonic()))
 
@@ -243,6 +273,10 @@ class FanoutUser(FastHttpUser):
     abstract = True
     host = default_host()
 
+    def stop_forever(self, why: str) -> None:
+        """An operation the system does not offer: this user has nothing left to do."""
+        gevent.sleep(context().plan.duration_s)
+
     def inject(self, author: PopulationAuthor, kind: str, object_id: str) -> str | None:
         """POST one event with an id minted here, recorded before it is sent and again with
         its answer: an answer that never comes leaves the event indeterminate, never unknown."""
@@ -257,23 +291,25 @@ class FanoutUser(FastHttpUser):
             "user_class": type(self).__name__,
         }
         record = context().record
+        driver = context().driver
+        call = driver.post_event(
+            Event(author.tenant_id, author.user_id, kind, object_id, client_id)
+        )
         record("injected", {**row, "op": "invoke"})
-        body = {
-            "tenant_id": author.tenant_id,
-            "author_id": author.user_id,
-            "kind": kind,
-            "object_id": object_id,
-            "event_id": client_id,
-        }
         answer: dict[str, Any] = {"op": "info"}
         try:
-            with self.client.post(
-                "/v1/events", json=body, name="POST /v1/events", catch_response=True
+            with self.client.request(
+                call.method, call.url, json=call.body, name=call.name, catch_response=True
             ) as response:
                 status = response.status_code
-                if status in (200, 202):
-                    nid = response.json()["notification_id"]
-                    answer = {"op": "ok", "notification_id": nid, "status": status}
+                if 200 <= status < 300:
+                    try:
+                        nid = driver.parse_post_event(status, response.json())
+                        answer = {"op": "ok", "notification_id": nid, "status": status}
+                    except (DriverError, ValueError) as exc:
+                        # Accepted, in words the driver cannot read: it may be in the system.
+                        response.failure(str(exc))
+                        answer = {"op": "info", "status": status}
                 elif 400 <= status < 500:
                     # A definite refusal: the event is not in the system.
                     answer = {"op": "fail", "status": status}
@@ -291,40 +327,38 @@ class FanoutUser(FastHttpUser):
         tenant, followers = random.choice(context().audiences)
         return tenant, random.choice(followers)
 
-    def get_json(self, url: str, name: str) -> tuple[int, Any, float, float]:
-        """GET, with the instants sent and answered; the body when it is JSON."""
+    def make(self, call: Call) -> tuple[int, Any, float, float]:
+        """Make a driver's call, with the instants sent and answered; the body when it is
+        JSON (None otherwise)."""
         sent = time.time()
-        with self.client.get(url, name=name, catch_response=True) as response:
+        with self.client.request(
+            call.method, call.url, json=call.body, name=call.name or call.path,
+            catch_response=True,
+        ) as response:  # fmt: skip
             answered = time.time()
             status = response.status_code
-            try:
-                body = response.json() if status == 200 else None
-            except ValueError:
-                body = None
-                response.failure("not JSON")
-            if status != 200:
+            body = None
+            if 200 <= status < 300 and response.content:
+                try:
+                    body = response.json()
+                except ValueError:
+                    response.failure("not JSON")
+            if not 200 <= status < 300:
                 response.failure(f"HTTP {status}")
         return status, body, sent, answered
 
-    def post_ok(self, url: str, name: str) -> tuple[int, float, float]:
-        sent = time.time()
-        with self.client.post(url, name=name, catch_response=True) as response:
-            answered = time.time()
-            if not 200 <= response.status_code < 300:
-                response.failure(f"HTTP {response.status_code}")
-            return response.status_code, sent, answered
-
-    def walk(self, tenant: str, user: str, pages: int) -> list[dict[str, Any]]:
+    def walk(self, tenant: str, user: str, pages: int) -> list[InboxItem]:
         """Walk the inbox newest first by cursor, up to ``pages`` pages; each page recorded."""
         plan = context().plan
-        base = f"/v1/tenants/{tenant}/users/{user}/inbox?limit={plan.page_limit}"
+        driver = context().driver
         walk, cursor, seen = context().walk_id(), None, []
         for page in range(pages):
-            url = base if cursor is None else f"{base}&cursor={quote(cursor, safe='')}"
-            name = "GET inbox" if page == 0 else "GET inbox (next page)"
-            status, body, sent, answered = self.get_json(url, name)
-            items = (body or {}).get("items") or []
-            next_cursor = (body or {}).get("next_cursor")
+            status, body, sent, answered = self.make(
+                driver.inbox_page(tenant, user, plan.page_limit, cursor)
+            )
+            parsed = driver.parse_inbox_page(status, body) if status == 200 else None
+            items = list(parsed.items) if parsed else []
+            next_cursor = parsed.next_cursor if parsed else None
             context().record(
                 "reads",
                 {
@@ -332,9 +366,9 @@ class FanoutUser(FastHttpUser):
                     "user_id": user, "limit": plan.page_limit, "cursor": cursor,
                     "next_cursor": next_cursor, "status": status, "time": sent,
                     "end": answered,
-                    "ids": [i.get("notification_id") for i in items],
-                    "authors": [i.get("author_id") for i in items],
-                    "read": [bool(i.get("read")) for i in items],
+                    "ids": [i.notification_id for i in items],
+                    "authors": [i.author_id for i in items],
+                    "read": [i.read for i in items],
                 },
             )  # fmt: skip
             seen += items
@@ -342,11 +376,6 @@ class FanoutUser(FastHttpUser):
                 break
             cursor = next_cursor
         return seen
-
-    def pause_until(self, offset_s: float) -> None:
-        delay = context().started + offset_s - time.monotonic()
-        if delay > 0:
-            gevent.sleep(delay)
 
 
 class Author(FanoutUser):
@@ -427,7 +456,10 @@ class InboxReader(FanoutUser):
     @task
     def open_app(self) -> None:
         tenant, user = self.reader()
-        self.walk(tenant, user, context().plan.max_pages)
+        try:
+            self.walk(tenant, user, context().plan.max_pages)
+        except Unsupported:
+            self.stop_forever("the system offers no inbox reads")
 
 
 class ReadAllUser(FanoutUser):
@@ -443,23 +475,23 @@ class ReadAllUser(FanoutUser):
     @task
     def read_all(self) -> None:
         tenant, user = self.reader()
-        base = f"/v1/tenants/{tenant}/users/{user}"
-        self.walk(tenant, user, 1)
-        status, sent, answered = self.post_ok(f"{base}/inbox/read-all", "POST inbox/read-all")
-        self.note("read_all", tenant, user, status, sent, answered)
-        gevent.sleep(random.uniform(0.2, 1.5))  # new notifications arrive meanwhile
-        fresh = [i for i in self.walk(tenant, user, 1) if not i.get("read")]
-        for item in fresh[: context().plan.marks_per_visit]:
-            nid = str(item.get("notification_id"))
-            status, sent, answered = self.post_ok(
-                f"{base}/inbox/{quote(nid, safe='')}/read", "POST inbox/{id}/read"
-            )
-            self.note("mark_read", tenant, user, status, sent, answered, notification_id=nid)
-        status, body, sent, answered = self.get_json(f"{base}/unread-count", "GET unread-count")
-        self.note(
-            "unread", tenant, user, status, sent, answered,
-            unread=(body or {}).get("unread"), capped=(body or {}).get("capped"),
-        )  # fmt: skip
+        driver = context().driver
+        try:
+            self.walk(tenant, user, 1)
+            status, _, sent, answered = self.make(driver.read_all(tenant, user))
+            self.note("read_all", tenant, user, status, sent, answered)
+            gevent.sleep(random.uniform(0.2, 1.5))  # new notifications arrive meanwhile
+            fresh = [i for i in self.walk(tenant, user, 1) if not i.read]
+            for item in fresh[: context().plan.marks_per_visit]:
+                nid = item.notification_id
+                status, _, sent, answered = self.make(driver.mark_read(tenant, user, nid))
+                self.note("mark_read", tenant, user, status, sent, answered, notification_id=nid)
+            status, body, sent, answered = self.make(driver.unread_count(tenant, user))
+        except Unsupported:
+            self.stop_forever("the system offers no read-all, per-item read or unread count")
+            return
+        unread, capped = driver.parse_unread_count(status, body) if status == 200 else (None, None)
+        self.note("unread", tenant, user, status, sent, answered, unread=unread, capped=capped)
 
     def note(
         self, op: str, tenant: str, user: str, status: int, sent: float, answered: float,
@@ -485,11 +517,10 @@ class PreferenceChanger(FanoutUser):
     @task
     def save(self) -> None:
         user = random.choice(context().population.users)
-        self.client.put(
-            f"/v1/tenants/{user.tenant_id}/users/{user.user_id}/preferences",
-            json=preferences_body(user),
-            name="PUT preferences",
+        call = context().driver.set_preferences(
+            user.tenant_id, user.user_id, preferences_body(user)
         )
+        self.make(call)
 
 
 BACKGROUND: tuple[type[User], ...] = (Author, InboxReader, ReadAllUser, PreferenceChanger)

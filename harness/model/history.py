@@ -46,6 +46,10 @@ COLUMNS = {
 }
 
 
+# The email and in-app simulators' provider names, and the channel each delivers (history rows of
+# those ledgers carry the provider name).
+CHANNEL_OF_PROVIDER = {"ses": "email", "inapp": "in_app"}
+
 _ARROW_TYPES = {
     "int64": pa.int64(),
     "Int64": pa.int64(),

@@ -26,11 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import quote
 from zoneinfo import ZoneInfo, available_timezones
 
 import httpx
 
+from harness.contract.driver import Call, Driver, FanoutApiDriver, Unsupported
 from harness.load.loader import post_event
 from harness.load.record import append_read
 from harness.model import local_time
@@ -59,6 +59,8 @@ class ActionContext:
     # Writes the system's preferences table directly; None: the target offers no such writer.
     table_writer: Callable[[str, str, dict[str, Any]], None] | None = None
     redrive: Callable[[], str] | None = None
+    # How the system's API is reached (its contract's driver).
+    driver: Driver = field(default_factory=FanoutApiDriver)
     # How long after its acknowledgement a change must have taken effect (the scenario's
     # preference_bound_s): events meant to meet the new state are posted after it.
     bound_s: float = 5.0
@@ -71,6 +73,9 @@ class ActionContext:
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.api_url, timeout=10)
+
+    def make(self, http: httpx.Client, call: Call) -> httpx.Response:
+        return http.request(call.method, call.url, json=call.body)
 
 
 # -- choosing users ---------------------------------------------------------------------------
@@ -173,8 +178,8 @@ def change_preferences(ctx: ActionContext, params: dict[str, Any]) -> str:
             ok = True
             try:
                 if how == "api":
-                    path = f"/v1/tenants/{user.tenant_id}/users/{user.user_id}/preferences"
-                    ok = http.put(path, json=body).status_code < 300
+                    call = ctx.driver.set_preferences(user.tenant_id, user.user_id, body)
+                    ok = ctx.make(http, call).status_code < 300
                 else:
                     assert ctx.table_writer is not None
                     ctx.table_writer(user.tenant_id, user.user_id, body)
@@ -218,7 +223,10 @@ def post_probes(ctx: ActionContext, params: dict[str, Any]) -> str:
     with ctx.client() as http:
         for author in authors:
             object_id = f"probe-{author.user_id}-{ctx.seed}"
-            nid = post_event(http, ctx.history, author.tenant_id, author.user_id, "post", object_id)
+            nid = post_event(
+                http, ctx.history, author.tenant_id, author.user_id, "post", object_id,
+                driver=ctx.driver,
+            )  # fmt: skip
             ctx.probes[(author.tenant_id, author.user_id)] = {
                 "event_id": nid, "kind": "post", "object_id": object_id,
             }  # fmt: skip
@@ -251,12 +259,12 @@ def erase_users(ctx: ActionContext, params: dict[str, Any]) -> str:
     erased = 0
     with ctx.client() as http:
         for user in _pick(ctx, "erase", eligible, count):
-            base = f"/v1/tenants/{user.tenant_id}/users/{user.user_id}"
+            call = ctx.driver.erase_user(user.tenant_id, user.user_id)
 
-            def attempt(user: User = user, base: str = base) -> bool:
+            def attempt(user: User = user, call: Call = call) -> bool:
                 sent = time.time()
                 try:
-                    ok = http.delete(base).status_code < 300
+                    ok = ctx.make(http, call).status_code < 300
                 except httpx.HTTPError:
                     ok = False
                 record_change(ctx.history, user.tenant_id, user.user_id, sent, ok,
@@ -267,30 +275,43 @@ def erase_users(ctx: ActionContext, params: dict[str, Any]) -> str:
                 continue
             erased += 1
             ctx.erased.append((user.tenant_id, user.user_id))
-            read_after_erasure(http, ctx.history, user.tenant_id, user.user_id)
+            read_after_erasure(ctx, http, user.tenant_id, user.user_id)
     return f"{erased} user(s) erased"
 
 
-def read_after_erasure(http: httpx.Client, history: History, tenant: str, user: str) -> None:
+def read_after_erasure(ctx: ActionContext, http: httpx.Client, tenant: str, user: str) -> None:
     """Their inbox and unread count, as read rows the erasure checker judges."""
-    base = f"/v1/tenants/{tenant}/users/{user}"
+    driver = ctx.driver
+    call = driver.inbox_page(tenant, user, 20, None)
     sent = time.time()
-    page = http.get(f"{base}/inbox?limit=20")
-    body = page.json() if page.status_code == 200 else {}
-    items = body.get("items") or []
-    append_read(history, {
+    page = ctx.make(http, call)
+    answered = time.time()
+    parsed = (
+        driver.parse_inbox_page(page.status_code, page.json()) if page.status_code == 200 else None
+    )
+    items = list(parsed.items) if parsed else []
+    append_read(ctx.history, {
         "op": "page", "walk": f"erasure-{tenant}-{user}", "page": 0, "tenant_id": tenant,
-        "user_id": user, "limit": 20, "cursor": None, "next_cursor": body.get("next_cursor"),
-        "status": page.status_code, "time": sent, "end": time.time(),
-        "ids": [i.get("notification_id") for i in items],
-        "authors": [i.get("author_id") for i in items], "read": [False] * len(items),
+        "user_id": user, "limit": 20, "cursor": None,
+        "next_cursor": parsed.next_cursor if parsed else None, "status": page.status_code,
+        "time": sent, "end": answered,
+        "ids": [i.notification_id for i in items], "authors": [i.author_id for i in items],
+        "read": [i.read for i in items],
     })  # fmt: skip
+    try:
+        call = driver.unread_count(tenant, user)
+    except Unsupported:
+        return
     sent = time.time()
-    count = http.get(f"{base}/unread-count")
-    append_read(history, {
+    count = ctx.make(http, call)
+    unread = (
+        driver.parse_unread_count(count.status_code, count.json())[0]
+        if count.status_code == 200
+        else None
+    )
+    append_read(ctx.history, {
         "op": "unread", "tenant_id": tenant, "user_id": user, "status": count.status_code,
-        "time": sent, "end": time.time(),
-        "unread": (count.json() if count.status_code == 200 else {}).get("unread"),
+        "time": sent, "end": time.time(), "unread": unread,
     })  # fmt: skip
 
 
@@ -304,15 +325,15 @@ def reregister_users(ctx: ActionContext, params: dict[str, Any]) -> str:
                 (t, a) for (t, a) in ctx.probes
                 if t == tenant and user_id in ctx.population.author(t, a).followers
             ]  # fmt: skip
-            base = f"/v1/tenants/{tenant}/users/{user_id}"
+            driver = ctx.driver
             sent = time.time()
-            ok = http.put(f"{base}/preferences", json=preferences_body(user)).status_code < 300
-            for device in ctx.population.devices_of(tenant, user_id):
-                path = f"{base}/devices/{quote(device.token, safe='')}"
-                ok &= http.put(path, json={"platform": device.platform}).status_code < 300
-            for _, author in follows:
-                path = f"/v1/tenants/{tenant}/users/{author}/followers:batch"
-                ok &= http.post(path, json={"followers": [user_id]}).status_code < 300
+            calls = [driver.set_preferences(tenant, user_id, preferences_body(user))]
+            calls += [
+                driver.register_device(tenant, user_id, d.token, d.platform)
+                for d in ctx.population.devices_of(tenant, user_id)
+            ]
+            calls += [driver.follow(tenant, author, [user_id]) for _, author in follows]
+            ok = all(ctx.make(http, call).status_code < 300 for call in calls)
             record_change(ctx.history, tenant, user_id, sent, ok, change="registration",
                           follows=[list(f) for f in follows])  # fmt: skip
             if not ok:
@@ -328,7 +349,7 @@ def reregister_users(ctx: ActionContext, params: dict[str, Any]) -> str:
             for key in follows:
                 probe = ctx.probes[key]
                 post_event(http, ctx.history, tenant, key[1], probe["kind"], probe["object_id"],
-                           probe["event_id"])  # fmt: skip
+                           probe["event_id"], driver=ctx.driver)  # fmt: skip
     return f"{done} user(s) registered again; their probes posted again"
 
 

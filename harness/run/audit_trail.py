@@ -30,25 +30,13 @@ import time
 from datetime import datetime
 from typing import Any
 
-from botocore.config import Config as BotoConfig
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from harness.model.history import History
-from harness.stack.supervisor import StackInfo
-from reference_impl.aws import new_client
-from reference_impl.config import Config
 
 AUDIT_PREFIX = "audit/"
 UNREADABLE = "unreadable"
-
-
-def audit_s3_client(info: StackInfo, config: Config) -> Any:
-    kwargs: dict[str, Any] = {"region_name": info.region, **(info.aws_keys or {})}
-    if config.s3_endpoint:
-        kwargs["endpoint_url"] = config.s3_endpoint
-        kwargs["config"] = BotoConfig(s3={"addressing_style": "path"})
-    return new_client("s3", **kwargs)
 
 
 def _epoch(at: object) -> float:
@@ -72,13 +60,6 @@ def audit_versions(s3: Any, bucket: str) -> list[tuple[str, str | None, str]]:
             seen.add(identity)
             versions.append((version["Key"], version.get("VersionId"), version.get("ETag", "")))
     return sorted(versions)
-
-
-def audit_dynamodb_client(info: StackInfo, config: Config) -> Any:
-    kwargs: dict[str, Any] = {"region_name": info.region, **(info.aws_keys or {})}
-    if config.dynamodb_endpoint:
-        kwargs["endpoint_url"] = config.dynamodb_endpoint
-    return new_client("dynamodb", **kwargs)
 
 
 def audit_keys_by_kid(ddb: Any, table: str) -> dict[str, bytes]:
@@ -142,18 +123,13 @@ def open_record(record: dict[str, Any], keys: dict[str, bytes]) -> dict[str, Any
     return out
 
 
-def collect_audit(info: StackInfo, history: History) -> int:
-    """Append every audit record of the run's system to ``history``; return how many.
-
-    0 when the system's config names no audit bucket (a target, or the audit left in logs)."""
-    config = Config.load(info.reference_config)
-    if not config.audit_bucket:
-        return 0
-    s3 = audit_s3_client(info, config)
-    keys = audit_keys_by_kid(audit_dynamodb_client(info, config), config.table("audit_keys"))
+def collect_audit(history: History, s3: Any, bucket: str, ddb: Any, keys_table: str) -> int:
+    """Append every audit record in ``bucket`` to ``history``, the sealed fields opened with the
+    keys in ``keys_table`` where they still exist; return how many records."""
+    keys = audit_keys_by_kid(ddb, keys_table)
     records = 0
-    for key, version_id, _etag in audit_versions(s3, config.audit_bucket):
-        kwargs = {"Bucket": config.audit_bucket, "Key": key}
+    for key, version_id, _etag in audit_versions(s3, bucket):
+        kwargs = {"Bucket": bucket, "Key": key}
         if version_id and version_id != "null":
             kwargs["VersionId"] = version_id
         body = s3.get_object(**kwargs)["Body"].read().decode(errors="replace")

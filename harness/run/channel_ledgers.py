@@ -19,12 +19,11 @@ from typing import Any
 import httpx
 import pandas as pd
 
-from harness.model.history import History
+from harness.model.history import CHANNEL_OF_PROVIDER, History
 from harness.model.population import Population, connection_id
 from harness.run.provider_control import SimulatorControl
 
 # Simulator (ledger provider) -> channel.
-CHANNEL_OF_PROVIDER = {"ses": "email", "inapp": "in_app"}
 PART_OF_PROVIDER = {"ses": "ses", "inapp": "inapp"}
 REGISTER_BATCH = 5_000
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from reference_impl.config import WORK_QUEUES, Config
+from harness.contract.system import Queues
 
 
 def redrive(sqs: Any, dlq_url: str, source_url: str, limit: int = 1_000_000) -> int:
@@ -44,13 +44,14 @@ def redrive(sqs: Any, dlq_url: str, source_url: str, limit: int = 1_000_000) -> 
     return moved
 
 
-def queue_urls(sqs: Any, config: Config, name: str) -> tuple[str, str]:
-    """(source, dead-letter) URLs of one of the reference's work queues."""
-    source = sqs.get_queue_url(QueueName=config.queue_name(name))["QueueUrl"]
-    return source, sqs.get_queue_url(QueueName=config.queue_name(name, "-dlq"))["QueueUrl"]
+def queue_urls(sqs: Any, queues: Queues, name: str) -> tuple[str, str]:
+    """(source, dead-letter) URLs of one of a system's work queues."""
+    source = sqs.get_queue_url(QueueName=queues.work[name])["QueueUrl"]
+    return source, sqs.get_queue_url(QueueName=queues.dead[name])["QueueUrl"]
 
 
-def redrive_all(sqs: Any, config: Config, names: Iterable[str] = WORK_QUEUES) -> dict[str, int]:
-    """The runbook's redrive over every work queue (each channel's, and the fan-out's page
-    tasks); returns how many moved, by queue."""
-    return {name: redrive(sqs, *reversed(queue_urls(sqs, config, name))) for name in names}
+def redrive_all(sqs: Any, queues: Queues, names: Iterable[str] | None = None) -> dict[str, int]:
+    """The runbook's redrive over every work queue that has a dead-letter queue (each
+    channel's, and a fan-out's own page tasks); returns how many moved, by queue."""
+    names = [n for n in (names or queues.work) if n in queues.dead]
+    return {name: redrive(sqs, *reversed(queue_urls(sqs, queues, name))) for name in names}

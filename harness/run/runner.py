@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +27,8 @@ from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
 from harness.checkers import run_probe
 from harness.checkers.evidence import evidence_from
 from harness.checkers.verdict import Verdict
+from harness.contract.driver import Driver
+from harness.contract.system import Queues
 from harness.load.loader import load_population, post_event
 from harness.load.loadgen import ROOT
 from harness.load.record import (
@@ -39,19 +41,15 @@ from harness.model.history import STREAM_FILE, History
 from harness.model.oracle import expected_channel_deliveries
 from harness.model.population import Population, generate
 from harness.model.scenarios import Scenario
-from harness.model.system import SystemPolicy
 from harness.run.actions import ACTIONS, ActionContext
 from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
-from harness.run.audit_trail import collect_audit
 from harness.run.channel_ledgers import ChannelLedgers, register_online_users
 from harness.run.dlq import redrive_all
 from harness.run.provider_control import SimulatorControl
 from harness.run.sqs_receives import collect_receives
 from harness.stack.reaper import reap_orphans
-from harness.stack.reference_table import write_preferences
 from harness.stack.supervisor import WORKER_PARTS, Stack, StackInfo, stop_process
 from harness.stack.target import Target
-from reference_impl.config import CHANNELS, PAGES_QUEUE, Config
 
 Clock = Callable[[], datetime]
 # Exit code of a run stopped before its verdict (SIGINT, SIGTERM): neither a pass nor a fail.
@@ -104,19 +102,6 @@ def overall_verdict(verdicts: list[Verdict], error: str | None) -> str:
     if error is not None or not verdicts or any(v.valid is False for v in verdicts):
         return "fail"
     return "unknown" if any(v.valid is None for v in verdicts) else "pass"
-
-
-def policy_from_config(config: Config, durable: bool) -> SystemPolicy:
-    """The reference's stated policies, in the verifier's terms."""
-    return SystemPolicy(
-        channels_by_kind=dict(config.channels_by_kind),
-        rate_limit_per_window=config.rate_limit_per_window,
-        rate_limit_window_seconds=float(config.rate_limit_window_seconds),
-        daily_limit_per_device_type=config.daily_limit_per_device_type,
-        dedup_fallback=config.dedup_fallback,
-        durable_dedup_store=durable,
-        fcm_projects=tuple(config.fcm_projects),
-    )
 
 
 def _json_default(value: Any) -> Any:
@@ -197,19 +182,25 @@ class PushQueueProbe:
     fan-out's page-task queue when the system has one (a page task still to run means pushes
     still to come), read with one client and one URL lookup per queue for the whole wait."""
 
-    def __init__(self, info: StackInfo) -> None:
-        self.sqs = info.aws_client("sqs")
-        config = Config.load(info.reference_config)
+    def __init__(self, info: StackInfo, queues: Queues | None = None) -> None:
+        queues = queues if queues is not None else _reference_queues(info)
+        self.sqs = info.aws_client("sqs") if queues is not None else None
         self.urls = []
-        for name in (config.queue_name("push"), config.queue_name(PAGES_QUEUE)):
+        for channel in ("push", "pages"):
+            name = queues.work.get(channel) if queues is not None else None
+            if name is None or self.sqs is None:
+                continue
             try:
                 self.urls.append(self.sqs.get_queue_url(QueueName=name)["QueueUrl"])
             except self.sqs.exceptions.QueueDoesNotExist:
-                if name == config.queue_name("push"):
+                if channel == "push":
                     raise
 
     def busy(self) -> int:
+        """Jobs still queued (0 for a system whose queues the harness cannot see: the ledgers'
+        quiet then decides alone)."""
         total = 0
+        assert self.sqs is not None or not self.urls
         for url in self.urls:
             attrs = self.sqs.get_queue_attributes(
                 QueueUrl=url,
@@ -234,20 +225,24 @@ class QueueSampler:
         "ApproximateNumberOfMessagesDelayed",
     ]
 
-    def __init__(self, info: StackInfo, history: History, interval_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        info: StackInfo,
+        history: History,
+        interval_s: float = 1.0,
+        queues: Queues | None = None,
+    ) -> None:
         self.history = history
         self.interval_s = interval_s
         self.alarm = ThresholdAlarm("dlq-depth", DLQ_DEPTH_THRESHOLD)
+        queues = queues if queues is not None else _reference_queues(info)
         self.sqs = info.aws_client("sqs")
-        config = Config.load(info.reference_config)
-        self.queues = {
-            name: self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
-            for name in (
-                config.queue_name("push"),
-                config.queue_name("push", "-dlq"),
-                config.queue_name("push", "-poison"),
-            )
-        }
+        names = [] if queues is None else [
+            n for n in (queues.work.get("push"), queues.dead.get("push"), queues.poison.get("push"))
+            if n
+        ]  # fmt: skip
+        self.dead = set() if queues is None else {queues.dead.get("push")}
+        self.queues = {n: self.sqs.get_queue_url(QueueName=n)["QueueUrl"] for n in names}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="queue-sampler", daemon=True)
 
@@ -255,7 +250,7 @@ class QueueSampler:
         for name, url in self.queues.items():
             attrs = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=self.ATTRIBUTES)
             values = [int(attrs["Attributes"].get(a, 0)) for a in self.ATTRIBUTES]
-            if name.endswith("-dlq"):
+            if name in self.dead:
                 state = self.alarm.observe(name, sum(values))
                 if state is not None:
                     self.history.append(
@@ -308,6 +303,7 @@ def wait_for_outcome(
     release_by: float = 0.0,
     quiet_seconds: float = 2.0,
     settle_seconds: float = 5.0,
+    queues: Queues | None = None,
 ) -> str:
     """Wait for the outcome, on conditions only. Returns:
 
@@ -319,7 +315,7 @@ def wait_for_outcome(
     """
     last_report = 0.0
     last_change = time.monotonic()
-    queue = PushQueueProbe(info)
+    queue = PushQueueProbe(info, queues)
     while time.monotonic() < deadline:
         if collector.poll():
             last_change = time.monotonic()
@@ -365,20 +361,45 @@ def _bind(
     return lambda: action(context, params)
 
 
-def _redrive_all(info: StackInfo) -> str:
-    moved = redrive_all(info.aws_client("sqs"), Config.load(info.reference_config))
+def _driver_args(target: Target | None) -> list[str]:
+    """The load generator's arguments naming the system's driver (a target's own, if any)."""
+    if target is None or not target.driver:
+        return []
+    return ["--driver", target.driver, "--driver-options", json.dumps(target.driver_options or {})]
+
+
+def _lacking(scenario: Scenario, capabilities: frozenset[str]) -> str:
+    """What the scenario's checkers need that the system does not offer, said plainly."""
+    from harness.checkers import registry
+
+    missing = {p.name: sorted(registry.get(p.name).needs - capabilities) for p in scenario.probes}
+    return "; ".join(f"{name} needs {', '.join(m)}" for name, m in missing.items() if m)
+
+
+def _reference_queues(info: StackInfo) -> Queues | None:
+    """The embedded reference's queues (callers that know no contract)."""
+    from harness.stack.reference import contract
+
+    return contract(info, durable=False).queues
+
+
+def _redrive_all(info: StackInfo, queues: Queues) -> str:
+    moved = redrive_all(info.aws_client("sqs"), queues)
     return f"moved {sum(moved.values())} message(s) back ({moved})"
 
 
-def _record_dlqs(info: StackInfo, history: History) -> int:
+def _record_dlqs(info: StackInfo, history: History, queues: Queues) -> int:
     """The dead-letter queues' contents, as the operator would see them at the end of the run."""
-    config = Config.load(info.reference_config)
     sqs = info.aws_client("sqs")
     recorded = 0
-    for channel in CHANNELS:
-        for suffix in ("-dlq", "-poison"):
-            name = config.queue_name(channel, suffix)
-            url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+    for channel in queues.delivery_channels:
+        for name in (queues.dead.get(channel), queues.poison.get(channel)):
+            if not name:
+                continue
+            try:
+                url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+            except sqs.exceptions.QueueDoesNotExist:
+                continue
             for _ in range(10_000):  # bounded: a DLQ holds at most the run's jobs
                 messages = sqs.receive_message(
                     QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0, VisibilityTimeout=300
@@ -386,17 +407,17 @@ def _record_dlqs(info: StackInfo, history: History) -> int:
                 if not messages:
                     break
                 for m in messages:
-                    try:
-                        job = json.loads(m["Body"])
-                    except json.JSONDecodeError:
-                        job = {}
-                    job = job if isinstance(job, dict) else {}
+                    tenant, notification, recipient = queues.read_job(m["Body"])
                     history.append(
                         "dlq",
-                        tenant_id=job.get("tenant_id"),
-                        notification_id=job.get("notification_id"),
+                        tenant_id=tenant,
+                        notification_id=notification,
                         detail=json.dumps(
-                            {"queue": name, "recipient_user_id": job.get("recipient_user_id")}
+                            {
+                                "queue": name,
+                                "kind": "poison" if name == queues.poison.get(channel) else "dead",
+                                "recipient_user_id": recipient,
+                            }
                         ),
                     )
                     recorded += 1
@@ -404,7 +425,12 @@ def _record_dlqs(info: StackInfo, history: History) -> int:
 
 
 def _inject(
-    scenario: Scenario, population: Population, history: History, api_url: str, seed: int
+    scenario: Scenario,
+    population: Population,
+    history: History,
+    api_url: str,
+    seed: int,
+    driver: Driver | None = None,
 ) -> None:
     """Post the scenario's events, spread evenly over ``load.spread_s`` (a paced, bounded loop)."""
     rng = random.Random(seed)
@@ -431,6 +457,7 @@ def _inject(
                 "post",
                 f"post-{author.user_id}-{n}-{rng.randrange(10**6)}",
                 event_id,
+                driver,
             )
 
 
@@ -444,6 +471,7 @@ def _inject_with_locust(
     on_start: Callable[[], None],
     progress: Progress,
     stack: Stack | None = None,
+    driver_args: Sequence[str] = (),
 ) -> None:
     """Run the scenario's locustfile through ``harness.load.loadgen`` (Locust's library API, in its
     own process: Locust monkey-patches with gevent), start the faults when the load starts, and
@@ -468,6 +496,7 @@ def _inject_with_locust(
         "--workers", str(workers),
         "--seed", str(seed),
         "--timeout", str(plan.duration_s + 60),
+        *driver_args,
     ]  # fmt: skip
     started = False
     tail = LoadTail(out, history)
@@ -582,6 +611,10 @@ def execute(
             if scenario.reference or scenario.durable_redis:
                 progress("stack", "the scenario's reference settings do not apply to a target")
         info = stack.up()
+        contract = stack.contract(durable=scenario.durable_redis or target is not None)
+        lacking = _lacking(scenario, contract.capabilities())
+        if lacking:
+            progress("stack", f"{contract.name} lacks {lacking}: those checks report unknown")
         pids = {name: part.pid for name, part in info.parts.items()}
         history.append("phase", detail=json.dumps({"stack_up": pids}))
         progress("stack", f"ready ({len(info.parts)} parts, logs in {run_dir / 'stack' / 'logs'})")
@@ -594,7 +627,7 @@ def execute(
         fcm.unregister([d.token for d in population.devices if d.dead and d.platform == "fcm"])
         collector = Collector(history, [apns, fcm])
         collector.start()
-        calls = load_population(info.url("event-api"), population)
+        calls = load_population(contract.api_url, population, driver=contract.driver)
         if "inapp" in info.parts:
             register_online_users(info.url("inapp"), population)
         history.append("phase", detail="population_loaded")
@@ -603,20 +636,19 @@ def execute(
             f"{len(population.users)} users, {len(population.devices)} devices, "
             f"{len(population.authors)} authors ({calls} API calls)",
         )
-        sampler = QueueSampler(info, history)
-        sampler.start()
+        queues = contract.queues
+        if queues is not None:
+            sampler = QueueSampler(info, history, queues=queues)
+            sampler.start()
         targets = _chaos_targets(stack, info)
         actions = ActionContext(
-            api_url=info.url("event-api"),
+            api_url=contract.api_url,
             population=population,
             history=history,
             seed=seed,
-            table_writer=(
-                (lambda t, u, prefs: write_preferences(info, t, u, prefs))
-                if target is None
-                else None
-            ),
-            redrive=lambda: _redrive_all(info),
+            table_writer=contract.table_writer,
+            driver=contract.driver,
+            redrive=(lambda: _redrive_all(info, queues)) if queues is not None else None,
             bound_s=scenario.preference_bound_s,
         )
         nemesis = Nemesis(
@@ -635,15 +667,13 @@ def execute(
         actions.stop = nemesis.stopping
         if scenario.locust is not None:
             _inject_with_locust(
-                scenario, run_dir, info.url("event-api"), seed, locust_workers, history,
-                nemesis.start, progress, stack,
+                scenario, run_dir, contract.api_url, seed, locust_workers, history,
+                nemesis.start, progress, stack, _driver_args(target),
             )  # fmt: skip
         else:
             nemesis.start()
-            _inject(scenario, population, history, info.url("event-api"), seed)
-        policy = policy_from_config(
-            Config.load(info.reference_config), durable=scenario.durable_redis or target is not None
-        )
+            _inject(scenario, population, history, contract.api_url, seed, contract.driver)
+        policy = contract.policy
         channel_urls = {p: info.url(p) for p in ("ses", "inapp") if p in info.parts}
         channels = ChannelLedgers.for_stack(history, channel_urls)
         deadline = time.monotonic() + scenario.timeout_seconds
@@ -661,7 +691,9 @@ def execute(
         progress("inject", f"{len(injected)} events accepted, {len(expected)} deliveries expected")
         last_window_end = expectation.deliveries["quiet_until"].max()
         release_by = (0.0 if pd.isna(last_window_end) else float(last_window_end)) + 1.0
-        outcome = wait_for_outcome(collector, expected, info, deadline, progress, release_by)
+        outcome = wait_for_outcome(
+            collector, expected, info, deadline, progress, release_by, queues=queues
+        )
         undone = nemesis.rollback()
         if undone:
             progress("rollback", f"undid {', '.join(undone)}")
@@ -670,14 +702,15 @@ def execute(
             progress("rollback", f"{rollback.name}: {result}")
             if rollback.name == "redrive-dlq" and not result.startswith("moved 0 "):
                 outcome = wait_for_outcome(
-                    collector, expected, info, deadline, progress, release_by
+                    collector, expected, info, deadline, progress, release_by, queues=queues
                 )
         channel_expected = expected_channel_deliveries(
-            population, injected, Config.load(info.reference_config).channels_by_kind
+            population, injected, policy.channels_by_kind
         )
         if channel_urls and len(channel_expected):
             _wait_for_channels(channels, channel_expected, deadline, progress)
-        sampler.stop()
+        if sampler is not None:
+            sampler.stop()
         history.append("phase", detail=outcome)
         progress(
             "collect",
@@ -690,7 +723,7 @@ def execute(
             # say so instead of letting a checker blame the system under test.
             errors.append(f"stack part {part} died during the run: {why}")
             progress("stack", f"{part} died during the run")
-        parked = _record_dlqs(info, history)
+        parked = _record_dlqs(info, history, queues) if queues is not None else 0
         if parked:
             progress("collect", f"{parked} message(s) left in dead-letter queues")
         if target is None:
@@ -698,16 +731,17 @@ def execute(
             stack.stop_parts(["fanout-worker", *WORKER_PARTS[2:]])
         channels.poll()
         channels.close()
-        audited = collect_audit(info, history)
-        if audited:
-            progress("collect", f"{audited} audit record(s) read from the WORM bucket")
-        if "sqs" in info.parts:  # our SQS endpoint's log of every copy the consumers were given
-            config = Config.load(info.reference_config)
-            queues = {config.queue_name(channel) for channel in CHANNELS}
-            collect_receives(info.parts["sqs"].url, history, queues)
+        if contract.audit is not None:
+            audited = contract.audit.read(history)
+            progress("collect", f"{audited} audit record(s) read from the system's trail")
+        if contract.sqs_log_url and queues is not None:
+            # The SQS endpoint's own log of every copy the consumers were given.
+            work = {queues.work[c] for c in queues.delivery_channels}
+            collect_receives(contract.sqs_log_url, history, work)
         errors += nemesis.errors
         evidence = evidence_from(population, history.frame(), policy, scenario.preference_bound_s)
-        verdicts = [run_probe(p.name, p.tolerance, evidence) for p in scenario.probes]
+        capabilities = contract.capabilities()
+        verdicts = [run_probe(p.name, p.tolerance, evidence, capabilities) for p in scenario.probes]
         return history, population, verdicts, "; ".join(errors) or None
     except RunInterrupted as exc:
         interrupted = True

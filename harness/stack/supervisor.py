@@ -26,10 +26,11 @@ import redis
 
 from chaos.faults import DEDUP_PROXY
 from emulators.ports import LOOPBACK, free_port
+from harness.contract.system import SystemContract
+from harness.stack import reference
+from harness.stack.aws_clients import aws_client
 from harness.stack.reaper import Ownership
 from harness.stack.target import Target, port_of
-from reference_impl.aws import new_client
-from reference_impl.config import Config
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_EMULATOR = ROOT / "emulators" / "node" / "aws_emulator.js"
@@ -177,7 +178,7 @@ class StackInfo:
         known = (*self.parts, *self.endpoints)
         endpoint = next((p for p in CLIENT_PARTS.get(service, ("aws",)) if p in known), None)
         url = self.url(endpoint) if endpoint is not None else None
-        return new_client(
+        return aws_client(
             service, region_name=self.region, endpoint_url=url, **(self.aws_keys or {})
         )
 
@@ -375,61 +376,39 @@ class Stack:
         self.info.aws_keys = keys if all(keys.values()) else None
         if target.toxiproxy_url:
             self.info.endpoints["toxiproxy"] = target.toxiproxy_url.rstrip("/")
-        config = Config(
-            region=target.region,
-            sqs_endpoint=target.sqs_endpoint,
-            queue_prefix=target.queue_prefix,
-            **(self.info.aws_keys or {}),
-        )
-        Path(self.info.reference_config).write_text(config.to_json())
 
-    def reference_config(self) -> Config:
+    def reference_values(self) -> dict[str, Any]:
+        """The reference's config values for this stack (see harness/stack/reference.py)."""
         parts = self.info.parts
-
-        def url(part: str) -> str | None:
-            return parts[part].url if part in parts else None
-
-        values: dict[str, Any] = {
+        urls = {name: part.url for name, part in parts.items()}
+        own = {
             "region": REGION,
-            # Through the proxy that gives dynalite its streams, when the stack has it.
-            "dynamodb_endpoint": url("dynamodb-proxy") or url("dynamodb"),
-            # Through the fault proxy when the stack has one (Event API and fan-out alike).
-            "kinesis_endpoint": url("kinesis-proxy") or url("kinesis"),
-            "sqs_endpoint": url("sqs"),
-            "s3_endpoint": url("aws"),
-            # The WORM audit trail lives in moto's S3; without that part it stays in the logs.
-            "audit_bucket": "fanout-audit" if "aws" in parts else None,
-            "audit_retention_days": 1,
             **AWS_KEYS,
-            "redis_url": self.info.dedup_url or url("redis"),
-            "apns_url": url("apns"),
+            "redis_url": self.info.dedup_url or urls.get("redis"),
             "apns_ca_file": self.info.tls_ca,
-            "fcm_url": url("fcm"),
-            "fcm_projects": ["fanout-sender-0", "fanout-sender-1"],
-            "ses_url": url("ses"),
-            "inapp_url": url("inapp"),
-            "celebrity_threshold": 50,
-            # Small pages and short walks, so that a run at demo scale already goes through
-            # the fan-out of fan-out (walk tasks handing on, page tasks in parallel).
-            "follower_page_size": 20,
-            "pages_per_walk": 2,
-            # Pages of 20 take well under a second; a lost delete of one (the SQS faults reach
-            # every queue) then comes back in seconds, not the production default's 120.
-            "page_task_visibility_seconds": 15,
-            "visibility_timeout_seconds": 5,
-            "dedup_lease_seconds": 8,
             "event_api_host": LOOPBACK,
         }
-        values.update(self.reference_overrides)
-        return Config.from_mapping({k: v for k, v in values.items() if v is not None})
+        return reference.config_values(urls, {**own, **self.reference_overrides})
+
+    def reference_config(self) -> Any:
+        """The reference's config for this stack (a ``reference_impl.config.Config``), for the
+        reference's own tests."""
+        return reference.config_of(self.reference_values())
 
     def write_reference_config(self) -> None:
-        Path(self.info.reference_config).write_text(self.reference_config().to_json())
+        try:
+            reference.write_config(Path(self.info.reference_config), self.reference_values())
+        except reference.ReferenceConfigError as exc:
+            raise StackError(str(exc)) from exc
 
     def provision(self) -> None:
-        from reference_impl.provision import provision
+        reference.provision(self.info.reference_config)
 
-        provision(self.reference_config())
+    def contract(self, durable: bool) -> SystemContract:
+        """What the verifier may know of the system under test."""
+        if self.target is not None:
+            return self.target.contract(self.info)
+        return reference.contract(self.info, durable)
 
     def part_argv(self, part: str, port: int | None) -> list[str]:
         py = sys.executable
@@ -502,38 +481,9 @@ class Stack:
                 "--port",
                 str(port),
             ]
-        if part == "event-api":
-            return [py, "-m", "reference_impl.event_api", "--config", config, "--port", str(port)]
-        if part == "fanout-worker":
-            return [
-                py,
-                "-m",
-                "reference_impl.fanout_worker",
-                "--config",
-                config,
-                "--ready-file",
-                ready,
-            ]
-        if part == "push-consumer":
-            return [
-                py,
-                "-m",
-                "reference_impl.push_consumer",
-                "--config",
-                config,
-                "--ready-file",
-                ready,
-            ]
-        if part in CHANNEL_CONSUMERS:
-            return [
-                py, "-m", "reference_impl.channel_consumer", "--channel", CHANNEL_CONSUMERS[part],
-                "--config", config, "--ready-file", ready,
-            ]  # fmt: skip
-        if part == "stream-invalidator":
-            return [
-                py, "-m", "reference_impl.stream_invalidator", "--config", config,
-                "--ready-file", ready,
-            ]  # fmt: skip
+        worker = reference.worker_argv(part, config, port, ready)
+        if worker is not None:
+            return worker
         raise StackError(f"unknown part {part!r}; parts: {', '.join(PARTS)}")
 
     def sns_argv(self, port: int | None) -> list[str]:
@@ -568,7 +518,7 @@ class Stack:
         if part in ("dynamodb", "kinesis", "aws"):
             service = {"dynamodb": "dynamodb", "kinesis": "kinesis", "aws": "sqs"}[part]
             try:
-                client = new_client(service, region_name=REGION, endpoint_url=info.url, **AWS_KEYS)
+                client = aws_client(service, region_name=REGION, endpoint_url=info.url, **AWS_KEYS)
                 {
                     "dynamodb": lambda: client.list_tables(),
                     "kinesis": lambda: client.list_streams(),

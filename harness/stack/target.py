@@ -13,12 +13,17 @@ against a shared environment is a decision someone writes down.
 from __future__ import annotations
 
 import ipaddress
+import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
+
+from harness.contract.driver import load_driver
+from harness.contract.system import JobIdentity, Queues, SystemContract
+from harness.model.system import SystemPolicy
 
 
 class TargetError(ValueError):
@@ -51,6 +56,57 @@ class Target:
     kinesis_listen: str | None = None
     kinesis_upstream: str | None = None
     allow_remote: bool = False
+    # The system's contract (harness/contract/): the driver class for its API and its options
+    # (default: the Event API driver), its queues by channel (default: the queue_prefix naming,
+    # <prefix>-<channel>, -dlq, -poison), where a parked job names its tenant, notification and
+    # recipient, and its stated policies (harness/model/system.py).
+    driver: str | None = None
+    driver_options: dict[str, Any] | None = None
+    queues: dict[str, Any] | None = None
+    job_fields: dict[str, str] | None = None
+    policy: dict[str, Any] | None = None
+    # The control API of the SQS endpoint the system uses, when it is the harness's own
+    # (SQS faults, and the receive log per-copy audit accounting reads).
+    sqs_control: str | None = None
+
+    def contract(self, info: Any) -> SystemContract:
+        """What the verifier may know of this system (``info``: the stack's StackInfo)."""
+        driver = load_driver(self.driver, self.driver_options)
+        policy = SystemPolicy.from_mapping(self.policy or {})
+        return SystemContract(
+            name=self.name,
+            api_url=self.event_api.rstrip("/"),
+            driver=driver,
+            policy=policy,
+            queues=self._queues() if self.sqs_endpoint else None,
+            sqs_log_url=self.sqs_control,
+        )
+
+    def _queues(self) -> Queues:
+        fields = {"tenant": "tenant_id", "notification": "notification_id",
+                  "recipient": "recipient_user_id", **(self.job_fields or {})}  # fmt: skip
+
+        def read_job(body: str) -> JobIdentity:
+            try:
+                job = json.loads(body)
+            except json.JSONDecodeError:
+                return (None, None, None)
+            if not isinstance(job, dict):
+                return (None, None, None)
+            return tuple(job.get(fields[k]) for k in ("tenant", "notification", "recipient"))  # type: ignore[return-value]
+
+        if self.queues:
+            work = {k: str(v) for k, v in self.queues.get("work", {}).items()}
+            dead = {k: str(v) for k, v in self.queues.get("dead", {}).items()}
+            poison = {k: str(v) for k, v in self.queues.get("poison", {}).items()}
+            return Queues(work, dead, poison, read_job)
+        channels = ("push", "email", "in_app", "sms", "pages")
+        return Queues(
+            work={c: f"{self.queue_prefix}-{c}" for c in channels},
+            dead={c: f"{self.queue_prefix}-{c}-dlq" for c in channels},
+            poison={c: f"{self.queue_prefix}-{c}-poison" for c in channels},
+            read_job=read_job,
+        )
 
 
 def _host_port(value: str, key: str) -> tuple[str, int]:
@@ -88,6 +144,16 @@ def parse(data: Any, where: str) -> Target:
         if not data.get(key):
             raise TargetError(f"{where}: {key} is required")
     target = Target(**data)
+    try:
+        target.contract(None)
+    except ValueError as exc:  # a driver that cannot be loaded, a policy key it does not know
+        raise TargetError(f"{where}: {exc}") from exc
+    if target.queues is not None:
+        bad = sorted(set(target.queues) - {"work", "dead", "poison"})
+        if bad or not isinstance(target.queues.get("work", {}), dict):
+            raise TargetError(
+                f"{where}: queues holds work, dead and poison mappings (channel -> name)"
+            )
     hosts: list[tuple[str, str]] = [("event_api", urlsplit(target.event_api).hostname or "")]
     if not urlsplit(target.event_api).scheme.startswith("http"):
         raise TargetError(f"{where}: event_api must be an http(s) URL")

@@ -1,0 +1,108 @@
+"""Everything the verifier may know about a system: its contract.
+
+The reference implementation is one target among others (``harness/stack/reference.py`` builds
+its contract); a team's system states its own in a target file (``harness/stack/target.py``).
+Every part but the driver and the policy is optional: a capability a system lacks switches off
+the checkers and faults that need it, with a line saying so.
+
+* ``driver``: how to reach its public API (:mod:`harness.contract.driver`);
+* ``policy``: the values its promises are judged against (channels per kind, rate limits, FCM
+  projects, a fallback dedup store, whether its dedup store is durable);
+* ``queues``: its work queues and dead-letter queues, if it exposes them, and how to read a
+  parked job (which notification, which recipient) for the DLQ accounting;
+* ``audit``: a reader of its audit trail, if it has one, in the trail's own format;
+* ``table_writer``: a direct write of a user's preferences to its store, bypassing its API, if
+  the target offers one (the change stream must then do the invalidating);
+* where its provider traffic goes (the harness's simulators) and its dedup store's fault proxy
+  are the stack's business (``StackInfo``), not the system's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.contract.driver import Driver, Event, Unsupported
+from harness.model.system import SystemPolicy
+
+# A parked job's (tenant, notification id, recipient user), each None when the body does not say.
+JobIdentity = tuple[str | None, str | None, str | None]
+
+
+@dataclass(frozen=True)
+class Queues:
+    """A system's SQS queues by channel (``push``, ``email``, ...; ``pages`` for a fan-out's
+    own work queue when it has one)."""
+
+    work: Mapping[str, str]
+    dead: Mapping[str, str] = field(default_factory=dict)
+    poison: Mapping[str, str] = field(default_factory=dict)
+    read_job: Callable[[str], JobIdentity] = lambda body: (None, None, None)
+
+    @property
+    def delivery_channels(self) -> tuple[str, ...]:
+        return tuple(c for c in self.work if c != "pages")
+
+
+@dataclass(frozen=True)
+class AuditSource:
+    """Reads a system's audit trail into the history (kind ``audit`` rows) once its workers
+    have stopped; returns the records read."""
+
+    read: Callable[[Any], int]
+    format: str = ""
+
+
+# Capabilities a checker or fault may need (``harness.checkers.registry.checker(needs=...)``).
+READ_SIDE = ("inbox", "unread", "read_all", "mark_read")
+
+
+@dataclass
+class SystemContract:
+    name: str
+    api_url: str
+    driver: Driver
+    policy: SystemPolicy = field(default_factory=SystemPolicy)
+    queues: Queues | None = None
+    audit: AuditSource | None = None
+    table_writer: Callable[[str, str, dict[str, Any]], None] | None = None
+    # The SQS endpoint's own log of what it handed out (the harness's SQS endpoint only).
+    sqs_log_url: str | None = None
+    extra: set[str] = field(default_factory=set)
+
+    def operations(self) -> set[str]:
+        """The driver's operations the system offers (a driver raises Unsupported for the
+        others when asked to build their call)."""
+        probes: dict[str, Callable[[], Any]] = {
+            "post_event": lambda: self.driver.post_event(Event("t", "a", "post", "o", "e")),
+            "set_preferences": lambda: self.driver.set_preferences("t", "u", {}),
+            "register_device": lambda: self.driver.register_device("t", "u", "tok", "apns"),
+            "follow": lambda: self.driver.follow("t", "a", ["u"]),
+            "load_users": lambda: self.driver.load_users("t", []),
+            "inbox": lambda: self.driver.inbox_page("t", "u", 1, None),
+            "unread": lambda: self.driver.unread_count("t", "u"),
+            "read_all": lambda: self.driver.read_all("t", "u"),
+            "mark_read": lambda: self.driver.mark_read("t", "u", "n"),
+            "erase_user": lambda: self.driver.erase_user("t", "u"),
+        }
+        offered = set()
+        for name, probe in probes.items():
+            try:
+                probe()
+            except Unsupported:
+                continue
+            offered.add(name)
+        return offered
+
+    def capabilities(self) -> frozenset[str]:
+        caps = self.operations() | set(self.extra)
+        if self.queues is not None:
+            caps.add("queues")
+        if self.audit is not None:
+            caps.add("audit_trail")
+        if self.table_writer is not None:
+            caps.add("table_writes")
+        if self.sqs_log_url:
+            caps.add("sqs_log")
+        return frozenset(caps)

@@ -1,0 +1,177 @@
+"""The reference implementation as one target among others: the only harness module that
+imports ``reference_impl``. It writes the reference's config for a local stack, provisions its
+tables and queues, names its worker processes, and hands back its contract (driver, policy,
+queues, audit trail reader, a direct table writer). Everything else in the harness knows the
+reference only through that contract, as it knows a team's system through its target file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from harness.contract.driver import FanoutApiDriver
+from harness.contract.system import AuditSource, JobIdentity, Queues, SystemContract
+from harness.model.system import SystemPolicy
+from reference_impl.config import CHANNELS, PAGES_QUEUE, Config, ConfigError
+from reference_impl.ids import user_key
+
+# Worker part -> the reference module it runs (and its extra arguments).
+WORKERS: dict[str, tuple[str, ...]] = {
+    "event-api": ("reference_impl.event_api",),
+    "fanout-worker": ("reference_impl.fanout_worker",),
+    "push-consumer": ("reference_impl.push_consumer",),
+    "email-consumer": ("reference_impl.channel_consumer", "--channel", "email"),
+    "in-app-consumer": ("reference_impl.channel_consumer", "--channel", "in_app"),
+    "stream-invalidator": ("reference_impl.stream_invalidator",),
+}
+
+
+class ReferenceConfigError(ValueError):
+    """The reference's config (a scenario's overrides included) is not valid."""
+
+
+def config_values(urls: Mapping[str, str | None], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The reference's config for a local stack whose parts answer at ``urls`` (part -> URL,
+    None when the stack has no such part); ``extra`` (the stack's own values and a scenario's
+    overrides) goes over it."""
+
+    def url(part: str) -> str | None:
+        return urls.get(part)
+
+    values: dict[str, Any] = {
+        # Through the proxy that gives dynalite its streams, when the stack has it.
+        "dynamodb_endpoint": url("dynamodb-proxy") or url("dynamodb"),
+        # Through the fault proxy when the stack has one (Event API and fan-out alike).
+        "kinesis_endpoint": url("kinesis-proxy") or url("kinesis"),
+        "sqs_endpoint": url("sqs"),
+        "s3_endpoint": url("aws"),
+        # The WORM audit trail lives in moto's S3; without that part it stays in the logs.
+        "audit_bucket": "fanout-audit" if url("aws") else None,
+        "audit_retention_days": 1,
+        "apns_url": url("apns"),
+        "fcm_url": url("fcm"),
+        "fcm_projects": ["fanout-sender-0", "fanout-sender-1"],
+        "ses_url": url("ses"),
+        "inapp_url": url("inapp"),
+        "celebrity_threshold": 50,
+        # Small pages and short walks, so that a run at demo scale already goes through the
+        # fan-out of fan-out (walk tasks handing on, page tasks in parallel).
+        "follower_page_size": 20,
+        "pages_per_walk": 2,
+        # Pages of 20 take well under a second; a lost delete of one (the SQS faults reach
+        # every queue) then comes back in seconds, not the production default's 120.
+        "page_task_visibility_seconds": 15,
+        "visibility_timeout_seconds": 5,
+        "dedup_lease_seconds": 8,
+    }
+    values.update(extra)
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def config_of(values: Mapping[str, Any]) -> Config:
+    try:
+        return Config.from_mapping(dict(values))
+    except ConfigError as exc:
+        raise ReferenceConfigError(f"reference config: {exc}") from exc
+
+
+def write_config(path: Path, values: Mapping[str, Any]) -> None:
+    Path(path).write_text(config_of(values).to_json())
+
+
+def provision(config_path: str) -> None:
+    """The reference's tables, stream, queues and audit bucket."""
+    from reference_impl.provision import provision as provision_reference
+
+    provision_reference(Config.load(config_path))
+
+
+def worker_argv(part: str, config_path: str, port: int | None, ready: str) -> list[str] | None:
+    """The command of one of the reference's worker parts; None for a part that is not one."""
+    module = WORKERS.get(part)
+    if module is None:
+        return None
+    argv = [sys.executable, "-m", module[0], *module[1:], "--config", config_path]
+    return argv + (["--port", str(port)] if part == "event-api" else ["--ready-file", ready])
+
+
+def policy(config: Config, durable: bool) -> SystemPolicy:
+    """The reference's stated policies, in the verifier's terms."""
+    return SystemPolicy(
+        channels_by_kind=dict(config.channels_by_kind),
+        rate_limit_per_window=config.rate_limit_per_window,
+        rate_limit_window_seconds=float(config.rate_limit_window_seconds),
+        daily_limit_per_device_type=config.daily_limit_per_device_type,
+        dedup_fallback=config.dedup_fallback,
+        durable_dedup_store=durable,
+        fcm_projects=tuple(config.fcm_projects),
+    )
+
+
+def read_job(body: str) -> JobIdentity:
+    """A parked job of the reference: its tenant, notification and recipient."""
+    try:
+        job = json.loads(body)
+    except json.JSONDecodeError:
+        return (None, None, None)
+    if not isinstance(job, dict):
+        return (None, None, None)
+    return (job.get("tenant_id"), job.get("notification_id"), job.get("recipient_user_id"))
+
+
+def queues(config: Config) -> Queues:
+    names = (*CHANNELS, PAGES_QUEUE)
+    return Queues(
+        work={c: config.queue_name(c) for c in names},
+        dead={c: config.queue_name(c, "-dlq") for c in names},
+        poison={c: config.queue_name(c, "-poison") for c in names},
+        read_job=read_job,
+    )
+
+
+def contract(info: Any, durable: bool) -> SystemContract:
+    """The reference running in the stack ``info`` (a ``StackInfo``)."""
+    from harness.run.audit_trail import collect_audit
+
+    config = Config.load(info.reference_config)
+    audit = None
+    if config.audit_bucket:
+        bucket, keys_table = config.audit_bucket, config.table("audit_keys")
+
+        def read_trail(history: Any) -> int:
+            return collect_audit(
+                history, info.aws_client("s3"), bucket, info.aws_client("dynamodb"), keys_table
+            )
+
+        audit = AuditSource(read_trail, format="sealed-jsonl (reference_impl/audit.py)")
+    preferences_table = config.table("preferences")
+
+    def write_preferences(tenant: str, user: str, prefs: dict[str, Any]) -> None:
+        """Straight to the preferences table, as a console edit or a backfill would: the Event
+        API never hears of it, only the table's change stream can tell the system."""
+        info.aws_client("dynamodb").update_item(
+            TableName=preferences_table,
+            Key={"pk": {"S": user_key(tenant, user)}},
+            UpdateExpression="SET prefs = :p, updated_at = :t",
+            ExpressionAttributeValues={
+                ":p": {"S": json.dumps(prefs)},
+                ":t": {"S": datetime.now(UTC).isoformat()},
+            },
+        )
+
+    sqs = info.parts.get("sqs")
+    return SystemContract(
+        name="reference",
+        api_url=info.url("event-api"),
+        driver=FanoutApiDriver(),
+        policy=policy(config, durable),
+        queues=queues(config),
+        audit=audit,
+        table_writer=write_preferences,
+        sqs_log_url=sqs.url if sqs is not None else None,
+    )
