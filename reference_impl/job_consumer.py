@@ -36,8 +36,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -177,6 +179,29 @@ _PAUSED = "paused"
 _DEAD = "dead"
 
 
+class KnownDead:
+    """Recipients whose token answered dead, remembered by every thread of this process: a
+    thread that read the device before another's deactivation landed must not send to it after
+    the answer came back (the record's deactivation tells the next process; this tells the next
+    thread at once). Bounded: the oldest are forgotten first (the record still says)."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self.capacity = capacity
+        self._known: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, recipient: tuple[str, str]) -> None:
+        with self._lock:
+            self._known[recipient] = None
+            self._known.move_to_end(recipient)
+            while len(self._known) > self.capacity:
+                self._known.popitem(last=False)
+
+    def __contains__(self, recipient: object) -> bool:
+        with self._lock:
+            return recipient in self._known
+
+
 class JobConsumer:
     """Base of the channel consumers: subclasses set ``channel`` and ``component`` and
     implement :meth:`plan` (each job's outcome, or its deliveries).
@@ -226,6 +251,7 @@ class JobConsumer:
         )
         self.owner = uuid.uuid4().hex[:12]
         self.defects = frozenset(config.defects)
+        self.known_dead = KnownDead()
         # Preferences of the batch in hand (cache key -> JSON), loaded for all its jobs at once.
         self._batch_prefs: dict[str, bytes] = {}
         # 'sent' marks a failed settlement left behind (key -> monotonic deadline). Marks wait
@@ -540,12 +566,15 @@ class JobConsumer:
         if paused > 0:  # Retry-After from an answer earlier in this batch: do not even try
             state.later(paused)
             return _PAUSED
-        if (state.job["tenant_id"], delivery.recipient) in dead:
+        recipient = (state.job["tenant_id"], delivery.recipient)
+        if recipient in dead or recipient in self.known_dead:
             return _DEAD
         with self.gate.slot(delivery.scope):
             result = delivery.send()
         if result.outcome == "dead_token":
-            dead.add((state.job["tenant_id"], delivery.recipient))
+            dead.add(recipient)
+            if "dead_token_kept" not in self.defects:
+                self.known_dead.add(recipient)
         if result.outcome == "retry":
             retry_in = 0.0
             if result.retry_after and "ignore_retry_after" not in self.defects:

@@ -142,14 +142,16 @@ def test_distributed_workers_claim_distinct_celebrities(stack, population_file, 
 
 
 def test_plain_locust_runs_the_same_locustfile(stack, population_file, tmp_path):
-    plan = json.dumps({"duration_s": 4, "background_users": 3, "author_rate": 1.0})
+    plan = json.dumps(
+        {"shape": "steady_state", "duration_s": 4, "background_users": 3, "author_rate": 1.0}
+    )
     result = subprocess.run(
         [
             sys.executable,
             "-m",
             "locust",
             "-f",
-            "locustfiles/steady_state.py",
+            "locustfiles/fanout.py",
             "--headless",
             "--host",
             stack.info.url("event-api"),

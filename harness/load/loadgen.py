@@ -1,6 +1,7 @@
 """Drive a locustfile through Locust's library API (Environment and runner).
 
-``python -m harness.load.loadgen --locustfile locustfiles/celebrity_burst.py --host URL ...`` runs
+``python -m harness.load.loadgen --locustfile celebrity_burst --host URL ...`` (a shape of
+``locustfiles/fanout.py``, or a path to a locustfile of your own) runs
 the same locustfile a user runs with plain ``locust -f``, locally or as Locust's master with N
 worker processes (Locust's own distributed mode). It runs in its own process because importing
 Locust monkey-patches the interpreter with gevent; the harness's runner stays a plain process.
@@ -27,16 +28,21 @@ ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILES = ROOT / "locustfiles"
 
 
-def locustfile_path(name: str) -> Path:
-    """A locustfile by path, or by shape name from ``locustfiles/``."""
+LOCUSTFILE = LOCUSTFILES / "fanout.py"
+
+
+def locustfile_for(name: str) -> tuple[Path, str | None]:
+    """The locustfile to run and the shape it runs: a shape name (``game_day``) is the one
+    locustfile with that shape; a path to a .py file is that file, its shape from its plan."""
+    from harness.model.shapes import SHAPES
+
     path = Path(name)
     if path.suffix == ".py" and path.exists():
-        return path.resolve()
-    candidate = LOCUSTFILES / f"{name.replace('-', '_')}.py"
-    if candidate.exists():
-        return candidate
-    known = sorted(p.stem for p in LOCUSTFILES.glob("*.py") if not p.stem.startswith("_"))
-    raise SystemExit(f"error: no locustfile {name!r}; known: {', '.join(known)}")
+        return path.resolve(), None
+    shape = name.replace("-", "_")
+    if shape in SHAPES:
+        return LOCUSTFILE, shape
+    raise SystemExit(f"error: no locustfile or shape {name!r}; shapes: {', '.join(SHAPES)}")
 
 
 def _harness_args(args: argparse.Namespace) -> list[str]:
@@ -111,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
 
     from emulators.ports import free_port
 
-    path = locustfile_path(args.locustfile)
+    path, shape = locustfile_for(args.locustfile)
+    if shape is not None:
+        args.plan = json.dumps({**json.loads(args.plan), "shape": shape})
     args.out.mkdir(parents=True, exist_ok=True)
     user_classes, shapes = load_locustfile(str(path))
     if not shapes:
@@ -251,9 +259,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         plan = json.loads(args.plan)
-        shape = Path(args.locustfile).stem
+        shape = Path(args.locustfile).stem.replace("-", "_")
         if shape in SHAPES:
             LoadPlan.from_mapping({**plan, "shape": shape})
+        else:
+            LoadPlan.from_mapping(plan)
     except (PlanError, json.JSONDecodeError) as exc:
         print(f"error: bad load plan: {exc}", file=sys.stderr)
         return 2

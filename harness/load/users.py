@@ -177,11 +177,16 @@ def _population(options: Any, is_master_or_local: bool, host: str | None) -> Pop
     return population
 
 
-def setup(environment: Environment, shape_name: str) -> LoadContext:
-    """Build this process's load context and fit the user classes to the plan."""
+def setup(environment: Environment, shape_name: str | None = None) -> LoadContext:
+    """Build this process's load context and fit the user classes to the plan (its shape from
+    ``shape_name`` when a locustfile fixes one, else from the plan, ``celebrity_burst`` by
+    default)."""
     global _context
     options = environment.parsed_options
-    plan = LoadPlan.from_mapping({**json.loads(options.harness_plan or "{}"), "shape": shape_name})
+    values = json.loads(options.harness_plan or "{}")
+    if shape_name is not None:
+        values["shape"] = shape_name
+    plan = LoadPlan.from_mapping(values)
     runner = environment.runner
     local_or_master = not isinstance(runner, WorkerRunner)
     # One local process replays its choices from the seed; a worker also mixes in its pid, so
@@ -537,8 +542,8 @@ class PlanShape(LoadTestShape):
         return None if users is None else (users, plan.spawn_rate)
 
 
-def install(shape_name: str) -> None:
-    """Called by each locustfile: build the context on init, for this file's shape."""
+def install(shape_name: str | None = None) -> None:
+    """Called by a locustfile: build the context on init (for a fixed shape, or the plan's)."""
 
     @events.init.add_listener
     def _on_init(environment: Environment, **_: Any) -> None:
