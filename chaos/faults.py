@@ -20,9 +20,14 @@ from typing import Any, Protocol
 
 import httpx
 
-from harness.model.history import History
-
 DEDUP_PROXY = "dedup"
+
+
+class History(Protocol):
+    """Where fault windows are recorded: anything with the history's ``append`` (the harness's
+    run history; chaos itself depends on no harness module)."""
+
+    def append(self, kind: str, **fields: Any) -> None: ...
 
 
 class FaultError(ValueError):

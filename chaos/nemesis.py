@@ -8,8 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from chaos.faults import ChaosTargets, Fault
-from harness.model.history import History
+from chaos.faults import ChaosTargets, Fault, History
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ import statement of every module, function-level ones included:
 
 * the reference implementation is one target: only ``harness/stack/reference.py`` imports it;
 * the checkers know a system only through the model and the contract;
-* the emulators stand alone, as moto does; the reference knows nothing of what tests it.
+* the emulators stand alone, as moto does; chaos sits below the harness (it imports neither the
+  harness nor the reference); the reference knows nothing of what tests it.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def violations(relative: str, source: str) -> list[str]:
                 found.append(f"{relative} imports {name}: only {REFERENCE_ADAPTER} may")
         if package == "emulators" and top in ("harness", "chaos", "reference_impl", "systems"):
             found.append(f"{relative} imports {name}: the emulators stand alone")
+        if package == "chaos" and top in ("harness", "reference_impl"):
+            found.append(f"{relative} imports {name}: chaos acts from outside, below the harness")
         if package == "reference_impl" and top in ("harness", "chaos", "emulators", "locustfiles"):
             found.append(f"{relative} imports {name}: the system under test knows no tester")
         if relative.startswith("harness/checkers/") and top == "harness":
@@ -71,6 +74,7 @@ def test_the_dependency_rules_hold_in_every_module():
         ("harness/run/runner.py", "from reference_impl.config import Config", "only harness/stack"),
         ("chaos/faults.py", "import reference_impl.ids", "only harness/stack"),
         ("emulators/sqs/model.py", "from harness.model import history", "stand alone"),
+        ("chaos/nemesis.py", "from harness.model.history import History", "below the harness"),
         ("reference_impl/inbox.py", "from harness.checkers import inbox", "knows no tester"),
         ("harness/checkers/inbox.py", "from harness.run.runner import run", "model and contract"),
         (
