@@ -1,0 +1,159 @@
+"""The report's document model (blocks both renderers read) and its small pure helpers."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.analysis import metrics
+from harness.analysis.metrics import KEY, Run
+from harness.checkers.windows import Window
+
+MAX_EVIDENCE_ROWS = 10
+
+TOKEN_CHARS = 16
+
+CHART_DIR = "charts"
+
+
+@dataclass
+class Block:
+    kind: str  # lead | h2 | h3 | p | note | table | image
+    text: str = ""
+    table: pd.DataFrame | None = None
+    image: Path | None = None
+
+
+@dataclass
+class Document:
+    run: Run
+    verdict: str  # PASS | FAIL | ERROR
+    blocks: list[Block] = field(default_factory=list)
+
+    def h2(self, text: str) -> None:
+        self.blocks.append(Block("h2", text))
+
+    def h3(self, text: str) -> None:
+        self.blocks.append(Block("h3", text))
+
+    def p(self, text: str) -> None:
+        self.blocks.append(Block("p", text))
+
+    def note(self, text: str) -> None:
+        self.blocks.append(Block("note", text))
+
+    def table(self, frame: pd.DataFrame) -> None:
+        self.blocks.append(Block("table", table=frame))
+
+    def image(self, path: Path, caption: str) -> None:
+        self.blocks.append(Block("image", caption, image=path))
+
+
+def verdict_word(summary: dict[str, Any]) -> str:
+    if summary.get("verdict") == "incomplete":
+        return "INCOMPLETE"
+    if summary.get("error"):
+        return "ERROR"
+    return {"pass": "PASS", "unknown": "UNKNOWN"}.get(str(summary.get("verdict")), "FAIL")
+
+
+def verdict_sentence(summary: dict[str, Any]) -> str:
+    checkers = summary.get("checkers") or {}
+    failed = [name for name, result in checkers.items() if not result.get("valid")]
+    if summary.get("verdict") == "incomplete":
+        return (
+            f"The run did not finish: {summary.get('error') or 'it was stopped'}. There is "
+            "no verdict; this report shows only what it recorded before it stopped. Do not "
+            "release on this run."
+        )
+    if summary.get("error"):
+        ran = f" ({len(checkers)} checker(s) ran, {len(failed)} failed)" if checkers else ""
+        return f"The run itself failed: {summary['error']}{ran}. Do not release on this run."
+    if not checkers:
+        return "No checker ran: this run proves nothing."
+    if not failed:
+        return f"All {len(checkers)} checkers passed."
+    return f"{len(failed)} of {len(checkers)} checkers failed: {', '.join(failed)}."
+
+
+def short_token(token: Any) -> str:
+    if token is None or token is pd.NA or (isinstance(token, float) and math.isnan(token)):
+        return ""
+    text = str(token)
+    return text if len(text) <= TOKEN_CHARS else text[:TOKEN_CHARS] + "…"
+
+
+def since(t: Any, t0: float) -> str:
+    if t is None or t is pd.NA or (isinstance(t, float) and math.isnan(t)):
+        return ""
+    return f"+{float(t) - t0:.2f}s"
+
+
+def counts_text(result: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in metrics.checker_counts(result).items())
+
+
+def verdict_rows(summary: dict[str, Any]) -> pd.DataFrame:
+    rows = [
+        {
+            "checker": name,
+            "result": "PASS" if result.get("valid") else "FAIL",
+            "counts": counts_text(result),
+        }
+        for name, result in summary.get("checkers", {}).items()
+    ]
+    if summary.get("error"):
+        rows.append({"checker": "(run)", "result": "ERROR", "counts": str(summary["error"])})
+    return pd.DataFrame(rows, columns=["checker", "result", "counts"])
+
+
+def window_rows(windows: list[Window], t0: float) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "fault": w.fault,
+                "start": since(w.start, t0),
+                "stop": since(w.stop, t0),
+                "seconds": round(w.stop - w.start, 2),
+            }
+            for w in windows
+        ],
+        columns=["fault", "start", "stop", "seconds"],
+    )
+
+
+def attempts_of(
+    keys: pd.DataFrame,
+    attempts: pd.DataFrame,
+    windows: list[Window],
+    t0: float,
+    extra: tuple[str, ...] = (),
+) -> pd.DataFrame:
+    """Every provider attempt for the given keys, in time order, with the fault window open at
+    it: the context a person needs to see why a key ended the way it did. ``extra`` names
+    columns of ``keys`` carried onto each of the key's rows."""
+    if keys.empty:
+        return pd.DataFrame()
+    wanted = keys[[*KEY, *extra]].drop_duplicates(subset=KEY)
+    rows = attempts.merge(wanted, on=KEY, how="inner").sort_values(["time", "seq"])
+    table = pd.DataFrame(
+        {
+            "tenant": rows["tenant_id"].astype(str),
+            "notification": rows["notification_id"].astype(str),
+            "token": [short_token(t) for t in rows["token"]],
+            "attempt": rows["attempt"].astype(int),
+            "at": [since(t, t0) for t in rows["time"]],
+            "status": rows["status"].astype("string").fillna(""),
+            "device got it": np.where(rows["got"], "yes", "no"),
+            "delivery #": [int(n) if n else "" for n in rows["delivery_number"]],
+            "fault window": metrics.faults_at(rows["time"], windows),
+        }
+    )
+    for column in extra:
+        table[column] = rows[column].to_numpy()
+    return table.reset_index(drop=True)
