@@ -217,7 +217,9 @@ def fail_closed_evidence(ctx: Context, grace_s: float) -> list[tuple[str, pd.Dat
     return [(f"Deliveries during a dedup outage: {len(during)} (their keys' attempts)", table)]
 
 
-def dead_token_evidence(ctx: Context, grace_s: float) -> list[tuple[str, pd.DataFrame]]:
+def dead_token_evidence(ctx: Context, transit_s: float) -> list[tuple[str, pd.DataFrame]]:
+    """Requests that reached the provider after the token's first dead answer left it (the
+    checker's rule: harness/checkers/dead_tokens.py)."""
     provider = ctx.attempts
     dead = provider[
         ((provider["provider"] == "apns") & (provider["status"] == 410)).fillna(False)
@@ -225,9 +227,16 @@ def dead_token_evidence(ctx: Context, grace_s: float) -> list[tuple[str, pd.Data
     ]
     if dead.empty:
         return []
-    first = dead.groupby(["tenant_id", "token"])["time"].min().rename("dead_at").reset_index()
+    told = dead["end"].fillna(dead["time"]) if "end" in dead else dead["time"]
+    first = (
+        dead.assign(told=told)
+        .groupby(["tenant_id", "token"])["told"]
+        .min()
+        .rename("dead_at")
+        .reset_index()
+    )
     later = provider.merge(first, on=["tenant_id", "token"])
-    after = later[later["time"] > later["dead_at"] + grace_s].sort_values("time")
+    after = later[later["time"] > later["dead_at"] + transit_s].sort_values("time")
     if after.empty:
         return []
     rows = [
@@ -332,7 +341,7 @@ def checker_evidence(name: str, result: dict[str, Any], ctx: Context) -> list[tu
     elif name == "fail_closed":
         found = fail_closed_evidence(ctx, float(result.get("grace_s", 0.5)))
     elif name == "dead_tokens":
-        found = dead_token_evidence(ctx, float(result.get("grace_s", 1.0)))
+        found = dead_token_evidence(ctx, float(result.get("transit_s", 0.05)))
     elif name == "backpressure":
         found = backpressure_evidence(ctx, float(result.get("slack_s", 0.3)))
     elif name == "consent":
