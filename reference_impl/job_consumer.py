@@ -567,9 +567,13 @@ class JobConsumer:
             state.later(paused)
             return _PAUSED
         recipient = (state.job["tenant_id"], delivery.recipient)
-        if recipient in dead or recipient in self.known_dead:
+        if recipient in dead:
             return _DEAD
         with self.gate.slot(delivery.scope):
+            # Asked once the slot is ours: waiting for it can outlast another thread's dead
+            # answer for the same token.
+            if recipient in self.known_dead:
+                return _DEAD
             result = delivery.send()
         if result.outcome == "dead_token":
             dead.add(recipient)
