@@ -99,3 +99,37 @@ def test_an_empty_history_passes_the_checkers_that_need_nothing():
     evidence = _evidence()
     verdict = run_probe("effectively_once", {}, evidence)
     assert verdict.valid is True and isinstance(evidence.expectation, Expectation)
+
+
+def test_the_worked_example_in_extending_md_is_a_working_checker():
+    """docs/EXTENDING.md's checker, exactly as printed, registers itself and judges a history."""
+    import re
+    import types
+    from pathlib import Path
+
+    from harness.model.history import History
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "EXTENDING.md").read_text()
+    source = re.search(r"```python\n(# harness/checkers/no_night_sends.py.*?)```", text, re.S)
+    assert source is not None
+    module = types.ModuleType("harness.checkers.no_night_sends")
+    try:
+        exec(compile(source.group(1), "EXTENDING.md", "exec"), module.__dict__)
+        evidence = _evidence()
+        device = evidence.population.devices[0]
+        zone = next(u.zone for u in evidence.population.users if u.user_id == device.user_id)
+        from datetime import datetime
+        from zoneinfo import ZoneInfo
+
+        night = datetime(2026, 11, 25, 3, 0, tzinfo=ZoneInfo(zone)).timestamp()
+        history = History()
+        history.extend_provider([{"received_at": night, "tenant_id": device.tenant_id,
+                                  "notification_id": "n", "token": device.token,
+                                  "provider": "apns", "project": None, "status": 200,
+                                  "reason": None}])  # fmt: skip
+        night_evidence = Evidence(evidence.population, evidence.expectation, history.frame())
+        verdict = run_probe("no_night_sends", {}, night_evidence)
+        assert verdict.valid is False and verdict.counts == {"night_sends": 1}
+        assert run_probe("no_night_sends", {}, evidence).valid is True
+    finally:
+        registry._REGISTRY.pop("no_night_sends", None)
