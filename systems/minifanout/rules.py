@@ -151,8 +151,11 @@ def quiet_remaining(dnd: dict[str, str] | None, tz: ZoneInfo, now: datetime) -> 
         return None
     for days in range(3):  # the end is at most a day and a DST shift away
         candidate = datetime.combine(local.date() + timedelta(days=days), end, tzinfo=tz)
-        if candidate > now:
-            return (candidate - now).total_seconds()
+        # Timestamps, not datetime subtraction: two datetimes sharing a tzinfo subtract as
+        # naive wall clocks, which is wrong across a DST change.
+        remaining = candidate.timestamp() - now.timestamp()
+        if remaining > 0:
+            return remaining
     raise AssertionError("unreachable: a window ends within two days")
 
 
