@@ -678,22 +678,30 @@ def test_a_provider_error_leaves_the_job_for_a_retry(infra: Infra, bugs: tuple[s
 
 def test_retry_after_holds_every_request_to_that_provider(infra: Infra) -> None:
     with minifanout(infra) as mini:
-        tokens = [apns_token() for _ in range(6)]
-        for n, token in enumerate(tokens):
-            mini.person(f"f{n}", devices=(("apns", token),))
-        mini.follow("star", [f"f{n}" for n in range(6)])
+        throttled, other, android = apns_token(), apns_token(), fcm_token()
+        mini.person("f0", devices=(("apns", throttled),))
+        mini.person("f1", devices=(("apns", other), ("fcm", android)))
+        mini.follow("a0", ["f0"])
+        mini.follow("a1", ["f1"])
         fault = infra.apns.start_fault(
-            "status", {"status": 429, "retry_after": 2, "tokens": tokens}
+            "status", {"status": 429, "retry_after": 3, "tokens": [throttled]}
         )
         try:
-            nid = mini.post("star")
-            first = wait_for(lambda: [r for r in mini.rows() if r["status"] == 429], 20, "a 429")[0]
+            first = mini.post("a0")
+            [answer] = wait_for(lambda: mini.rows(throttled), 20, "APNs to answer 429")
+            assert answer["status"] == 429
+            # A job that comes after the 429 waits for the Retry-After too: APNs as a whole
+            # said so, not one token. FCM is another scope and goes at once.
+            second = mini.post("a1")
+            [held] = wait_for(lambda: mini.delivered(other, second), 20, "the held push")
+            [fcm] = wait_for(lambda: mini.delivered(android, second), 20, "the FCM push")
         finally:
             infra.apns.stop_fault(fault["id"])
-        for token in tokens:
-            wait_for(lambda t=token: mini.delivered(t, nid), 30, f"the push to {token}")
-        later = [r for r in mini.rows() if r["received_at"] > first["answered_at"] + 0.3]
-        assert later and all(r["received_at"] >= first["answered_at"] + 2 for r in later)
+        assert held["received_at"] >= answer["answered_at"] + 3
+        assert fcm["received_at"] < answer["answered_at"] + 3
+        wait_for(lambda: mini.delivered(throttled, first), 30, "the throttled push, later")
+        retried = [r for r in mini.rows(throttled) if r["status"] == 200]
+        assert retried[0]["received_at"] >= answer["answered_at"] + 3
 
 
 def test_apns_over_tls_with_a_ca_file(infra: Infra) -> None:
