@@ -519,6 +519,16 @@ def test_a_post_reaches_each_device_once_and_the_feed_reads_back(infra: Infra) -
             r for r in mini.rows(phone) + mini.rows(tablet) if r["notification_id"] == after
         ]
 
+        # Registered again with the same id and phone, and an event re-sent with a used id:
+        # alice's claims went with her (she gets it again), bob's stay (he does not).
+        mini.person("alice", devices=(("apns", phone),))
+        mini.follow("star", ["alice"])
+        resent = Event(mini.tenant, "star", "post", "o1", later)
+        assert mini.driver.parse_post_event(202, mini.call(driver.post_event(resent), 202)) == later
+        wait_for(lambda: len(mini.delivered(phone, later)) == 2, 20, "alice's second copy")
+        wait_for(mini.drained, 20, "the queue to drain")
+        assert len(mini.delivered(android, later)) == 1
+
 
 @pytest.mark.parametrize("bugs", [(), ("consent_default_allow",)], ids=["correct", "bug"])
 def test_consent_is_default_deny(infra: Infra, bugs: tuple[str, ...]) -> None:
