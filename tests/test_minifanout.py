@@ -43,6 +43,8 @@ from harness.contract.driver import (
 from harness.model.population import User, preferences_body
 from systems.minifanout.driver import MiniFanoutDriver, settings_from_preferences
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 CONSENT = {"granted_at": "2026-01-01T00:00:00+00:00", "version": "1"}
 
@@ -505,6 +507,7 @@ def test_a_post_reaches_each_device_once_and_the_feed_reads_back(infra: Infra) -
         ]
 
         # Erasure: nothing of alice readable, and no push to her after it.
+        wait_for(mini.drained, 20, "the queue to drain")
         mini.call(driver.erase_user(mini.tenant, "alice"), 200)
         mini.call(Call("GET", f"/api/t/{mini.tenant}/people/alice"), 404)
         page = driver.parse_inbox_page(
@@ -834,3 +837,56 @@ def test_a_taken_port_exits_2(infra: Infra) -> None:
             env={**os.environ, "PYTHONPATH": str(REPO)},
         )
         assert result.returncode == 2 and "cannot listen" in result.stderr, result.stderr
+
+
+def test_the_target_file_names_the_driver_and_the_queues():
+    import yaml
+
+    from systems.minifanout.config import DEAD_SUFFIX, DEFAULT_QUEUE
+
+    target = yaml.safe_load((REPO / "targets" / "minifanout.yaml").read_text())
+    driver = load_driver(target["driver"], target["driver_options"])
+    assert isinstance(driver, MiniFanoutDriver)
+    assert target["queues"] == {"push": DEFAULT_QUEUE, "push_dead": DEFAULT_QUEUE + DEAD_SUFFIX}
+    assert target["dedup_redis"] != target["dedup_listen"]
+
+
+@pytest.mark.slow
+def test_measure_a_celebrity_burst(infra: Infra) -> None:
+    """Figures for the README: ``pytest -m slow tests/test_minifanout.py -k burst -s``."""
+    followers = 2000
+    with minifanout(infra) as mini:
+        tokens = []
+        for n in range(followers):
+            token = apns_token() if n % 2 else fcm_token()
+            mini.person(f"f{n}", devices=(("apns" if n % 2 else "fcm", token),))
+            tokens.append(token)
+        for start in range(0, followers, 1000):
+            mini.follow("star", [f"f{n}" for n in range(start, min(start + 1000, followers))])
+        cpu_before = _cpu_seconds(mini.proc.pid)
+        began = time.monotonic()
+        nid = mini.post("star")
+        accepted = time.monotonic() - began
+
+        def delivered() -> int:
+            return sum(1 for r in mini.rows() if r["notification_id"] == nid and r["delivered"])
+
+        wait_for(lambda: delivered() == followers, 300, "every push of the burst")
+        drained = time.monotonic() - began
+        cpu = _cpu_seconds(mini.proc.pid) - cpu_before
+        wait_for(mini.drained, 60, "the queue to drain")
+        assert delivered() == followers
+        print(
+            f"\nminifanout burst: {followers} followers, POST answered in {accepted:.2f} s "
+            f"(fan-out in the request), all delivered in {drained:.1f} s "
+            f"({followers / drained:.0f} pushes/s, one consumer, 4 receive loops); the "
+            f"minifanout process used {cpu:.1f} s of CPU ({cpu / followers * 1000:.1f} ms a "
+            f"push, API included); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
+            "cores"
+        )
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

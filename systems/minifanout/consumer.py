@@ -70,38 +70,44 @@ class Consumer:
                 log.warning("receive failed: %s", exc)
                 await _sleep_unless(stop, 1.0)
                 continue
-            await asyncio.gather(*(self.handle(m) for m in messages))
+            done = await asyncio.gather(*(self.handle(m) for m in messages))
+            finished = [m for m, ack in zip(messages, done, strict=True) if ack]
+            try:
+                # One call for the batch: SQS calls are most of a job's cost.
+                await self.queue.delete_batch(finished)
+            except QueueError as exc:  # they come back, and their claims say "sent"
+                self.counts["queue_errors"] += 1
+                log.warning("deleting %d finished jobs failed: %s", len(finished), exc)
 
-    async def handle(self, message: Received) -> None:
-        """One job; every error is caught here so one job cannot stop the loop."""
+    async def handle(self, message: Received) -> bool:
+        """One job; True when it is finished and is to be deleted. Every error is caught here
+        so one job cannot stop the loop."""
         try:
-            await self._handle(message)
+            return await self._handle(message)
         except QueueError as exc:
             # The job's fate is SQS's now: it comes back after its visibility timeout.
             self.counts["queue_errors"] += 1
             log.warning("queue call failed for %s: %s", message.message_id, exc)
+            return False
 
-    async def _handle(self, message: Received) -> None:
+    async def _handle(self, message: Received) -> bool:
         try:
             job = Job.parse(message.body)
         except (ValueError, TypeError) as exc:
             self.counts["poison"] += 1
             log.warning("malformed job %s to the dead-letter queue: %s", message.message_id, exc)
             await self.queue.to_dead_letter(message, f"malformed: {exc}")
-            return
+            return False
         if self.config.bug("ack_before_send"):
             await self.queue.delete(message)
         try:
-            settings = await self.people.settings(job.tenant, job.user)
-            device = await self.people.device(job.tenant, job.user, job.token)
+            settings, device = await self.people.job_state(job.tenant, job.user, job.token)
         except RedisError as exc:
             self.counts["data_store_errors"] += 1
             log.warning("data store unavailable for %s: %s", job.id, exc)
-            await self._leave(message, backoff_s(message.receive_count))
-            return
+            return await self._leave(message, backoff_s(message.receive_count))
         if device is None or not device.get("active", True):
-            await self._done(message, "device_gone", job)
-            return
+            return self._done("device_gone", job)
         decision = decide(
             settings,
             datetime.now(UTC),
@@ -109,24 +115,21 @@ class Consumer:
             consent_default_allow=self.config.bug("consent_default_allow"),
         )
         if decision.action == "deny":
-            await self._done(message, "denied", job)
-            return
+            return self._done("denied", job)
         if decision.action == "defer":
             # The copy first: if deleting the original fails, both come back and the claim
             # keeps it to one send.
             later = replace(job, deferrals=job.deferrals + 1)
             await self.queue.send([later.body()], job.tenant, delay_s=decision.delay_s)
-            await self._done(message, "deferred", job, f"{decision.reason}, {decision.delay_s}s")
-            return
+            return self._done("deferred", job, f"{decision.reason}, {decision.delay_s}s")
         scope = self.senders.scope(job)
         wait = self.pauses.remaining(scope, time.monotonic())
         if wait > 0:
             self.counts["paused"] += 1
-            await self._leave(message, wait)
-            return
-        await self._claim_and_send(message, job, scope)
+            return await self._leave(message, wait)
+        return await self._claim_and_send(message, job, scope)
 
-    async def _claim_and_send(self, message: Received, job: Job, scope: str) -> None:
+    async def _claim_and_send(self, message: Received, job: Job, scope: str) -> bool:
         key = dedup_key(job.tenant, job.user, job.id, job.token)
         claimed = False
         if not self.config.bug("no_dedup"):
@@ -136,32 +139,28 @@ class Consumer:
                 self.counts["dedup_unavailable"] += 1
                 if not self.config.bug("fail_open"):
                     log.warning("dedup store unavailable, %s left on the queue: %s", job.id, exc)
-                    await self._leave(message, backoff_s(message.receive_count))
-                    return
+                    return await self._leave(message, backoff_s(message.receive_count))
                 log.warning("dedup store unavailable, sending %s anyway: %s", job.id, exc)
             else:
                 if state == "sent":
-                    await self._done(message, "duplicate", job)
-                    return
+                    return self._done("duplicate", job)
                 if state == "busy":  # another copy is being sent right now
                     self.counts["busy"] += 1
-                    await self._leave(message, lease_left + 1)
-                    return
+                    return await self._leave(message, lease_left + 1)
                 claimed = True
         outcome = await self.senders.send(job)
-        await self._settle(message, job, key, claimed, scope, outcome)
+        return await self._settle(message, job, key, claimed, scope, outcome)
 
     async def _settle(
         self, message: Received, job: Job, key: str, claimed: bool, scope: str, outcome: Outcome
-    ) -> None:
+    ) -> bool:
         if outcome.kind == "delivered":
             if claimed:
                 try:
                     await self.claims.mark_sent(key)
                 except RedisError as exc:  # the lease still guards the job for a while
                     log.warning("could not mark %s sent: %s", job.id, exc)
-            await self._done(message, "sent", job)
-            return
+            return self._done("sent", job)
         if claimed and outcome.kind != "dead":
             try:
                 await self.claims.release(key)
@@ -173,10 +172,8 @@ class Consumer:
                     await self.people.deactivate(job.tenant, job.user, job.token, job.os)
                 except RedisError as exc:
                     log.warning("could not deactivate a dead token of %s: %s", job.user, exc)
-                    await self._leave(message, backoff_s(message.receive_count))
-                    return
-            await self._done(message, "dead_token", job, f"{outcome.status} {outcome.reason}")
-            return
+                    return await self._leave(message, backoff_s(message.receive_count))
+            return self._done("dead_token", job, f"{outcome.status} {outcome.reason}")
         if outcome.kind == "retry":
             self.counts["retried"] += 1
             now = time.monotonic()
@@ -186,23 +183,24 @@ class Consumer:
             log.info(
                 "%s to %s: %s %s, again in %ss", job.id, scope, outcome.status, outcome.reason, wait
             )
-            await self._leave(message, wait)
-            return
+            return await self._leave(message, wait)
         self.counts["rejected"] += 1
         log.warning("%s rejected by %s: %s %s", job.id, scope, outcome.status, outcome.reason)
         if not self.config.bug("ack_before_send"):
             await self.queue.to_dead_letter(message, f"rejected: {outcome.status} {outcome.reason}")
+        return False
 
-    async def _done(self, message: Received, what: str, job: Job, detail: str = "") -> None:
+    def _done(self, what: str, job: Job, detail: str = "") -> bool:
+        """Counted, and to be deleted (unless the ack_before_send bug deleted it already)."""
         self.counts[what] += 1
         log.debug("%s %s/%s %s %s", what, job.tenant, job.user, job.id, detail)
-        if not self.config.bug("ack_before_send"):
-            await self.queue.delete(message)
+        return not self.config.bug("ack_before_send")
 
-    async def _leave(self, message: Received, seconds: float) -> None:
+    async def _leave(self, message: Received, seconds: float) -> bool:
         """The job comes back after ``seconds`` (unless the ack_before_send bug lost it)."""
         if not self.config.bug("ack_before_send"):
             await self.queue.hide(message, seconds)
+        return False
 
 
 async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:

@@ -89,9 +89,15 @@ class JobQueue:
         except (BotoCoreError, ClientError) as exc:
             raise QueueError(f"SQS {method}: {exc}") from exc
 
-    async def send(self, bodies: Sequence[str], tenant: str, delay_s: int = 0) -> None:
-        """Enqueue; raises QueueError naming how many of them SQS refused."""
-        for start in range(0, len(bodies), SQS_BATCH):
+    async def send(
+        self, bodies: Sequence[str], tenant: str, delay_s: int = 0, parallel: int = 8
+    ) -> None:
+        """Enqueue, ten a call, ``parallel`` calls at a time; raises QueueError naming how many
+        SQS refused (the rest are on the queue: a retry of the whole is safe, the consumer's
+        claim sends each once)."""
+        gate = asyncio.Semaphore(parallel)
+
+        async def batch(chunk: Sequence[str]) -> int:
             entries = [
                 {
                     "Id": str(i),
@@ -101,12 +107,22 @@ class JobQueue:
                         "tenant_id": {"DataType": "String", "StringValue": tenant}
                     },
                 }
-                for i, body in enumerate(bodies[start : start + SQS_BATCH])
+                for i, body in enumerate(chunk)
             ]
-            answer = await self._call("send_message_batch", QueueUrl=self.url, Entries=entries)
-            failed = answer.get("Failed") or []
-            if failed:
-                raise QueueError(f"SQS refused {len(failed)} job(s): {failed[0]}")
+            async with gate:
+                answer = await self._call("send_message_batch", QueueUrl=self.url, Entries=entries)
+            return len(answer.get("Failed") or [])
+
+        chunks = [bodies[i : i + SQS_BATCH] for i in range(0, len(bodies), SQS_BATCH)]
+        results = await asyncio.gather(*(batch(c) for c in chunks), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        refused = sum(r for r in results if isinstance(r, int))
+        if errors:
+            raise QueueError(
+                f"{len(errors)} of {len(chunks)} SendMessageBatch calls failed: {errors[0]}"
+            )
+        if refused:
+            raise QueueError(f"SQS refused {refused} of {len(bodies)} job(s)")
 
     async def receive(self, wait_s: int = 1) -> list[Received]:
         answer = await self._call(
@@ -128,6 +144,17 @@ class JobQueue:
 
     async def delete(self, message: Received) -> None:
         await self._call("delete_message", QueueUrl=self.url, ReceiptHandle=message.receipt)
+
+    async def delete_batch(self, messages: Sequence[Received]) -> None:
+        """Delete finished jobs, ten a call; raises QueueError when SQS failed any (those come
+        back after their visibility timeout)."""
+        for start in range(0, len(messages), SQS_BATCH):
+            chunk = messages[start : start + SQS_BATCH]
+            entries = [{"Id": str(i), "ReceiptHandle": m.receipt} for i, m in enumerate(chunk)]
+            answer = await self._call("delete_message_batch", QueueUrl=self.url, Entries=entries)
+            failed = answer.get("Failed") or []
+            if failed:
+                raise QueueError(f"SQS did not delete {len(failed)} job(s): {failed[0]}")
 
     async def hide(self, message: Received, seconds: float) -> None:
         """Keep the job invisible for ``seconds`` more (SQS: 0-43200, whole seconds)."""

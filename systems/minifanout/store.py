@@ -92,13 +92,15 @@ class People:
             {_text(t): json.loads(v) for t, v in devices.items()},
         )
 
-    async def settings(self, tenant: str, user: str) -> dict[str, Any] | None:
-        raw = await self.redis.get(_key(tenant, "settings", user))
-        return json.loads(raw) if raw else None
-
-    async def device(self, tenant: str, user: str, token: str) -> dict[str, Any] | None:
-        raw = await self.redis.hget(_key(tenant, "devices", user), token)
-        return json.loads(raw) if raw else None
+    async def job_state(
+        self, tenant: str, user: str, token: str
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """(settings, the device) as they are now, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.get(_key(tenant, "settings", user))
+        pipe.hget(_key(tenant, "devices", user), token)
+        settings, device = await pipe.execute()
+        return (json.loads(settings) if settings else None, json.loads(device) if device else None)
 
     async def deactivate(self, tenant: str, user: str, token: str, os_name: str) -> None:
         # Only if it is still there, in one step: an erased person's device is not written back.
@@ -212,7 +214,9 @@ class Claims:
         return "busy", max(pttl, 0) / 1000.0
 
     async def mark_sent(self, key: str) -> None:
-        await self.redis.set(key, "sent", ex=SENT_TTL_S)
+        # XX: only over our own lease. A claim erased mid-send (the person erased) stays
+        # erased; nothing of them survives in the store.
+        await self.redis.set(key, "sent", ex=SENT_TTL_S, xx=True)
 
     async def release(self, key: str) -> None:
         await self.redis.delete(key)
