@@ -305,6 +305,7 @@ class System:
     infra: Infra
     driver: MiniFanoutDriver
     http: HttpExecutor
+    argv: list[str] = field(default_factory=list)
     tenant: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:8]}")
 
     def call(self, call: Call, expect: int | tuple[int, ...] = (200, 202)) -> Any:
@@ -422,7 +423,7 @@ def minifanout(
         )
     http = HttpExecutor(f"http://127.0.0.1:{port}", timeout_s=10)
     system = System(
-        proc, f"http://127.0.0.1:{port}", queue, stderr, infra, MiniFanoutDriver(), http
+        proc, f"http://127.0.0.1:{port}", queue, stderr, infra, MiniFanoutDriver(), http, argv
     )
     try:
 
@@ -456,6 +457,32 @@ def minifanout(
                 f"minifanout did not stop cleanly on SIGTERM ({code}):\n{system.log()}"
             )
             assert "stopped" in system.log()
+
+
+@contextmanager
+def consumer_process(system: System, name: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A second process of the same system running only the consumer (``--role consumer``)."""
+    stderr = system.infra.log_dir / f"consumer-{name}-{system.queue}.stderr"
+    with open(stderr, "wb") as err:
+        proc = subprocess.Popen(
+            [*system.argv, "--role", "consumer"],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+    try:
+        wait_for(
+            lambda: "consumer running" in stderr.read_text() or proc.poll() is not None,
+            30,
+            "the consumer to start",
+        )
+        assert proc.poll() is None, stderr.read_text()
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
 
 
 # -- the promises, and the bugs that break them -------------------------------------------------
@@ -890,3 +917,33 @@ def _cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (Linux /proc), in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_consumer_killed_mid_send_is_replaced_and_the_job_finished(infra: Infra) -> None:
+    """API and consumer as two commands; kill -9 of the consumer while APNs holds a send: the
+    job comes back, the claim's lease ends, a new consumer sends it again with the same
+    collapse id (the duplicate the design admits for a crash between send and 'sent')."""
+    with minifanout(infra, extra=("--role", "api", "--visibility-timeout", "5")) as mini:
+        assert "consumer" not in mini.health()  # this process runs no consumer
+        token = apns_token()
+        mini.person("f", devices=(("apns", token),))
+        mini.follow("star", ["f"])
+        fault = infra.apns.start_fault("latency", {"ms": 3000, "tokens": [token]})
+        try:
+            with consumer_process(mini, "first") as first:
+                nid = mini.post("star")
+                wait_for(lambda: mini.rows(token), 20, "the send to reach APNs")
+                first.send_signal(signal.SIGKILL)  # before the answer: no 'sent' mark
+                first.wait(10)
+        finally:
+            infra.apns.stop_fault(fault["id"])
+        [held] = mini.rows(token)
+        with consumer_process(mini, "second") as second:
+            wait_for(lambda: len(mini.delivered(token, nid)) == 2, 40, "the job sent again")
+            wait_for(mini.drained, 20, "the queue to drain")
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(30) == 0
+        again = mini.delivered(token, nid)[1]
+        assert {r["collapse_id"] for r in mini.rows(token)} == {nid}
+        # Not before the first claim's lease (15 s) ended: no second copy while one was sending.
+        assert again["received_at"] >= held["received_at"] + 15
