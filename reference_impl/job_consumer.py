@@ -26,7 +26,8 @@ step 3 in successive rounds: a copy then finds the first one's 'sent' mark, as i
 next batch. Within a batch, an answer changes what the next send does as it did job by job: a
 Retry-After pauses the scope for the batch's remaining sends (their leases go back), and a token
 that answered dead is not tried again. A 'sent' mark that fails (the store died after the
-sends) is written with the consumer's next settlement, before the lease it replaces runs out.
+sends) is kept and written before the consumer's next claims, however long the store was gone:
+a later copy of that job must find the key 'sent', not a lease that ran out meanwhile.
 
 Also shared: the audit record, and the poller wiring of a consumer process (:func:`serve`).
 """
@@ -53,7 +54,7 @@ from reference_impl.audit_keys import AuditKeys, DataKey
 from reference_impl.aws import client, queue_url, to_poison
 from reference_impl.config import Config
 from reference_impl.dedup import Claim, DedupStore, FallbackDedup
-from reference_impl.dedup_key import dedup_key
+from reference_impl.dedup_key import DEDUP_TTL_SECONDS, dedup_key
 from reference_impl.event_source import SqsPoller, run_pollers
 from reference_impl.ids import PREFERENCES_CACHE_SECONDS, preferences_cache_key, user_key, valid_id
 from reference_impl.providers import ProviderGate, SendResult
@@ -479,14 +480,16 @@ class JobConsumer:
         return errors
 
     def late_marks(self) -> list[str]:
-        """The late marks still worth writing: past the lease, whoever claims the key again
-        sends and marks it, and a mark from us comes too late to matter."""
+        """The 'sent' marks a dead store refused, still to write. Kept past the lease: a send
+        that happened must be marked whenever the store comes back, or the next copy of the job
+        (a redelivery, a DLQ redrive) finds no key and sends again. Kept up to the key's own
+        30-day life."""
         now = time.monotonic()
         self._late_marks = {k: t for k, t in self._late_marks.items() if t > now}
         return list(self._late_marks)
 
     def remember_marks(self, marks: Sequence[str], errors: dict[str, Exception]) -> None:
-        deadline = time.monotonic() + self.config.dedup_lease_seconds
+        deadline = time.monotonic() + DEDUP_TTL_SECONDS
         for key in marks:
             if isinstance(errors.get(key), redis_lib.RedisError):
                 self._late_marks.setdefault(key, deadline)
@@ -515,6 +518,11 @@ class JobConsumer:
     ) -> None:
         """Deliveries with distinct dedup keys: claims, sends, settlement. ``dead``: the
         (tenant, recipient) pairs whose token answered dead earlier in the batch."""
+        # Marks a dead store refused go in before any claim: a copy of a job whose send
+        # happened must find its key 'sent', not absent (its lease may have run out).
+        late = self.late_marks()
+        if late:
+            self.remember_marks(late, self.settle_many(late, []))
         claims = self.claim_many([key for _, _, key in pending])
         sent: list[str] = []
         released: list[str] = []
@@ -543,10 +551,8 @@ class JobConsumer:
             answered.append((state, delivery, key, answer))
         # Late marks ride along when the store answered the claims (when it did not, they
         # would only wait out the same timeout again).
-        reachable = any(not isinstance(c, Exception) for c in claims)
-        late = self.late_marks() if reachable else []
-        errors = self.settle_many([*late, *sent], released)
-        self.remember_marks([*late, *sent], errors)
+        errors = self.settle_many(sent, released)
+        self.remember_marks(sent, errors)
         for state, delivery, key, answer in answered:
             # The answer is audited whether or not its key settled: a send that happened is in
             # the trail even when its mark is late (the job comes back and is audited

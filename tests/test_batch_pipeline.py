@@ -4,6 +4,7 @@ local three-master cluster: the consumers' Redis traffic, counted by the servers
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -471,9 +472,9 @@ def test_with_the_fallback_the_third_failed_batch_is_decided_in_dynamodb(stack, 
 @pytest.mark.integration
 def test_sends_of_a_batch_whose_store_died_are_marked_when_it_returns(stack, tmp_path, caplog):
     """Marks wait for the end of a batch: a store that dies mid-batch leaves all of its sends
-    unmarked. The consumer's next settlement writes them, before the leases (durable, like the
-    store) run out and the redelivered jobs win their keys and send a second time. The sends
-    are audited 'sent' all the same: they happened."""
+    unmarked. The consumer writes them before its next claims, so the redelivered jobs find
+    'sent' and are not sent a second time. The sends are audited 'sent' all the same: they
+    happened."""
     caplog.set_level(logging.INFO, logger="reference_impl.push_consumer")
     with Stack(tmp_path, parts=["redis"], with_workers=False, durable_redis=True) as store:
         client = redis.Redis.from_url(store.info.redis_url, socket_connect_timeout=0.5)
@@ -502,10 +503,9 @@ def test_sends_of_a_batch_whose_store_died_are_marked_when_it_returns(stack, tmp
             t.apns.http.delete(f"/_sim/faults/{slow.json()['id']}").raise_for_status()
             assert len(first["batchItemFailures"]) == 3 and len(t.ledger()) == 3
             store.start_part("redis")
-            # The redelivered jobs find their leases in flight; the late marks go in meanwhile.
-            assert len(consumer({"Records": records}, None)["batchItemFailures"]) == 3
-            assert [client.get(k) for k in keys] == [b"sent"] * 3
+            # The late marks go in before the redelivered jobs' claims: they find 'sent'.
             assert consumer({"Records": records}, None) == {"batchItemFailures": []}
+            assert [client.get(k) for k in keys] == [b"sent"] * 3
         finally:
             consumer.apns.close()
             consumer.fcm.close()
@@ -513,3 +513,45 @@ def test_sends_of_a_batch_whose_store_died_are_marked_when_it_returns(stack, tmp
         assert len(t.ledger()) == 3
     outcomes = [a for a, _ in _audits(caplog, {j["notification_id"] for j in jobs})]
     assert outcomes.count("sent") == 3 and outcomes.count("deduped") == 3
+
+
+def test_a_mark_refused_for_longer_than_the_lease_is_still_written_before_the_next_claim(
+    stack, tmp_path
+):
+    """The store is gone for longer than the lease: the lease runs out, but the send happened,
+    and a later copy of the job (a DLQ redrive) must find the key 'sent', not absent."""
+    with Stack(tmp_path, parts=["redis"], with_workers=False, durable_redis=True) as store:
+        client = redis.Redis.from_url(store.info.redis_url, socket_connect_timeout=0.5)
+        config = dataclasses.replace(_config(stack), dedup_lease_seconds=1)
+        consumer = PushConsumer(config, redis_client=client)
+        t = TenantClient(stack)
+        token = apns_token(0, t.tenant)
+        t.user("late0", devices=[("apns", token)])
+        job = _job(t.tenant, "late0", "push")
+        key = dedup_key(t.tenant, job["notification_id"], f"late0#{device_id(token)}")
+        slow = t.apns.http.post(
+            "/_sim/faults", json={"fault": "latency", "params": {"ms": 1000, "tokens": [token]}}
+        )
+        slow.raise_for_status()
+        first: dict[str, Any] = {}
+        batch = threading.Thread(
+            target=lambda: first.update(consumer({"Records": [_record(job)]}, None))
+        )
+        try:
+            batch.start()
+            wait_until(lambda: len(t.ledger()) >= 1, 10, "the send")
+            store.stop_part("redis")
+            gone_at = time.monotonic()
+            batch.join(30)
+            t.apns.http.delete(f"/_sim/faults/{slow.json()['id']}").raise_for_status()
+            # The fault under test: the store stays gone past the 1 s lease (durable AOF: the
+            # lease comes back with it, and runs out on the clock).
+            wait_until(lambda: time.monotonic() > gone_at + 1.5, 5, "the lease to run out")
+            store.start_part("redis")
+            assert consumer({"Records": [_record(job)]}, None) == {"batchItemFailures": []}
+            assert client.get(key) == b"sent"
+        finally:
+            consumer.apns.close()
+            consumer.fcm.close()
+            client.close()
+        assert len(t.ledger()) == 1

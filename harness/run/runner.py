@@ -345,7 +345,8 @@ def _chaos_targets(stack: Stack, info: StackInfo) -> ChaosTargets:
         apns_url=info.url("apns"),
         apns_ca_file=info.tls_ca,
         fcm_url=info.url("fcm"),
-        sqs_url=parts["sqs"].url if "sqs" in parts else None,
+        # The SQS endpoint's control API: the stack's own, or a target's when it uses ours.
+        sqs_url=parts["sqs"].url if "sqs" in parts else (target.sqs_control if target else None),
         kinesis_proxy_url=parts["kinesis-proxy"].url if "kinesis-proxy" in parts else None,
         # A target's processes are not the harness's to kill.
         processes=stack if target is None else None,
