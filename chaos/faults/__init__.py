@@ -1,0 +1,163 @@
+"""The fault catalogue (the nemesis's vocabulary): named faults with parameters, start and stop.
+
+One module per fault in this package, each registering itself with :func:`fault` (as
+Toxiproxy's toxics do): adding a fault is one new module, no edit here.
+
+Every fault acts on the outside of the system under test only: the fault proxy in front of the
+dedup store, the AWS fault proxy in front of Kinesis, the provider simulators, the SQS endpoint,
+and the worker processes. Each start and
+stop is recorded in the run history as a ``fault`` row, so checkers can see the window.
+
+The proxy is driven through ``toxiproxy-python`` (the PyPI client), so the same faults work
+against a real Toxiproxy in a team's staging environment.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+DEDUP_PROXY = "dedup"
+
+
+class History(Protocol):
+    """Where fault windows are recorded: anything with the history's ``append`` (the harness's
+    run history; chaos itself depends on no harness module)."""
+
+    def append(self, kind: str, **fields: Any) -> None: ...
+
+
+class FaultError(ValueError):
+    """A fault name or its parameters are not valid."""
+
+
+class ProcessControl(Protocol):
+    """What process faults need from the stack: kill a part, start it again."""
+
+    def kill_part(self, part: str) -> None: ...
+
+    def start_part(self, part: str) -> Any: ...
+
+
+@dataclass
+class ChaosTargets:
+    """Where the faults act. Any may be None when a target does not offer it."""
+
+    toxiproxy_url: str | None = None
+    apns_url: str | None = None
+    apns_ca_file: str | None = None
+    fcm_url: str | None = None
+    sqs_url: str | None = None
+    # The AWS fault proxy (emulators/aws_proxy) the system's Kinesis consumer reads through.
+    kinesis_proxy_url: str | None = None
+    processes: ProcessControl | None = None
+    dedup_proxy: str = DEDUP_PROXY
+
+
+@dataclass
+class Fault:
+    """One fault instance: ``start`` then ``stop`` (idempotent), recorded as a window."""
+
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+    window_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
+    active: bool = False
+    _undo: Callable[[], None] | None = None
+
+    def start(self, targets: ChaosTargets, history: History | None) -> None:
+        if self.active:
+            return
+        spec = CATALOGUE[self.name]
+        missing = unavailable(self.name, targets)
+        if missing:
+            raise FaultError(missing)
+        self._undo = spec.start(targets, self.params)
+        self.active = True
+        if history is not None:
+            history.append("fault", detail=self._detail("start"))
+
+    def stop(self, targets: ChaosTargets, history: History | None) -> None:
+        if not self.active:
+            return
+        try:
+            if self._undo is not None:
+                self._undo()
+        finally:
+            self.active = False
+            if history is not None:
+                history.append("fault", detail=self._detail("stop"))
+
+    def _detail(self, phase: str) -> str:
+        return json.dumps(
+            {"window": self.window_id, "fault": self.name, "phase": phase, "params": self.params}
+        )
+
+
+# -- the registry -----------------------------------------------------------------------------
+
+Start = Callable[[ChaosTargets, dict[str, Any]], Callable[[], None]]
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    description: str
+    start: Start
+    required: tuple[str, ...] = ()
+    # The ChaosTargets field the fault acts through; None on a target is "not available".
+    needs: str | None = None
+    needs_what: str = ""
+
+
+CATALOGUE: dict[str, FaultSpec] = {}
+
+
+def fault(
+    name: str,
+    description: str,
+    *,
+    needs: str | None = None,
+    needs_what: str = "",
+    required: tuple[str, ...] = (),
+) -> Callable[[Start], Start]:
+    """Register ``start(targets, params) -> undo`` as the fault ``name`` (a decorator)."""
+
+    def register(start: Start) -> Start:
+        if name in CATALOGUE and CATALOGUE[name].start is not start:
+            raise ValueError(f"two faults named {name!r}")
+        CATALOGUE[name] = FaultSpec(description, start, required, needs, needs_what)
+        return start
+
+    return register
+
+
+def unavailable(name: str, targets: ChaosTargets) -> str | None:
+    """Why the fault cannot act on these targets (what they lack), or None."""
+    spec = CATALOGUE[name]
+    if spec.needs is None or getattr(targets, spec.needs) is not None:
+        return None
+    return f"{name} is not available on this target: it has no {spec.needs_what or spec.needs}"
+
+
+def make_fault(name: str, params: dict[str, Any] | None = None) -> Fault:
+    if name not in CATALOGUE:
+        raise FaultError(f"unknown fault {name!r}; known: {', '.join(sorted(CATALOGUE))}")
+    params = dict(params or {})
+    missing = [p for p in CATALOGUE[name].required if p not in params]
+    if missing:
+        raise FaultError(f"fault {name!r} needs parameter(s): {', '.join(missing)}")
+    return Fault(name, params)
+
+
+def _load() -> None:
+    import importlib
+    import pkgutil
+
+    for module in pkgutil.iter_modules(__path__):
+        if module.name != "adapters":
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+_load()

@@ -1,0 +1,103 @@
+"""What the faults act through: the fault proxy (with the PyPI toxiproxy-python client, so the
+same faults work against a real Toxiproxy), the simulators' and SQS endpoint's control APIs, the
+AWS fault proxy, and the stack's processes. Shared by the fault modules of this package."""
+
+from __future__ import annotations
+
+import ssl
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from chaos.faults import ChaosTargets, FaultError
+
+
+def toxiproxy_proxy(targets: ChaosTargets) -> Any:
+    if not targets.toxiproxy_url:
+        raise FaultError("this target has no fault proxy (toxiproxy_url)")
+    from toxiproxy import Toxiproxy
+
+    url = httpx.URL(targets.toxiproxy_url)
+    server = Toxiproxy()
+    server.update_api_consumer(url.host, url.port)
+    proxy = server.get_proxy(targets.dedup_proxy)
+    if proxy is None:
+        raise FaultError(f"the fault proxy has no proxy named {targets.dedup_proxy!r}")
+    return proxy
+
+
+def control_client(url: str | None, what: str, ca_file: str | None = None) -> httpx.Client:
+    if not url:
+        raise FaultError(f"this target has no {what}")
+    verify: Any = ssl.create_default_context(cafile=ca_file) if ca_file else True
+    return httpx.Client(base_url=url, verify=verify, timeout=10)
+
+
+def simulator_fault(provider: str, fault: str) -> Callable[..., Callable[[], None]]:
+    def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
+        url, ca = (
+            (targets.apns_url, targets.apns_ca_file)
+            if provider == "apns"
+            else (targets.fcm_url, None)
+        )
+        client = control_client(url, f"{provider} simulator", ca)
+        body = {"fault": fault, "params": params}
+        response = client.post("/_sim/faults", json=body)
+        if response.status_code != 200:
+            raise FaultError(f"{provider} simulator refused {body}: {response.text}")
+        fault_id = response.json()["id"]
+
+        def undo() -> None:
+            client.delete(f"/_sim/faults/{fault_id}")
+            client.close()
+
+        return undo
+
+    return start
+
+
+def sqs_fault(fault: str) -> Callable[..., Callable[[], None]]:
+    def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
+        client = control_client(targets.sqs_url, "SQS endpoint with fault injection")
+        fault_params = {k: v for k, v in params.items() if k != "queues"}
+        body = {"fault": fault, "params": fault_params, "queues": params.get("queues")}
+        response = client.post("/_sqs/faults", json=body)
+        if response.status_code != 200:
+            raise FaultError(f"SQS endpoint refused {body}: {response.text}")
+        fault_id = response.json()["id"]
+
+        def undo() -> None:
+            client.delete(f"/_sqs/faults/{fault_id}")
+            client.close()
+
+        return undo
+
+    return start
+
+
+def dedup_toxic(toxic_type: str, attributes: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+    def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
+        proxy = toxiproxy_proxy(targets)
+        name = f"chaos_{toxic_type}_{uuid.uuid4().hex[:6]}"
+        proxy.add_toxic(
+            name=name,
+            type=toxic_type,
+            stream=params.get("stream", "downstream"),
+            toxicity=float(params.get("toxicity", 1.0)),
+            attributes=attributes(params),
+        )
+        return lambda: proxy.destroy_toxic(name)
+
+    return start
+
+
+def process_crash(part: str) -> Callable[..., Callable[[], None]]:
+    def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
+        if targets.processes is None:
+            raise FaultError("this target's processes are not ours to kill")
+        targets.processes.kill_part(part)  # kill -9: no cleanup, as a crash
+        return lambda: targets.processes.start_part(part)  # type: ignore[union-attr]
+
+    return start

@@ -1,0 +1,13 @@
+"""consumer-crash: kill -9 the push consumer at start, restart it at stop."""
+
+from __future__ import annotations
+
+from chaos.faults import fault
+from chaos.faults.adapters import process_crash
+
+start = fault(
+    "consumer-crash",
+    "kill -9 the push consumer at start, restart it at stop",
+    needs="processes",
+    needs_what="processes the harness started itself (a target's are not ours to kill)",
+)(process_crash("push-consumer"))

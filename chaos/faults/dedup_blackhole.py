@@ -1,0 +1,13 @@
+"""dedup-blackhole: dedup store black hole: data stops flowing, connections hang (timeout toxic 0)."""
+
+from __future__ import annotations
+
+from chaos.faults import fault
+from chaos.faults.adapters import dedup_toxic
+
+start = fault(
+    "dedup-blackhole",
+    "dedup store black hole: data stops flowing, connections hang (timeout toxic 0)",
+    needs="toxiproxy_url",
+    needs_what="fault proxy in front of its dedup store (dedup_listen, or toxiproxy_url)",
+)(dedup_toxic("timeout", lambda p: {"timeout": int(p.get("timeout_ms", 0))}))
