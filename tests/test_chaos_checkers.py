@@ -83,7 +83,7 @@ def test_dead_tokens_flags_sends_after_410_or_unregistered():
     _request(history, 11.0, token="fcm-dead", provider="fcm", status=404, reason="UNREGISTERED")
     verdict = dead_tokens.check(history.frame())
     assert verdict.valid and verdict.counts["in_flight_forgiven"] == 1
-    _request(history, 10.3, token="dead", status=410, reason="Unregistered", nid="n3")
+    _request(history, 10.8, token="dead", status=410, reason="Unregistered", nid="n3")
     _request(
         history, 30.0, token="fcm-dead", provider="fcm", status=404, reason="UNREGISTERED", nid="n4"
     )
@@ -113,7 +113,7 @@ def test_dead_tokens_measures_from_when_the_dead_answer_left():
     )
     _request(history, 11.5, token="dead", status=410, reason="Unregistered", nid="n2")
     assert dead_tokens.check(history.frame()).valid
-    _request(history, 12.2, token="dead", status=410, reason="Unregistered", nid="n3")
+    _request(history, 12.7, token="dead", status=410, reason="Unregistered", nid="n3")
     verdict = dead_tokens.check(history.frame())
     assert not verdict.valid and verdict.counts["sends_after_dead"] == 1
 

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from harness.checkers import Evidence, Verdict, checker, registry, run_probe
+from harness.checkers.verdict import SWITCHED_OFF, result_status, switched_off
 from harness.model.history import to_frame
 from harness.model.oracle import Expectation, expected_deliveries
 from harness.model.population import PopulationSpec, generate
@@ -80,10 +81,14 @@ def test_a_crashing_checker_reports_unknown_never_pass():
         registry._REGISTRY.pop("test_crashes")
 
 
-def test_a_checker_needing_what_the_target_lacks_reports_unknown():
+def test_a_checker_needing_what_the_target_lacks_is_switched_off_and_says_why():
     verdict = run_probe("audit_complete", {}, _evidence(), capabilities=frozenset())
-    assert verdict.valid is None
-    assert "not available on this target: it has no audit_trail" in verdict.details["unknown"]
+    assert verdict.valid is None and verdict.status == "off" and not verdict.applies
+    assert "not available on this target: it has no audit_trail" in verdict.details[SWITCHED_OFF]
+    assert result_status(verdict.to_dict()) == "off"
+    # The same checker on a system that has the trail is judged (here: nothing to judge).
+    judged = run_probe("audit_complete", {}, _evidence(), capabilities=frozenset({"audit_trail"}))
+    assert judged.applies and judged.status != "off"
 
 
 def test_overall_verdict():
@@ -93,6 +98,16 @@ def test_overall_verdict():
     assert overall_verdict([ok, unknown], None) == "unknown"
     assert overall_verdict([ok], "stack died") == "fail"
     assert overall_verdict([], None) == "fail"
+
+
+def test_switched_off_checkers_neither_pass_nor_fail_a_run():
+    ok, bad = Verdict("a", True), Verdict("b", False)
+    off = switched_off("c", "not available on this target: it has no audit_trail")
+    assert overall_verdict([ok, off], None) == "pass"
+    assert overall_verdict([bad, off], None) == "fail"
+    # A run whose every checker was switched off proved nothing: never a pass.
+    assert overall_verdict([off], None) == "unknown"
+    assert overall_verdict([off, off], "stack died") == "fail"
 
 
 def test_an_empty_history_passes_the_checkers_that_need_nothing():

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.checkers.evidence import Evidence
-from harness.checkers.verdict import Verdict
+from harness.checkers.verdict import Verdict, switched_off
 
 Probe = Callable[[Evidence, Mapping[str, Any]], Verdict]
 # Modules of this package that are helpers, not checkers.
@@ -33,7 +33,7 @@ class Checker:
     tolerances: Mapping[str, Any]
     summary: str
     # What the system must expose for the checker to judge it (e.g. "audit_trail"); a target
-    # without one of these gets an "unknown ... not available on this target" verdict.
+    # without one of these gets a "switched off: not available on this target" verdict.
     needs: frozenset[str] = frozenset()
 
 
@@ -104,12 +104,12 @@ def run_probe(
     evidence: Evidence,
     capabilities: frozenset[str] | None = None,
 ) -> Verdict:
-    """The checker's verdict; *unknown* (``valid`` None) when it crashed or when the system
-    lacks a capability it needs (``capabilities`` None: the system has them all)."""
+    """The checker's verdict; *unknown* (``valid`` None) when it crashed; *switched off* when
+    the system lacks a capability it needs (``capabilities`` None: the system has them all)."""
     spec = get(name)
     missing = spec.needs - capabilities if capabilities is not None else frozenset()
     if missing:
-        return unknown_verdict(
+        return switched_off(
             name, f"not available on this target: it has no {', '.join(sorted(missing))}"
         )
     try:

@@ -10,6 +10,7 @@ import pandas as pd
 from harness.analysis import metrics
 from harness.analysis.duplicates import fault_buckets
 from harness.analysis.metrics import Run
+from harness.checkers.verdict import STATUS_WORDS, result_status
 from harness.report.charts import (
     ChartInput,
     chart_depth,
@@ -149,13 +150,17 @@ def build_document(run: Run, out_dir: Path) -> Document:
         )
 
     doc.h2("Evidence")
-    failed = {n: r for n, r in summary.get("checkers", {}).items() if not r.get("valid")}
+    failed = {
+        n: r
+        for n, r in summary.get("checkers", {}).items()
+        if result_status(r) in ("fail", "unknown")
+    }
     if not summary.get("checkers"):
         doc.p("No checker ran, so there is no verdict on any invariant.")
     elif not failed:
         doc.p("Every checker passed: there is no violation to show.")
     for name, result in failed.items():
-        doc.h3(f"{name}: FAIL ({counts_text(result)})")
+        doc.h3(f"{name}: {STATUS_WORDS[result_status(result)]} ({counts_text(result)})")
         found = checker_evidence(name, result, ctx)
         if not found:
             doc.note(

@@ -12,6 +12,7 @@ import pandas as pd
 
 from harness.analysis import metrics
 from harness.analysis.metrics import KEY, Run
+from harness.checkers.verdict import STATUS_WORDS, SWITCHED_OFF, result_status
 from harness.checkers.windows import Window
 
 MAX_EVIDENCE_ROWS = 10
@@ -64,7 +65,15 @@ def verdict_word(summary: dict[str, Any]) -> str:
 
 def verdict_sentence(summary: dict[str, Any]) -> str:
     checkers = summary.get("checkers") or {}
-    failed = [name for name, result in checkers.items() if not result.get("valid")]
+    failed = [name for name, result in checkers.items() if result_status(result) == "fail"]
+    undecided = [name for name, result in checkers.items() if result_status(result) == "unknown"]
+    off = [name for name, result in checkers.items() if result_status(result) == "off"]
+    judged = len(checkers) - len(off)
+    off_text = (
+        f" {len(off)} switched off (the system does not offer what they need): {', '.join(off)}."
+        if off
+        else ""
+    )
     if summary.get("verdict") == "incomplete":
         return (
             f"The run did not finish: {summary.get('error') or 'it was stopped'}. There is "
@@ -76,9 +85,16 @@ def verdict_sentence(summary: dict[str, Any]) -> str:
         return f"The run itself failed: {summary['error']}{ran}. Do not release on this run."
     if not checkers:
         return "No checker ran: this run proves nothing."
-    if not failed:
-        return f"All {len(checkers)} checkers passed."
-    return f"{len(failed)} of {len(checkers)} checkers failed: {', '.join(failed)}."
+    if not judged:
+        return f"Every checker was switched off: this run proves nothing.{off_text}"
+    if failed:
+        return f"{len(failed)} of {judged} checkers failed: {', '.join(failed)}.{off_text}"
+    if undecided:
+        return (
+            f"No checker failed, but {len(undecided)} of {judged} could not decide: "
+            f"{', '.join(undecided)}. Do not release on this run.{off_text}"
+        )
+    return f"All {judged} checkers passed.{off_text}"
 
 
 def short_token(token: Any) -> str:
@@ -102,8 +118,8 @@ def verdict_rows(summary: dict[str, Any]) -> pd.DataFrame:
     rows = [
         {
             "checker": name,
-            "result": "PASS" if result.get("valid") else "FAIL",
-            "counts": counts_text(result),
+            "result": STATUS_WORDS[result_status(result)],
+            "counts": result.get(SWITCHED_OFF) or counts_text(result),
         }
         for name, result in summary.get("checkers", {}).items()
     ]

@@ -11,7 +11,7 @@ import pandas as pd
 
 from harness.analysis import metrics
 from harness.analysis.metrics import KEY, Run
-from harness.checkers import registry
+from harness.checkers import dead_tokens, registry
 from harness.checkers.fail_closed import OUTAGES
 from harness.checkers.windows import Window, deliveries
 from harness.model.oracle import Expectation
@@ -341,7 +341,7 @@ def checker_evidence(name: str, result: dict[str, Any], ctx: Context) -> list[tu
     elif name == "fail_closed":
         found = fail_closed_evidence(ctx, float(result.get("grace_s", 0.5)))
     elif name == "dead_tokens":
-        found = dead_token_evidence(ctx, float(result.get("transit_s", 0.05)))
+        found = dead_token_evidence(ctx, float(result.get("transit_s", dead_tokens.TRANSIT_S)))
     elif name == "backpressure":
         found = backpressure_evidence(ctx, float(result.get("slack_s", 0.3)))
     elif name == "consent":

@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from harness.analysis import metrics
+from harness.checkers.verdict import SWITCHED_OFF, result_status
 from harness.report.document import counts_text
 
 
@@ -13,7 +14,9 @@ def junit_xml(summary: dict[str, Any], duration_s: float = 0.0) -> str:
     """One testsuite, one testcase per checker; the run's own error is an error testcase."""
     scenario = str(summary.get("scenario", "run"))
     checkers = summary.get("checkers", {}) or {}
-    failures = sum(1 for r in checkers.values() if not r.get("valid"))
+    statuses = {name: result_status(r) for name, r in checkers.items()}
+    failures = sum(1 for s in statuses.values() if s in ("fail", "unknown"))
+    skipped = sum(1 for s in statuses.values() if s == "off")
     error = summary.get("error")
     errors = 1 if error or not checkers else 0
     suites = ET.Element("testsuites")
@@ -25,7 +28,7 @@ def junit_xml(summary: dict[str, Any], duration_s: float = 0.0) -> str:
             "tests": str(len(checkers) + errors),
             "failures": str(failures),
             "errors": str(errors),
-            "skipped": "0",
+            "skipped": str(skipped),
             "time": f"{duration_s:.3f}",
         },
     )
@@ -36,7 +39,15 @@ def junit_xml(summary: dict[str, Any], duration_s: float = 0.0) -> str:
         case = ET.SubElement(
             suite, "testcase", {"classname": f"harness.{scenario}", "name": name, "time": "0"}
         )
-        if not result.get("valid"):
+        if statuses[name] == "off":
+            ET.SubElement(case, "skipped", {"message": str(result.get(SWITCHED_OFF))})
+        elif statuses[name] == "unknown":
+            ET.SubElement(
+                case,
+                "failure",
+                {"message": f"{name} could not decide: {result.get('unknown')}", "type": "Unknown"},
+            )
+        elif statuses[name] == "fail":
             failure = ET.SubElement(
                 case,
                 "failure",

@@ -368,6 +368,22 @@ ACTIONS: dict[str, Callable[[ActionContext, dict[str, Any]], str]] = {
 }
 
 
+def unavailable(
+    name: str, params: dict[str, Any], *, can_redrive: bool, can_write_table: bool
+) -> str | None:
+    """Why the action cannot act on this system (what it lacks), or None: asked before the run
+    starts, so that a scenario the system cannot take says so instead of failing midway."""
+    if name == "redrive-dlq" and not can_redrive:
+        return f"{name} needs dead-letter queues the harness can redrive (the target has none)"
+    if (
+        name == "change-preferences"
+        and params.get("via", "mixed") in ("table", "mixed")
+        and not can_write_table
+    ):
+        return f"{name} via {params.get('via', 'mixed')} needs a direct preferences-table writer"
+    return None
+
+
 def validate(name: str, params: dict[str, Any]) -> None:
     """Raise ActionError for an unknown action or bad parameters."""
     if name not in ACTIONS:

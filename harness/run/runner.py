@@ -23,12 +23,13 @@ import pandas as pd
 from ulid import ULID
 
 from chaos.faults import DEDUP_PROXY, ChaosTargets, make_fault
+from chaos.faults import unavailable as fault_unavailable
 from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
 from harness.checkers import run_probe
 from harness.checkers.evidence import evidence_from
-from harness.checkers.verdict import Verdict
+from harness.checkers.verdict import STATUS_WORDS, SWITCHED_OFF, Verdict, result_status
 from harness.contract.driver import Driver
-from harness.contract.system import Queues
+from harness.contract.system import Queues, SystemContract
 from harness.load.loader import load_population, post_event
 from harness.load.loadgen import ROOT
 from harness.load.record import (
@@ -42,6 +43,7 @@ from harness.model.oracle import expected_channel_deliveries
 from harness.model.population import Population, generate
 from harness.model.scenarios import Scenario
 from harness.run.actions import ACTIONS, ActionContext
+from harness.run.actions import unavailable as action_unavailable
 from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
 from harness.run.channel_ledgers import ChannelLedgers, register_online_users
 from harness.run.dlq import redrive_all
@@ -97,11 +99,15 @@ class RunResult:
 
 
 def overall_verdict(verdicts: list[Verdict], error: str | None) -> str:
-    """pass: every checker passed; fail: one failed or the run errored; unknown: none failed
-    but one could not decide (a crash, a capability the system lacks). Never pass otherwise."""
+    """pass: every checker that applies passed; fail: one failed or the run errored; unknown:
+    none failed but one could not decide (it crashed), or every checker was switched off (the
+    system offers none of what they need). Switched-off checkers count neither way."""
     if error is not None or not verdicts or any(v.valid is False for v in verdicts):
         return "fail"
-    return "unknown" if any(v.valid is None for v in verdicts) else "pass"
+    applying = [v for v in verdicts if v.applies]
+    if not applying:
+        return "unknown"
+    return "unknown" if any(v.valid is None for v in applying) else "pass"
 
 
 def _json_default(value: Any) -> Any:
@@ -119,15 +125,16 @@ def new_run_id(scenario: str, seed: int, now: datetime) -> str:
 def verdict_table(summary: dict[str, Any]) -> str:
     lines = [f"run {summary['run_id']}  scenario {summary['scenario']}  seed {summary['seed']}"]
     for name, result in summary["checkers"].items():
-        status = {True: "PASS", False: "FAIL", None: "UNKNOWN"}[result["valid"]]
+        status = STATUS_WORDS[result_status(result)]
         counts = ", ".join(
             f"{k}={v}"
             for k, v in result.items()
             if k != "valid" and isinstance(v, int) and not isinstance(v, bool)
         )
         lines.append(f"  {status:<7} {name:<18} {counts}")
-        if result["valid"] is None and result.get("unknown"):
-            lines.append(f"          {result['unknown']}")
+        why = result.get(SWITCHED_OFF) or (result.get("unknown") if result["valid"] is None else "")
+        if why:
+            lines.append(f"          {why}")
     if summary.get("error"):
         lines.append(f"  ERROR {summary['error']}")
     lines.append(f"verdict: {summary['verdict'].upper()}")
@@ -367,6 +374,33 @@ def _driver_args(target: Target | None) -> list[str]:
     if target is None or not target.driver:
         return []
     return ["--driver", target.driver, "--driver-options", json.dumps(target.driver_options or {})]
+
+
+class ScenarioDoesNotFit(Exception):
+    """The scenario schedules a fault or action the system under test does not offer."""
+
+
+DOES_NOT_FIT = "does not fit the system: "
+
+
+def _require_fit(scenario: Scenario, contract: SystemContract, targets: ChaosTargets) -> None:
+    """Raise :class:`ScenarioDoesNotFit` naming every fault and action the system lacks, before
+    the population is loaded (a verdict on a run whose faults could not act would be a lie)."""
+    lacks = [why for f in scenario.faults if (why := fault_unavailable(f.name, targets))]
+    for a in scenario.actions:
+        why = action_unavailable(
+            a.name,
+            a.params,
+            can_redrive=contract.queues is not None,
+            can_write_table=contract.table_writer is not None,
+        )
+        if why:
+            lacks.append(why)
+    if lacks:
+        raise ScenarioDoesNotFit(
+            f"scenario {scenario.name} cannot run on {contract.name}: "
+            + "; ".join(dict.fromkeys(lacks))
+        )
 
 
 def _lacking(scenario: Scenario, capabilities: frozenset[str]) -> str:
@@ -615,7 +649,9 @@ def execute(
         contract = stack.contract(durable=scenario.durable_redis or target is not None)
         lacking = _lacking(scenario, contract.capabilities())
         if lacking:
-            progress("stack", f"{contract.name} lacks {lacking}: those checks report unknown")
+            progress("stack", f"{contract.name} lacks {lacking}: those checkers are switched off")
+        targets = _chaos_targets(stack, info)
+        _require_fit(scenario, contract, targets)
         pids = {name: part.pid for name, part in info.parts.items()}
         history.append("phase", detail=json.dumps({"stack_up": pids}))
         progress("stack", f"ready ({len(info.parts)} parts, logs in {run_dir / 'stack' / 'logs'})")
@@ -641,7 +677,6 @@ def execute(
         if queues is not None:
             sampler = QueueSampler(info, history, queues=queues)
             sampler.start()
-        targets = _chaos_targets(stack, info)
         actions = ActionContext(
             api_url=contract.api_url,
             population=population,
@@ -748,6 +783,10 @@ def execute(
         interrupted = True
         errors.append(str(exc))
         return history, population, [], "; ".join(errors)
+    except ScenarioDoesNotFit as exc:
+        progress("stack", str(exc))
+        errors.append(f"{DOES_NOT_FIT}{exc}")
+        return history, population, [], "; ".join(errors)
     except BaseException as exc:  # the run still leaves its history and says what failed
         errors.append(f"{type(exc).__name__}: {exc}")
         (run_dir / "error.txt").write_text(traceback.format_exc())
@@ -815,7 +854,11 @@ def run(
     (run_dir / STREAM_FILE).unlink(missing_ok=True)
     interrupted = error is not None and error.startswith(INTERRUPTED)
     summary.update(
-        verdict="incomplete" if interrupted else overall_verdict(verdicts, error),
+        verdict="incomplete"
+        if interrupted
+        else "unknown"
+        if error is not None and error.startswith(DOES_NOT_FIT)
+        else overall_verdict(verdicts, error),
         checkers={v.name: v.to_dict() for v in verdicts},
         history_rows=len(history),
         error=error,
