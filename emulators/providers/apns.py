@@ -37,7 +37,7 @@ from typing import Any
 from emulators.certs import simulator_tls
 from emulators.http_server import Request, Response, json_response, serve_forever
 from emulators.providers.faults import Outcome, finish
-from emulators.providers.ledger import ProviderState, handle_control
+from emulators.providers.ledger import ProviderState, control
 
 PROVIDER = "apns"
 PATH_PREFIX = "/3/device/"
@@ -93,9 +93,11 @@ class ApnsSimulator:
         self.state = state if state is not None else ProviderState(PROVIDER)
 
     async def handle(self, request: Request) -> Response:
-        control = handle_control(request, self.state)
-        if control is not None:
-            return control
+        if request.path.startswith("/_sim/"):
+            answer = await control(request, self.state)
+            assert answer is not None
+            return answer
+        self.state.sync()
         response = self.push(request)
         if response.__class__ is not Response:  # a fault's delay / GOAWAY still to apply
             return await finish(response)

@@ -41,7 +41,7 @@ from emulators.certs import simulator_tls
 from emulators.http_server import Request, Response, json_response, serve_forever
 from emulators.providers.apns import looks_like_jwt
 from emulators.providers.faults import Fault, Outcome, finish
-from emulators.providers.ledger import ProviderState, handle_control
+from emulators.providers.ledger import ProviderState, control
 
 PROVIDER = "fcm"
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
@@ -228,9 +228,11 @@ class FcmSimulator:
         self.tokens_issued = 0
 
     async def handle(self, request: Request) -> Response:
-        control = handle_control(request, self.state)
-        if control is not None:
-            return control
+        if request.path.startswith("/_sim/"):
+            answer = await control(request, self.state)
+            assert answer is not None
+            return answer
+        self.state.sync()
         if request.path == "/token":
             return self.oauth_token(request)
         response = self.send(request)
