@@ -26,18 +26,16 @@ import base64
 import functools
 import json
 import re
-import shutil
 import sys
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from emulators.certs import simulator_tls
-from emulators.http_server import Request, Response, json_response, serve_forever
+from emulators.http_server import Request, Response, json_response
 from emulators.providers.faults import Outcome, finish
 from emulators.providers.ledger import ProviderState, control
+from emulators.providers.serving import ServeOptions, add_serving_arguments, serve
 
 PROVIDER = "apns"
 PATH_PREFIX = "/3/device/"
@@ -232,31 +230,13 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m emulators.providers.apns", description="APNs provider API simulator"
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--tls", action="store_true", help="serve TLS with a generated cert")
-    parser.add_argument(
-        "--cert-dir",
-        type=Path,
-        default=None,
-        help="where ca.pem/server.pem/server.key live (reused if present; default: temp dir)",
-    )
+    add_serving_arguments(parser)
     return parser
-
-
-def run_apns(host: str, port: int, tls: bool, cert_dir: Path | None) -> int:
-    """Serve the APNs simulator in the foreground; returns the exit code (0, or 2: port taken)."""
-    ctx, temp = simulator_tls(PROVIDER, tls, cert_dir)
-    try:
-        return serve_forever(PROVIDER, ApnsSimulator().handle, host, port, ctx)
-    finally:
-        if temp is not None:
-            shutil.rmtree(temp, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return run_apns(args.host, args.port, args.tls, args.cert_dir)
+    return serve(ServeOptions.from_args(PROVIDER, args))
 
 
 if __name__ == "__main__":

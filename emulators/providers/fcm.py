@@ -29,7 +29,6 @@ import functools
 import json
 import re
 import secrets
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -37,11 +36,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from emulators.certs import simulator_tls
-from emulators.http_server import Request, Response, json_response, serve_forever
+from emulators.http_server import Request, Response, json_response
 from emulators.providers.apns import looks_like_jwt
 from emulators.providers.faults import Fault, Outcome, finish
 from emulators.providers.ledger import ProviderState, control
+from emulators.providers.serving import ServeOptions, add_serving_arguments, serve
 
 PROVIDER = "fcm"
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
@@ -442,31 +441,13 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m emulators.providers.fcm", description="FCM HTTP v1 simulator"
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--tls", action="store_true", help="serve TLS with a generated cert")
-    parser.add_argument(
-        "--cert-dir",
-        type=Path,
-        default=None,
-        help="where ca.pem/server.pem/server.key live (reused if present; default: temp dir)",
-    )
+    add_serving_arguments(parser)
     return parser
-
-
-def run_fcm(host: str, port: int, tls: bool, cert_dir: Path | None) -> int:
-    """Serve the FCM simulator in the foreground; returns the exit code (0, or 2: port taken)."""
-    ctx, temp = simulator_tls(PROVIDER, tls, cert_dir)
-    try:
-        return serve_forever(PROVIDER, FcmSimulator().handle, host, port, ctx)
-    finally:
-        if temp is not None:
-            shutil.rmtree(temp, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return run_fcm(args.host, args.port, args.tls, args.cert_dir)
+    return serve(ServeOptions.from_args(PROVIDER, args))
 
 
 if __name__ == "__main__":

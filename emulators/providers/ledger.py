@@ -123,6 +123,9 @@ class Ledger:
         with self._lock:
             self._rows.clear()
 
+    def reset_to(self, epoch: int) -> None:
+        self.reset()
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._rows)
@@ -136,6 +139,8 @@ class FileLedger:
 
     def __init__(self, shared: SharedDir, name: str, *, flush_interval: float) -> None:
         self.shared = shared
+        if shared.slot is None:
+            shared.claim_slot()
         self.writer = ArrowLedgerWriter(shared, name, flush_interval=flush_interval)
         self.cache = LedgerCache(LedgerReader(shared.path, shared))
         self._buffer_append = self.writer.append
@@ -203,8 +208,9 @@ class FileLedger:
     def rows(self, since: int = 0) -> list[dict[str, Any]]:
         return self.snapshot(since)[0]
 
-    def reset(self) -> None:
-        """Nothing here: a reset starts a new epoch in the shared directory."""
+    def reset_to(self, epoch: int) -> None:
+        """A reset: the shared directory has a new epoch; rows buffered before it are void."""
+        self.writer.start_epoch(epoch)
 
     def close(self) -> None:
         self.writer.close()
@@ -277,7 +283,7 @@ class ProviderState:
             self._replay()  # finalize against the latest state
             event = self.faults.finalize(event)
             if event["op"] == "reset":
-                self.shared.new_epoch()
+                event = {**event, "epoch": self.shared.new_epoch()}
             self.shared.append_event(event)
             self._replay()
         return event
@@ -289,8 +295,7 @@ class ProviderState:
             with self._lock:
                 self._unregistered.clear()
                 self._unregistered_by.clear()
-            if self.shared is None:
-                self.ledger.reset()
+            self.ledger.reset_to(event.get("epoch", 0))
         elif op == "unregister":
             self._mark(event["tokens"], event["at_ms"], event.get("fault"))
         else:

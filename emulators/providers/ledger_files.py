@@ -84,7 +84,9 @@ class ArrowLedgerWriter:
         self.buffer: list[tuple[Any, ...]] = []
         self._generation = 0
         self._timer: asyncio.TimerHandle | None = None
-        self._epoch: int | None = None
+        #: the epoch this process's rows belong to (the last reset it applied)
+        self.epoch = 0
+        self._file_epoch: int | None = None
         self._sink: pa.NativeFile | None = None
         self._stream: pa.ipc.RecordBatchStreamWriter | None = None
         self.rows_written = 0
@@ -109,7 +111,11 @@ class ArrowLedgerWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Write the buffered rows as one record batch (no-op when none)."""
+        """Write the buffered rows as one record batch (no-op when none).
+
+        Rows buffered before a reset that this process has not applied yet (the shared epoch
+        moved on) belong to the ledger the reset cleared: they are dropped, as a reset of the
+        in-memory ledger drops its rows."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -117,16 +123,25 @@ class ArrowLedgerWriter:
         generation = self._generation
         if rows:
             with self.shared.locked():
-                epoch = self.shared.epoch()
-                if epoch != self._epoch:
-                    self._open(epoch)
-                assert self._stream is not None
-                first = self.shared.ledger_next()
-                self._stream.write_batch(rows_to_batch(rows, first))
-                # published after the batch is written: every seq below it is readable
-                self.shared.publish_ledger_next(first + len(rows))
-            self.rows_written += len(rows)
+                if self.shared.epoch() == self.epoch:
+                    if self._file_epoch != self.epoch:
+                        self._open(self.epoch)
+                    assert self._stream is not None
+                    first = self.shared.ledger_next()
+                    self._stream.write_batch(rows_to_batch(rows, first))
+                    # published after the batch is written: every seq below it is readable
+                    self.shared.publish_ledger_next(first + len(rows))
+                    self.rows_written += len(rows)
         self.shared.mark_flushed(generation)
+
+    def start_epoch(self, epoch: int) -> None:
+        """A reset applied here: drop what is buffered; rows from now on go to ``epoch``."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.buffer = []
+        self.epoch = epoch
+        self.shared.mark_flushed(self._generation)
 
     def _open(self, epoch: int) -> None:
         self._close_file()
@@ -135,7 +150,7 @@ class ArrowLedgerWriter:
         path = directory / f"{self.name}.arrow"
         self._sink = pa.OSFile(str(path), "ab")
         self._stream = pa.ipc.new_stream(self._sink, SCHEMA)
-        self._epoch = epoch
+        self._file_epoch = epoch
 
     def _close_file(self) -> None:
         if self._stream is not None:
