@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import selectors
 import signal
 import ssl
@@ -20,6 +21,10 @@ from emulators.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT = 30.0
+# The simulator tests run against one process by default; SIM_TEST_PROCESSES=2 (and
+# SIM_TEST_SERVER=granian) run the same tests against several processes on one port.
+PROCESSES = int(os.environ.get("SIM_TEST_PROCESSES", "1"))
+SERVER = os.environ.get("SIM_TEST_SERVER", "h2")
 
 
 @dataclass
@@ -116,6 +121,8 @@ def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> int:
 def run_sim(module: str, log_dir: Path, *, tls: bool = False) -> Iterator[Sim]:
     port = free_port()
     cmd = [sys.executable, "-m", module, "--port", str(port)]
+    if module.rsplit(".", 1)[-1] in ("apns", "fcm"):
+        cmd += ["--processes", str(PROCESSES), "--server", SERVER]
     cert_dir = None
     if tls:
         cert_dir = log_dir / "certs"

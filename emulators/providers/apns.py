@@ -28,8 +28,8 @@ import json
 import re
 import sys
 import time
-import uuid
 from collections.abc import Callable
+from random import getrandbits
 from typing import Any
 
 from emulators.http_server import Request, Response, json_response
@@ -63,6 +63,7 @@ _UUID_RE = re.compile(
 )
 #: Apple's reasons for the statuses the faults answer
 FAULT_REASONS = {429: "TooManyRequests", 500: "InternalServerError", 503: "ServiceUnavailable"}
+_VARIANT = "89ab"
 _JWT_RE = re.compile(r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")
 
 
@@ -76,6 +77,15 @@ def looks_like_jwt(value: str) -> bool:
     except (ValueError, TypeError):
         return False
     return isinstance(header, dict) and "alg" in header
+
+
+def new_apns_id() -> str:
+    """A random version-4 UUID string, as APNs makes one when the request has no apns-id.
+
+    From the ``random`` module rather than ``uuid.uuid4`` (a system call for 16 bytes of
+    ``os.urandom`` each time): an id needs to be unique, not unguessable."""
+    h = f"{getrandbits(128):032x}"
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
 
 def _custom_key(payload: Any, key: str) -> str | None:
@@ -104,7 +114,7 @@ class ApnsSimulator:
     def push(self, request: Request) -> Response:
         headers = request.headers
         given_id = headers.get("apns-id")
-        apns_id = given_id if given_id and _UUID_RE.match(given_id) else str(uuid.uuid4())
+        apns_id = given_id if given_id and _UUID_RE.match(given_id) else new_apns_id()
         path = request.path
         token = path[len(PATH_PREFIX) :] if path.startswith(PATH_PREFIX) else ""
         # Parsed up front (best effort) so that every ledger row, errors included, carries the
@@ -126,20 +136,23 @@ class ApnsSimulator:
             retry_after: int | None = None,
             answer_delay: float = 0.0,
         ) -> Response:
-            self.state.ledger.append(
-                provider=PROVIDER,
-                token=token,
-                status=status,
-                tenant_id=_custom_key(payload, "tenant_id"),
-                notification_id=_custom_key(payload, "notification_id"),
-                reason=reason,
-                apns_id=apns_id,
-                received_at=request.received_at,
-                answered_at=time.time() + answer_delay,
-                delivered=delivered,
-                fault=fault,
-                retry_after=retry_after,
-                collapse_id=headers.get("apns-collapse-id"),
+            self.state.ledger.append_row(
+                (
+                    PROVIDER,
+                    request.received_at,
+                    time.time() + answer_delay,
+                    _custom_key(payload, "tenant_id"),
+                    _custom_key(payload, "notification_id"),
+                    token,
+                    None,  # project
+                    status,
+                    reason,
+                    apns_id,
+                    status == 200 if delivered is None else delivered,
+                    fault,
+                    retry_after,
+                    headers.get("apns-collapse-id"),
+                )
             )
             if reason is None:
                 return Response(status, {"apns-id": apns_id}, b"")

@@ -402,10 +402,12 @@ class RsgiApp:
         if scope.proto != "http":
             return
         body = await proto()
-        raw = [(k.lower(), v) for k, v in scope.headers.items()]
-        headers: dict[str, str] = {}
-        for key, value in raw:
-            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        raw = scope.headers.items()  # lower-case names (hyper), repeated names repeated
+        headers = dict(raw)
+        if len(headers) != len(raw):
+            headers = {}
+            for key, value in raw:
+                headers[key] = f"{headers[key]}, {value}" if key in headers else value
         if "host" not in headers and scope.authority:
             headers["host"] = scope.authority
         query = scope.query_string
