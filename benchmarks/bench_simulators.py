@@ -55,6 +55,7 @@ FCM_BODY_TEMPLATE = {
     "message": {"token": "", "data": {"tenant_id": "t0", "notification_id": "n1"}},
 }
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+CORES = os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -240,6 +241,7 @@ def run_variant(variant: Variant, args: argparse.Namespace, tmp: Path) -> dict[s
     finally:
         stop(proc)
     answered = result["succeeded"]
+    h2load_us = result["h2load_cpu_s"] / answered * 1e6 if answered else None
     result.update(
         name=variant.name,
         provider=variant.provider,
@@ -247,6 +249,12 @@ def run_variant(variant: Variant, args: argparse.Namespace, tmp: Path) -> dict[s
         processes=variant.processes,
         simulator_cpu_s=round(cpu, 3),
         cpu_us_per_request=round(cpu / answered * 1e6, 1) if answered else None,
+        h2load_cpu_us_per_request=round(h2load_us, 1) if h2load_us else None,
+        # what the machine's cores would give if the simulator and h2load had them to
+        # themselves: a ceiling derived from CPU per request, not a measured rate
+        cpu_bound_rate=round(CORES * 1e6 / (cpu / answered * 1e6 + h2load_us))
+        if answered and h2load_us
+        else None,
         ledger_rows=rows,
         ledger_ok=rows == answered == ok_rows == requests,
     )
@@ -332,7 +340,9 @@ def main(argv: list[str] | None = None) -> int:
             run["ratio_to_nghttpd"] = round(run["rate"] / nghttpd["rate"], 3)
             results["runs"].append(run)
             print(
-                f"{variant.name}: {run['rate']:,.0f} req/s, {run['cpu_us_per_request']} µs CPU/req, "
+                f"{variant.name}: {run['rate']:,.0f} req/s, {run['cpu_us_per_request']} µs CPU/req "
+                f"(h2load {run['h2load_cpu_us_per_request']}; cores' ceiling "
+                f"{run['cpu_bound_rate'] or 0:,} req/s), "
                 f"ledger {run['ledger_rows']} rows ({'ok' if run['ledger_ok'] else 'MISMATCH'}), "
                 f"{run['ratio_to_nghttpd']:.3f} of nghttpd",
                 flush=True,

@@ -421,7 +421,10 @@ class RsgiApp:
             raw_headers=raw,
         )
         response: Response = await self.handler(request)
-        proto.response_bytes(response.status, list(response.headers.items()), response.body)
+        if response.body:
+            proto.response_bytes(response.status, list(response.headers.items()), response.body)
+        else:
+            proto.response_empty(response.status, list(response.headers.items()))
 
 
 def rsgi_app_from_env() -> RsgiApp:
