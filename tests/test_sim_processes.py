@@ -325,3 +325,59 @@ def test_reader_waits_for_published_seq_and_new_epochs(tmp_path: Path) -> None:
     for closing in (a, b, reader):
         closing.close()
     shared.close()
+
+
+# -- the stack setting ------------------------------------------------------------------------------
+def test_stack_runs_the_simulators_as_several_processes(tmp_path: Path) -> None:
+    from harness.stack.supervisor import Stack
+
+    with Stack(tmp_path / "stack", parts=["apns", "fcm"], sim_processes=2) as stack:
+        for part in ("apns", "fcm"):
+            argv = stack.part_argv(part, stack.info.parts[part].port)
+            assert argv[argv.index("--processes") + 1] == "2"
+        ca = stack.info.tls_ca
+        control = SimulatorControl(stack.info.url("apns"), ca)
+        try:
+            with httpx.Client(http2=True, verify=ssl_context(ca), timeout=20) as client:
+                r = client.post(
+                    f"{stack.info.url('apns')}/3/device/{apns_token()}",
+                    json={"aps": {}, "notification_id": "s1"},
+                )
+            assert r.status_code == 200
+            [row] = control.new_rows()
+            assert row["notification_id"] == "s1"
+            assert control.ledger_files() is not None
+            state = Path(stack.workdir) / "apns-state"
+            shared = SharedDir(state)
+            try:
+                assert len(shared.live_processes()) == 2
+            finally:
+                shared.close()
+        finally:
+            control.close()
+
+
+def ssl_context(ca: str | None):  # noqa: ANN201
+    import ssl
+
+    return ssl.create_default_context(cafile=ca)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "env", "message"),
+    [
+        ({"sim_processes": 0}, {}, "from 1 to 64"),
+        ({"sim_server": "nginx"}, {}, "one of h2, granian"),
+        ({}, {"HARNESS_SIM_PROCESSES": "many"}, "HARNESS_SIM_PROCESSES"),
+        ({}, {"HARNESS_SIM_SERVER": "x"}, "one of h2, granian"),
+    ],
+)
+def test_stack_refuses_bad_simulator_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kwargs: dict, env: dict, message: str
+) -> None:
+    from harness.stack.supervisor import Stack, StackError
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(StackError, match=message):
+        Stack(tmp_path, parts=["apns"], **kwargs)
