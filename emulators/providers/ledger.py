@@ -9,6 +9,11 @@ and ``delivered`` (the device got it: a 200, or an accepted_then_error fault's
 5xx; not a validate_only dry run), ``fault`` (id of the fault that shaped the answer, else null),
 ``retry_after`` (the Retry-After sent, else null), ``collapse_id`` (APNs ``apns-collapse-id``;
 FCM ``android.collapse_key`` or ``apns.headers["apns-collapse-id"]``; else null).
+
+Two ledgers: :class:`Ledger` in memory (a state made in-process, the SES and in-app simulators)
+and :class:`FileLedger`, what the APNs and FCM simulators' command lines use: Arrow files in a
+state directory shared by their serving processes (:mod:`emulators.providers.serving`), read
+in place by the run and merged for ``GET /_sim/ledger``; ``GET /_sim/ledger/source`` says where.
 """
 
 from __future__ import annotations
