@@ -30,6 +30,7 @@ import hashlib
 import json
 import mmap
 import os
+import shutil
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -96,7 +97,7 @@ class SharedDir:
 
     @classmethod
     def create(cls, directory: Path | str) -> SharedDir:
-        """Make (or take over) ``directory`` as a fresh state directory and open it."""
+        """Make (or take over, emptied) ``directory`` as a fresh state directory and open it."""
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         page = bytearray(META_SIZE)
@@ -104,7 +105,8 @@ class SharedDir:
         (path / "meta").write_bytes(bytes(page))
         (path / "journal.jsonl").write_bytes(b"")
         (path / "counters").write_bytes(bytes(COUNTER_SLOTS * _COUNTER.size))
-        (path / "ledger").mkdir(exist_ok=True)
+        shutil.rmtree(path / "ledger", ignore_errors=True)  # a restarted simulator starts empty
+        (path / "ledger").mkdir()
         (path / "ledger" / "e0").mkdir(exist_ok=True)
         return cls(path)
 
