@@ -311,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--fast-processes", type=int, default=2, help="granian workers")
     parser.add_argument("--candidates", action="store_true", help="each server x 1, 2 processes")
+    parser.add_argument(
+        "--only", default="", help="run the variants whose name contains this (e.g. 'apns granian')"
+    )
     args = parser.parse_args(argv)
     for tool, package in (("h2load", "nghttp2-client"), ("nghttpd", "nghttp2-server")):
         if not shutil.which(tool):
@@ -320,6 +323,10 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --requests, --connections and --streams must be >= 1", file=sys.stderr)
         return 2
     variants = candidate_variants() if args.candidates else default_variants(args.fast_processes)
+    variants = [v for v in variants if args.only in v.name]
+    if not variants:
+        print(f"error: no variant's name contains {args.only!r}", file=sys.stderr)
+        return 2
     results: dict[str, Any] = {
         "benchmark": "provider simulators",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
