@@ -5,6 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SEED ?=
 DEMO_SCENARIO ?= game-day
+SIM_TESTS := tests/test_apns_sim.py tests/test_fcm_sim.py tests/test_sim_faults.py
 
 setup:
 	@scripts/setup.sh
@@ -31,6 +32,9 @@ test: setup lint
 test-all: setup lint
 	@$(PY) -m pytest -m "not wholerun" -q
 	@$(PY) -m pytest -m "wholerun" -q -n 2
+	@# the provider simulators' tests again, against two processes on one port (each server)
+	@SIM_TEST_PROCESSES=2 $(PY) -m pytest -q $(SIM_TESTS)
+	@SIM_TEST_PROCESSES=2 SIM_TEST_SERVER=granian $(PY) -m pytest -q $(SIM_TESTS)
 	@$(PY) tests/moto_sqs/run.py
 
 bench:

@@ -31,6 +31,7 @@ import http
 import json
 import logging
 import signal
+import socket
 import ssl
 import sys
 import time
@@ -797,6 +798,7 @@ async def start_server(
     max_body_size: int = DEFAULT_MAX_BODY_SIZE,
     registry: ConnectionRegistry | None = None,
     plaintext_with_tls: bool = True,
+    sock: socket.socket | None = None,
 ) -> asyncio.Server:
     """Listen on ``host:port`` (h2c, HTTP/1.1, and TLS when ``ssl_context`` is given).
 
@@ -804,7 +806,8 @@ async def start_server(
     same port (``plaintext_with_tls=False`` refuses it): this is what lets a client use the
     port as its HTTPS proxy (``CONNECT``, then TLS to the simulator inside the tunnel).
     Raises :class:`PortInUseError` when the port is taken. Pass a :class:`ConnectionRegistry`
-    to keep track of live connections (closing them on shutdown, fault injection).
+    to keep track of live connections (closing them on shutdown, fault injection). ``sock``: a
+    socket bound already (one of several processes sharing a port); host and port are unused.
     """
     options = _Options(
         handler=handler,
@@ -815,6 +818,8 @@ async def start_server(
         registry=registry if registry is not None else ConnectionRegistry(),
     )
     loop = asyncio.get_running_loop()
+    if sock is not None:
+        return await loop.create_server(lambda: _ServerProtocol(options), sock=sock, backlog=1024)
     try:
         return await loop.create_server(lambda: _ServerProtocol(options), host, port, backlog=1024)
     except OSError as exc:

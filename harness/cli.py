@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 
 from emulators.ports import PortInUse, require_free
+from emulators.providers.serving import SERVERS as SIM_SERVERS
+from emulators.providers.serving import positive_processes
 from harness.analysis import capacity
 from harness.model import scenarios
 from harness.stack.reaper import reap_orphans
@@ -47,8 +49,14 @@ def cmd_stack(args: argparse.Namespace) -> int:
                 return _error(f"a stack is already up ({path}); run `python -m harness stack down`")
             path.unlink()
         workdir = path.parent / "stack"
-        stack = Stack(workdir, durable_redis=args.durable_redis, stack_file=path)
         try:
+            stack = Stack(
+                workdir,
+                durable_redis=args.durable_redis,
+                stack_file=path,
+                sim_processes=args.sim_processes,
+                sim_server=args.sim_server,
+            )
             info = stack.up()
         except StackError as exc:
             return _error(str(exc))
@@ -86,7 +94,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except PortInUse as exc:
         return _error(str(exc))
     workdir = Path(tempfile.mkdtemp(prefix=f"harness-{args.part}-"))
-    stack = Stack(workdir, apns_tls=args.tls)
+    try:
+        stack = Stack(
+            workdir, apns_tls=args.tls, sim_processes=args.sim_processes, sim_server=args.sim_server
+        )
+    except StackError as exc:
+        return _error(str(exc))
     stack.kinesis_upstream = args.upstream
     stack.dynamodb_upstream = args.upstream
     if args.part in WORKER_PARTS:
@@ -217,6 +230,23 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sim_arguments(parser: argparse.ArgumentParser) -> None:
+    """The APNs and FCM simulators' processes and server (default: HARNESS_SIM_PROCESSES and
+    HARNESS_SIM_SERVER, else 1 process of the h2 server)."""
+    parser.add_argument(
+        "--sim-processes",
+        type=positive_processes,
+        default=None,
+        help="apns, fcm: processes serving each simulator's port",
+    )
+    parser.add_argument(
+        "--sim-server",
+        choices=SIM_SERVERS,
+        default=None,
+        help="apns, fcm: h2 (every fault) or granian (throughput; no goaway fault)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m harness",
@@ -230,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     stack.add_argument(
         "--durable-redis", action="store_true", help="AOF appendfsync always (MemoryDB-like)"
     )
+    _sim_arguments(stack)
     stack.set_defaults(func=cmd_stack)
 
     serve = sub.add_parser("serve", help="run one part of the stack in the foreground")
@@ -237,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, required=False, default=0)
     serve.add_argument("--tls", action="store_true", help="apns: TLS with a generated certificate")
     serve.add_argument("--config", help="reference workers: config JSON")
+    _sim_arguments(serve)
     serve.add_argument(
         "--upstream",
         help="kinesis-proxy, dynamodb-proxy: the Kinesis or DynamoDB endpoint URL to forward to",

@@ -22,8 +22,13 @@ command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
-# make bench only: wrk drives benchmarks/bench_event_api.py.
-if [ "${SETUP_BENCH:-}" = 1 ]; then command -v wrk >/dev/null 2>&1 || need_apt+=(wrk); fi
+# make bench only: wrk drives benchmarks/bench_event_api.py; h2load (nghttp2-client) drives
+# benchmarks/bench_simulators.py against the simulators and nghttpd (nghttp2-server).
+if [ "${SETUP_BENCH:-}" = 1 ]; then
+  command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
+  command -v h2load >/dev/null 2>&1 || need_apt+=(nghttp2-client)
+  command -v nghttpd >/dev/null 2>&1 || need_apt+=(nghttp2-server)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then apt_install "${need_apt[@]}"; fi
 
 PY=${PYTHON:-python3}
@@ -41,7 +46,7 @@ if [ ! -f "$py_stamp" ]; then
     echo "setup: error: pip install failed (full log: .venv/pip.log)" >&2
     exit 1
   fi
-  .venv/bin/python -c 'import harness, reference_impl, locust, boto3, ulid, redis, pandas, matplotlib, moto, h2, jwt, aioapns, pyfcm, uvicorn, uvloop, httptools, schemathesis' \
+  .venv/bin/python -c 'import harness, reference_impl, locust, boto3, ulid, redis, pandas, matplotlib, moto, h2, jwt, aioapns, pyfcm, uvicorn, uvloop, httptools, schemathesis, granian' \
     || { echo "setup: error: python packages failed to install" >&2; exit 1; }
   rm -f .venv/.installed-*
   touch "$py_stamp"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import selectors
 import signal
 import ssl
@@ -16,10 +17,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from emulators.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT = 30.0
+# The simulator tests run against one process by default; SIM_TEST_PROCESSES=2 (and
+# SIM_TEST_SERVER=granian) run the same tests against several processes on one port.
+PROCESSES = int(os.environ.get("SIM_TEST_PROCESSES", "1"))
+SERVER = os.environ.get("SIM_TEST_SERVER", "h2")
+#: for tests of what only our own HTTP/2 server offers (the goaway fault, CONNECT)
+needs_h2_server = pytest.mark.skipif(
+    SERVER != "h2", reason="granian: no goaway fault, no CONNECT tunnel (see serving.py)"
+)
 
 
 @dataclass
@@ -113,9 +124,21 @@ def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> int:
 
 
 @contextmanager
-def run_sim(module: str, log_dir: Path, *, tls: bool = False) -> Iterator[Sim]:
+def run_sim(
+    module: str,
+    log_dir: Path,
+    *,
+    tls: bool = False,
+    processes: int | None = None,
+    server: str | None = None,
+    state_dir: Path | None = None,
+) -> Iterator[Sim]:
     port = free_port()
     cmd = [sys.executable, "-m", module, "--port", str(port)]
+    if module.rsplit(".", 1)[-1] in ("apns", "fcm"):
+        cmd += ["--processes", str(processes or PROCESSES), "--server", server or SERVER]
+    if state_dir is not None:
+        cmd += ["--state-dir", str(state_dir)]
     cert_dir = None
     if tls:
         cert_dir = log_dir / "certs"

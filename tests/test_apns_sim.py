@@ -20,7 +20,16 @@ from aioapns import APNs, NotificationRequest
 from aioapns.connection import APNsProductionClientProtocol
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from sim_process import REPO, START_TIMEOUT, Sim, free_port, read_line, run_sim, stop
+from sim_process import (
+    REPO,
+    START_TIMEOUT,
+    Sim,
+    free_port,
+    needs_h2_server,
+    read_line,
+    run_sim,
+    stop,
+)
 
 from emulators.providers.loadcheck import H2ClientConnection
 
@@ -171,6 +180,7 @@ def test_h2c_success_echoes_apns_id(sim: Sim) -> None:
         assert uuid.UUID(r.headers["apns-id"])
 
 
+@needs_h2_server
 def test_connect_tunnel_keeps_apples_host_name(tls_sim: Sim) -> None:
     """The port doubles as an HTTPS proxy to itself: CONNECT, then TLS for api.push.apple.com."""
     token = new_token()

@@ -27,7 +27,7 @@ from h2.errors import ErrorCodes
 from hyperframe.frame import Frame, GoAwayFrame, HeadersFrame
 from pyfcm import FCMNotification
 from pyfcm.errors import FCMServerError
-from sim_process import Sim, run_sim
+from sim_process import Sim, needs_h2_server, run_sim
 
 from emulators.http_server import Request
 from emulators.providers.fcm import FcmSimulator, write_service_account_file
@@ -171,6 +171,7 @@ def pyfcm_client(sim: Sim, tmp_path: Path, project: str) -> FCMNotification:
 
 
 # -- control API --------------------------------------------------------------------------------
+@needs_h2_server
 def test_fault_log_windows(apns: Sim) -> None:
     before = time.time()
     a = apns.start_fault("latency", {"ms": 0})
@@ -232,7 +233,11 @@ def test_reset_stops_faults(apns: Sim) -> None:
         ({"fault": "latency", "params": {"ms": -5}}, "params.ms"),
         ({"fault": "unregister", "params": {}}, "exactly one of tokens"),
         ({"fault": "unregister", "params": {"tokens": ["a"], "p": 1}}, "exactly one of tokens"),
-        ({"fault": "goaway", "params": {"after_streams": 0}}, "params.after_streams"),
+        pytest.param(
+            {"fault": "goaway", "params": {"after_streams": 0}},
+            "params.after_streams",
+            marks=needs_h2_server,
+        ),
         ({"fault": "latency", "params": [1]}, "params must be a JSON object"),
         ({"fault": "latency", "params": {"ms": 1}, "seed": "x"}, "seed must be an integer"),
         ({"fault": "latency", "params": {"ms": 1}, "extra": 1}, "unknown field"),
@@ -461,6 +466,7 @@ def test_apns_latency_does_not_block_other_streams(apns: Sim) -> None:
     assert {by_token[t]["fault"] for t in fast} == {None}
 
 
+@needs_h2_server
 def test_apns_goaway_after_streams(apns: Sim) -> None:
     apns.start_fault("goaway", {"after_streams": 3})
     tokens = [apns_token() for _ in range(8)]
@@ -486,6 +492,7 @@ def test_apns_goaway_after_streams(apns: Sim) -> None:
     assert {(r["status"], r["fault"]) for r in rows} == {(200, None)}
 
 
+@needs_h2_server
 def test_apns_goaway_answers_in_flight_streams_then_closes(apns: Sim) -> None:
     slow, *others = [apns_token() for _ in range(4)]
     apns.start_fault("latency", {"ms": 300, "tokens": [slow]})
@@ -504,6 +511,7 @@ def test_apns_goaway_answers_in_flight_streams_then_closes(apns: Sim) -> None:
     assert sorted(r["token"] for r in apns.ledger()) == sorted([slow, others[0]])
 
 
+@needs_h2_server
 def test_apns_goaway_leaves_http11_alone(apns: Sim) -> None:
     apns.start_fault("goaway", {"after_streams": 1})
     with httpx.Client(base_url=apns.url, timeout=20) as h1:
@@ -692,6 +700,7 @@ def test_fcm_collapse_id(fcm: Sim) -> None:
     ]
 
 
+@needs_h2_server
 def test_fcm_goaway(fcm: Sim) -> None:
     fcm.start_fault("goaway", {"after_streams": 2})
     body = json.dumps({"message": {"token": "tok"}}).encode()

@@ -26,18 +26,16 @@ import base64
 import functools
 import json
 import re
-import shutil
 import sys
 import time
-import uuid
 from collections.abc import Callable
-from pathlib import Path
+from random import getrandbits
 from typing import Any
 
-from emulators.certs import simulator_tls
-from emulators.http_server import Request, Response, json_response, serve_forever
+from emulators.http_server import Request, Response, json_response
 from emulators.providers.faults import Outcome, finish
-from emulators.providers.ledger import ProviderState, handle_control
+from emulators.providers.ledger import ProviderState, control
+from emulators.providers.serving import ServeOptions, add_serving_arguments, serve
 
 PROVIDER = "apns"
 PATH_PREFIX = "/3/device/"
@@ -65,6 +63,7 @@ _UUID_RE = re.compile(
 )
 #: Apple's reasons for the statuses the faults answer
 FAULT_REASONS = {429: "TooManyRequests", 500: "InternalServerError", 503: "ServiceUnavailable"}
+_VARIANT = "89ab"
 _JWT_RE = re.compile(r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")
 
 
@@ -80,6 +79,15 @@ def looks_like_jwt(value: str) -> bool:
     return isinstance(header, dict) and "alg" in header
 
 
+def new_apns_id() -> str:
+    """A random version-4 UUID string, as APNs makes one when the request has no apns-id.
+
+    From the ``random`` module rather than ``uuid.uuid4`` (a system call for 16 bytes of
+    ``os.urandom`` each time): an id needs to be unique, not unguessable."""
+    h = f"{getrandbits(128):032x}"
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+
+
 def _custom_key(payload: Any, key: str) -> str | None:
     if isinstance(payload, dict) and payload.get(key) is not None:
         return str(payload[key])
@@ -93,9 +101,11 @@ class ApnsSimulator:
         self.state = state if state is not None else ProviderState(PROVIDER)
 
     async def handle(self, request: Request) -> Response:
-        control = handle_control(request, self.state)
-        if control is not None:
-            return control
+        if request.path.startswith("/_sim/"):
+            answer = await control(request, self.state)
+            assert answer is not None
+            return answer
+        self.state.sync()
         response = self.push(request)
         if response.__class__ is not Response:  # a fault's delay / GOAWAY still to apply
             return await finish(response)
@@ -104,7 +114,7 @@ class ApnsSimulator:
     def push(self, request: Request) -> Response:
         headers = request.headers
         given_id = headers.get("apns-id")
-        apns_id = given_id if given_id and _UUID_RE.match(given_id) else str(uuid.uuid4())
+        apns_id = given_id if given_id and _UUID_RE.match(given_id) else new_apns_id()
         path = request.path
         token = path[len(PATH_PREFIX) :] if path.startswith(PATH_PREFIX) else ""
         # Parsed up front (best effort) so that every ledger row, errors included, carries the
@@ -126,20 +136,23 @@ class ApnsSimulator:
             retry_after: int | None = None,
             answer_delay: float = 0.0,
         ) -> Response:
-            self.state.ledger.append(
-                provider=PROVIDER,
-                token=token,
-                status=status,
-                tenant_id=_custom_key(payload, "tenant_id"),
-                notification_id=_custom_key(payload, "notification_id"),
-                reason=reason,
-                apns_id=apns_id,
-                received_at=request.received_at,
-                answered_at=time.time() + answer_delay,
-                delivered=delivered,
-                fault=fault,
-                retry_after=retry_after,
-                collapse_id=headers.get("apns-collapse-id"),
+            self.state.ledger.append_row(
+                (
+                    PROVIDER,
+                    request.received_at,
+                    time.time() + answer_delay,
+                    _custom_key(payload, "tenant_id"),
+                    _custom_key(payload, "notification_id"),
+                    token,
+                    None,  # project
+                    status,
+                    reason,
+                    apns_id,
+                    status == 200 if delivered is None else delivered,
+                    fault,
+                    retry_after,
+                    headers.get("apns-collapse-id"),
+                )
             )
             if reason is None:
                 return Response(status, {"apns-id": apns_id}, b"")
@@ -230,31 +243,13 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m emulators.providers.apns", description="APNs provider API simulator"
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--tls", action="store_true", help="serve TLS with a generated cert")
-    parser.add_argument(
-        "--cert-dir",
-        type=Path,
-        default=None,
-        help="where ca.pem/server.pem/server.key live (reused if present; default: temp dir)",
-    )
+    add_serving_arguments(parser)
     return parser
-
-
-def run_apns(host: str, port: int, tls: bool, cert_dir: Path | None) -> int:
-    """Serve the APNs simulator in the foreground; returns the exit code (0, or 2: port taken)."""
-    ctx, temp = simulator_tls(PROVIDER, tls, cert_dir)
-    try:
-        return serve_forever(PROVIDER, ApnsSimulator().handle, host, port, ctx)
-    finally:
-        if temp is not None:
-            shutil.rmtree(temp, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return run_apns(args.host, args.port, args.tls, args.cert_dir)
+    return serve(ServeOptions.from_args(PROVIDER, args))
 
 
 if __name__ == "__main__":

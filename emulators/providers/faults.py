@@ -22,6 +22,15 @@ active fault draws for every request it is scoped to, so one fault's decisions d
 the others: a run repeats. Of the faults that fire on a request, the earliest started decides
 the answer; latencies add up.
 
+Several processes (``--processes N``): every process applies every fault (the control call is
+journalled, :mod:`emulators.providers.shared`) with the same id, window and seed, and each
+process draws that seed's stream for the requests it gets. A run repeats per process: the same
+requests reaching the same process in the same order get the same answers (one connection's
+requests always reach one process), but which process a new connection lands on is the
+kernel's choice, so across processes only the proportion repeats. Two processes draw the same
+stream, so their k-th requests are decided alike. The ``unregister`` fault's draw depends on
+(seed, token) only and the ``quota`` fault counts across all processes: both are exact.
+
 Faults (``tokens``: optional list scoping status / accepted_then_error / latency to those
 device tokens; ``p`` defaults to 1):
 
@@ -33,11 +42,14 @@ device tokens; ``p`` defaults to 1):
 * ``latency`` ``{ms, jitter_ms?}``: answered after ms + uniform(0, jitter_ms) milliseconds (an
   asyncio sleep for that stream only).
 * ``unregister`` ``{tokens}`` or ``{p}``: those tokens (or each token seen while active, with
-  probability p, decided once per token) answer 410 Unregistered / 404 UNREGISTERED from then
-  on, also after the fault stops (until reset).
+  probability p, decided once per token by a draw seeded with (seed, token), so the same in
+  every process and in any order) answer 410 Unregistered / 404 UNREGISTERED from then on, also
+  after the fault stops (until reset).
 * ``goaway`` ``{after_streams}`` (HTTP/2 only): on each connection, once that many provider
   streams were handled, GOAWAY (NO_ERROR, last_stream_id = the highest stream handed to the
   handler); newer streams are not processed; the connection closes when the rest are answered.
+  Our own HTTP/2 server only (``--server h2``): granian gives the application no hold on a
+  connection, so under ``--server granian`` starting it answers 400.
 * ``quota`` (FCM) ``{per_minute, window_seconds?}``: per project, fixed windows of
   ``window_seconds`` (default 60) from the fault's start; beyond ``per_minute`` requests in a
   window, 429 RESOURCE_EXHAUSTED / QUOTA_EXCEEDED with ``retry-after`` = whole seconds until the
@@ -47,7 +59,6 @@ device tokens; ``p`` defaults to 1):
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import math
 import random
@@ -308,20 +319,29 @@ class UnregisterFault(Fault):
         super().__init__(*args, **kwargs)
         self.scope = None  # tokens here are the victims, not a scope
         self.decided: set[str] = set()
-        self.mark: Callable[[list[str], str], None] | None = None
+        self.mark: Callable[..., None] | None = None
 
     def on_start(self, fault_set: FaultSet) -> None:
         self.mark = fault_set.on_unregister
         self.p = self.params.get("p")
         if "tokens" in self.params and self.mark is not None:
-            self.mark(self.params["tokens"], self.id)
+            # every process applies the start itself: marked here, stamped with the start
+            self.mark(
+                self.params["tokens"], self.id, at_ms=int(self.started_at * 1000), publish=False
+            )
 
     def apply(self, out: Outcome, token: str, project: str | None, request: Request) -> None:
         if self.p is None or token in self.decided:
             return
         self.decided.add(token)
-        if self.rng.random() < self.p and self.mark is not None:
+        if token_draw(self.seed, token) < self.p and self.mark is not None:
             self.mark([token], self.id)
+
+
+def token_draw(seed: int, token: str) -> float:
+    """The unregister fault's draw for one token: a function of (seed, token) alone, so that
+    every process of a simulator decides a token the same way, in any order."""
+    return random.Random(f"{seed}:{token}").random()
 
 
 class GoawayFault(Fault):
@@ -365,19 +385,15 @@ class QuotaFault(Fault):
         self.status = 429
         self.limit = self.params["per_minute"]
         self.window_seconds = float(self.params["window_seconds"])
-        self.t0 = self.clock()
-        # project -> [window index, requests in that window]
-        self.counts: dict[str | None, list[int]] = {}
+        # windows run from the fault's start, on this process's clock
+        self.t0 = self.clock() - max(0.0, time.time() - self.started_at)
+        self.count = fault_set.count_in_window
 
     def apply(self, out: Outcome, token: str, project: str | None, request: Request) -> None:
         now = self.clock()
         index = int((now - self.t0) // self.window_seconds)
-        entry = self.counts.get(project)
-        if entry is None or entry[0] != index:
-            entry = [index, 0]
-            self.counts[project] = entry
-        entry[1] += 1
-        if entry[1] > self.limit and out.error is None:
+        count = self.count(f"{self.id}\0{project}", index)
+        if count > self.limit and out.error is None:
             out.error = self
             window_end = self.t0 + (index + 1) * self.window_seconds
             out.retry_after = max(1, math.ceil(window_end - now))
@@ -396,27 +412,59 @@ FAULT_CLASSES: dict[str, type[Any]] = {
 }
 
 
+Publish = Callable[[dict[str, Any]], dict[str, Any]]
+Counter = Callable[[str, int], int]
+
+
 class FaultSet:
     """The faults of one simulator: the active ones (read on the hot path) and the log.
 
     ``active`` is a tuple replaced on every change, so the hot path only reads it: empty (and
     falsy) when no fault is active. ``clock`` is the monotonic clock of quota windows.
+
+    Every change is an event (``fault_start``, ``fault_stop``, ``fault_stop_all``) that goes
+    through ``publish``: by default applied here at once; a simulator of several processes
+    (:class:`~emulators.providers.ledger.ProviderState` with a shared directory) journals it
+    and every process applies it, so that fault ids, seeds and windows are the same in all.
+    ``count_in_window(key, window)`` counts a quota's requests (shared by those processes).
     """
 
     def __init__(
         self,
         provider: str,
-        on_unregister: Callable[[list[str], str], None] | None = None,
+        on_unregister: Callable[..., None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        publish: Publish | None = None,
+        count_in_window: Counter | None = None,
+        unsupported: dict[str, str] | None = None,
     ) -> None:
         self.provider = provider
+        #: fault name -> why this server cannot inject it (answered 400)
+        self.unsupported = unsupported or {}
         self.names = FAULTS_BY_PROVIDER[provider]
         self.on_unregister = on_unregister
         self.clock = clock
+        self.publish = publish if publish is not None else self._publish_here
+        self.count_in_window = count_in_window if count_in_window is not None else self._count_here
         self.active: tuple[Fault, ...] = ()
         self._log: list[Fault] = []
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
+        self._started_total = 0  # never reset: fault ids stay unique across resets
+        self._counts: dict[str, list[int]] = {}
+        self._lock = threading.RLock()
+
+    def _publish_here(self, event: dict[str, Any]) -> dict[str, Any]:
+        event = self.finalize(event)
+        self.apply(event)
+        return event
+
+    def _count_here(self, key: str, window: int) -> int:
+        entry = self._counts.get(key)
+        if entry is None or entry[0] != window:
+            entry = [window, 0]
+            self._counts[key] = entry
+        entry[1] += 1
+        return entry[1]
 
     def start(self, name: Any, params: Any = None, seed: Any = None) -> Fault:
         """Start a fault; raises :class:`FaultInputError` for a bad name, params or seed."""
@@ -424,58 +472,103 @@ class FaultSet:
             raise FaultInputError(
                 f"unknown fault {name!r} for {self.provider}; known: {', '.join(self.names)}"
             )
+        if name in self.unsupported:
+            raise FaultInputError(f"fault {name!r} is not available here: {self.unsupported[name]}")
         if params is None:
             params = {}
         if not isinstance(params, dict):
             raise FaultInputError("params must be a JSON object")
         if seed is not None and not _is_int(seed):
             raise FaultInputError(f"seed must be an integer, got {seed!r}")
-        cls = FAULT_CLASSES[name]
-        checked = cls.check(self.provider, params)
-        with self._lock:
-            ordinal = len(self._log) + 1
-            fault = cls(
-                f"{name}-{next(self._ids)}",
-                checked,
-                ordinal if seed is None else seed,
-                self.clock,
-            )
-            fault.on_start(self)
-            self._log.append(fault)
-            self.active = (*self.active, fault)
+        checked = FAULT_CLASSES[name].check(self.provider, params)
+        event = self.publish(
+            {
+                "op": "fault_start",
+                "fault": name,
+                "params": checked,
+                "seed": seed,
+                "started_at": time.time(),
+            }
+        )
+        fault = self.find(event["id"])
+        assert fault is not None
         return fault
 
-    def stop(self, fault_id: str) -> Fault | None:
-        """Stop one fault; returns it (None when the id is unknown; a stopped one as it is)."""
+    def find(self, fault_id: str) -> Fault | None:
         with self._lock:
             for fault in self._log:
                 if fault.id == fault_id:
-                    if fault.stopped_at is None:
-                        fault.stopped_at = time.time()
-                        self.active = tuple(f for f in self.active if f is not fault)
                     return fault
         return None
 
+    def stop(self, fault_id: str) -> Fault | None:
+        """Stop one fault; returns it (None when the id is unknown; a stopped one as it is)."""
+        fault = self.find(fault_id)
+        if fault is None or fault.stopped_at is not None:
+            return fault
+        self.publish({"op": "fault_stop", "id": fault_id, "at": time.time()})
+        return self.find(fault_id)
+
     def stop_all(self) -> list[Fault]:
+        event = self.publish({"op": "fault_stop_all", "at": time.time()})
         with self._lock:
-            stopped = list(self.active)
-            now = time.time()
-            for fault in stopped:
-                fault.stopped_at = now
-            self.active = ()
-            return stopped
+            return [f for f in self._log if f.id in event.get("ids", ())]
 
     def log(self) -> list[dict[str, Any]]:
         with self._lock:
             return [f.window() for f in self._log]
 
-    def reset(self) -> None:
+    def reset(self, at: float | None = None) -> None:
+        """Stop every fault and forget the log (applied here: part of a simulator reset)."""
         with self._lock:
-            now = time.time()
+            now = time.time() if at is None else at
             for fault in self.active:
                 fault.stopped_at = now
             self.active = ()
             self._log.clear()
+            self._counts.clear()
+
+    # -- events ---------------------------------------------------------------------------------
+    def finalize(self, event: dict[str, Any]) -> dict[str, Any]:
+        """Fill in what the publisher decides for everyone: a started fault's id and default
+        seed (its ordinal since the last reset), the ids a stop-all stops."""
+        with self._lock:
+            if event["op"] == "fault_start" and "id" not in event:
+                seed = event["seed"]
+                event = {
+                    **event,
+                    "id": f"{event['fault']}-{self._started_total + 1}",
+                    "seed": len(self._log) + 1 if seed is None else seed,
+                }
+            elif event["op"] == "fault_stop_all" and "ids" not in event:
+                event = {**event, "ids": [f.id for f in self.active]}
+        return event
+
+    def apply(self, event: dict[str, Any]) -> None:
+        """Apply one finalized fault event."""
+        op = event["op"]
+        with self._lock:
+            if op == "fault_start":
+                cls = FAULT_CLASSES[event["fault"]]
+                fault = cls(event["id"], event["params"], event["seed"], self.clock)
+                fault.started_at = event["started_at"]
+                fault.on_start(self)
+                self._started_total += 1
+                self._log.append(fault)
+                self.active = (*self.active, fault)
+            elif op == "fault_stop":
+                for fault in self.active:
+                    if fault.id == event["id"]:
+                        fault.stopped_at = event["at"]
+                self.active = tuple(f for f in self.active if f.id != event["id"])
+            elif op == "fault_stop_all":
+                ids = set(event["ids"])
+                for fault in self.active:
+                    if fault.id in ids:
+                        fault.stopped_at = event["at"]
+                self.active = tuple(f for f in self.active if f.id not in ids)
+            else:
+                raise ValueError(f"not a fault event: {op!r}")
 
     def evaluate(self, token: str, project: str | None, request: Request) -> Outcome:
         """What the active faults do to one (valid) provider request."""

@@ -29,19 +29,19 @@ import functools
 import json
 import re
 import secrets
-import shutil
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from random import getrandbits
 from typing import Any
 from urllib.parse import parse_qs
 
-from emulators.certs import simulator_tls
-from emulators.http_server import Request, Response, json_response, serve_forever
+from emulators.http_server import Request, Response, json_response
 from emulators.providers.apns import looks_like_jwt
 from emulators.providers.faults import Fault, Outcome, finish
-from emulators.providers.ledger import ProviderState, handle_control
+from emulators.providers.ledger import ProviderState, control
+from emulators.providers.serving import ServeOptions, add_serving_arguments, serve
 
 PROVIDER = "fcm"
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
@@ -228,9 +228,11 @@ class FcmSimulator:
         self.tokens_issued = 0
 
     async def handle(self, request: Request) -> Response:
-        control = handle_control(request, self.state)
-        if control is not None:
-            return control
+        if request.path.startswith("/_sim/"):
+            answer = await control(request, self.state)
+            assert answer is not None
+            return answer
+        self.state.sync()
         if request.path == "/token":
             return self.oauth_token(request)
         response = self.send(request)
@@ -284,20 +286,23 @@ class FcmSimulator:
             answer_delay: float = 0.0,
         ) -> None:
             message = body.get("message") if isinstance(body, dict) else None
-            self.state.ledger.append(
-                provider=PROVIDER,
-                token=_target(body),
-                status=status,
-                tenant_id=_data_field(body, "tenant_id"),
-                notification_id=_data_field(body, "notification_id"),
-                project=project,
-                reason=reason,
-                received_at=request.received_at,
-                answered_at=time.time() + answer_delay,
-                delivered=delivered,
-                fault=fault,
-                retry_after=retry_after,
-                collapse_id=_collapse_id(message) if isinstance(message, dict) else None,
+            self.state.ledger.append_row(
+                (
+                    PROVIDER,
+                    request.received_at,
+                    time.time() + answer_delay,
+                    _data_field(body, "tenant_id"),
+                    _data_field(body, "notification_id"),
+                    _target(body),
+                    project,
+                    status,
+                    reason,
+                    None,  # apns_id
+                    status == 200 if delivered is None else delivered,
+                    fault,
+                    retry_after,
+                    _collapse_id(message) if isinstance(message, dict) else None,
+                )
             )
 
         try:
@@ -397,7 +402,8 @@ class _Unregistered(_Reject):
 
 
 def _sent(project: str | None) -> Response:
-    message_id = f"0:{time.time_ns() // 1000}%{secrets.token_hex(8)}"
+    # random, not secrets: an id must be unique, not unguessable (and this saves a system call)
+    message_id = f"0:{time.time_ns() // 1000}%{getrandbits(64):016x}"
     return json_response(200, {"name": f"projects/{project}/messages/{message_id}"})
 
 
@@ -440,31 +446,13 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m emulators.providers.fcm", description="FCM HTTP v1 simulator"
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--tls", action="store_true", help="serve TLS with a generated cert")
-    parser.add_argument(
-        "--cert-dir",
-        type=Path,
-        default=None,
-        help="where ca.pem/server.pem/server.key live (reused if present; default: temp dir)",
-    )
+    add_serving_arguments(parser)
     return parser
-
-
-def run_fcm(host: str, port: int, tls: bool, cert_dir: Path | None) -> int:
-    """Serve the FCM simulator in the foreground; returns the exit code (0, or 2: port taken)."""
-    ctx, temp = simulator_tls(PROVIDER, tls, cert_dir)
-    try:
-        return serve_forever(PROVIDER, FcmSimulator().handle, host, port, ctx)
-    finally:
-        if temp is not None:
-            shutil.rmtree(temp, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return run_fcm(args.host, args.port, args.tls, args.cert_dir)
+    return serve(ServeOptions.from_args(PROVIDER, args))
 
 
 if __name__ == "__main__":

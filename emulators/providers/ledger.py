@@ -9,10 +9,17 @@ and ``delivered`` (the device got it: a 200, or an accepted_then_error fault's
 5xx; not a validate_only dry run), ``fault`` (id of the fault that shaped the answer, else null),
 ``retry_after`` (the Retry-After sent, else null), ``collapse_id`` (APNs ``apns-collapse-id``;
 FCM ``android.collapse_key`` or ``apns.headers["apns-collapse-id"]``; else null).
+
+Two ledgers: :class:`Ledger` in memory (a state made in-process, the SES and in-app simulators)
+and :class:`FileLedger`, what the APNs and FCM simulators' command lines use: Arrow files in a
+state directory shared by their serving processes (:mod:`emulators.providers.serving`), read
+in place by the run and merged for ``GET /_sim/ledger``; ``GET /_sim/ledger/source`` says where.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +27,19 @@ from typing import Any
 
 from emulators.http_server import Request, Response, json_response
 from emulators.providers.faults import FaultSet, handle_fault_control
+from emulators.providers.ledger_files import (
+    DEFAULT_FLUSH_INTERVAL,
+    FORMAT,
+    ROW_COLUMNS,
+    ArrowLedgerWriter,
+    LedgerCache,
+    LedgerReader,
+)
+from emulators.providers.shared import SharedDir
+
+log = logging.getLogger(__name__)
+#: how long a ledger read waits for the other processes to write what they buffered
+BARRIER_TIMEOUT = 2.0
 
 ROW_KEYS = (
     "seq",
@@ -94,6 +114,12 @@ class Ledger:
             self._rows.append(row)
             return dict(row)
 
+    def append_row(self, row: tuple[Any, ...]) -> None:
+        """:meth:`append` with every column but ``seq`` given in ``ROW_COLUMNS`` order (the
+        simulators' hot path: no keyword arguments to match)."""
+        with self._lock:
+            self._rows.append({"seq": len(self._rows), **dict(zip(ROW_COLUMNS, row, strict=True))})
+
     def rows(self, since: int = 0) -> list[dict[str, Any]]:
         """Copies of the rows with ``seq >= since``."""
         return self.snapshot(since)[0]
@@ -109,46 +135,217 @@ class Ledger:
         with self._lock:
             self._rows.clear()
 
+    def reset_to(self, epoch: int) -> None:
+        self.reset()
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._rows)
+
+
+class FileLedger:
+    """The ledger of a simulator that runs as several processes (or streams its ledger): each
+    process appends to its own Arrow file (:mod:`emulators.providers.ledger_files`), readers
+    merge them. Same ``append`` as :class:`Ledger`; reads go through :meth:`snapshot_async`,
+    which first waits (bounded) until every process has written the rows it buffered."""
+
+    def __init__(self, shared: SharedDir, name: str, *, flush_interval: float) -> None:
+        self.shared = shared
+        if shared.slot is None:
+            shared.claim_slot()
+        self.writer = ArrowLedgerWriter(shared, name, flush_interval=flush_interval)
+        self.cache = LedgerCache(LedgerReader(shared.path, shared))
+        self._buffer_append = self.writer.append
+        #: one row, every column but ``seq`` in ``ROW_COLUMNS`` order (the hot path)
+        self.append_row = self.writer.append
+
+    def append(
+        self,
+        *,
+        provider: str,
+        token: str,
+        status: int,
+        tenant_id: str | None = None,
+        notification_id: str | None = None,
+        project: str | None = None,
+        reason: str | None = None,
+        apns_id: str | None = None,
+        received_at: float | None = None,
+        answered_at: float | None = None,
+        delivered: bool | None = None,
+        fault: str | None = None,
+        retry_after: float | None = None,
+        collapse_id: str | None = None,
+    ) -> None:
+        now = time.time()
+        self._buffer_append(
+            (
+                provider,
+                now if received_at is None else received_at,
+                now if answered_at is None else answered_at,
+                tenant_id,
+                notification_id,
+                token,
+                project,
+                status,
+                reason,
+                apns_id,
+                status == 200 if delivered is None else delivered,
+                fault,
+                None if retry_after is None else int(retry_after),
+                collapse_id,
+            )
+        )
+
+    async def snapshot_async(
+        self, since: int = 0, timeout: float = BARRIER_TIMEOUT
+    ) -> tuple[list[dict[str, Any]], int]:
+        if since < 0:
+            raise ValueError("since must be >= 0")
+        self.writer.flush()
+        deadline = time.monotonic() + timeout
+        while not self.shared.wait_flushed(timeout=0):
+            if time.monotonic() > deadline:
+                log.warning("ledger read: a process did not flush within %.1f s", timeout)
+                break
+            await asyncio.sleep(0.002)  # the other processes flush on their own timers
+        return self.cache.snapshot(since)
+
+    def snapshot(self, since: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """Blocking form of :meth:`snapshot_async` (not on a serving event loop)."""
+        if since < 0:
+            raise ValueError("since must be >= 0")
+        self.writer.flush()
+        self.shared.wait_flushed(timeout=BARRIER_TIMEOUT)
+        return self.cache.snapshot(since)
+
+    def rows(self, since: int = 0) -> list[dict[str, Any]]:
+        return self.snapshot(since)[0]
+
+    def reset_to(self, epoch: int) -> None:
+        """A reset: the shared directory has a new epoch; rows buffered before it are void."""
+        self.writer.start_epoch(epoch)
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 class ProviderState:
     """Everything a simulator remembers: the ledger, the unregistered tokens, the faults.
 
     ``clock`` is the monotonic clock of the faults' quota windows (injectable for tests).
+
+    With ``shared`` (a :class:`~emulators.providers.shared.SharedDir`), this is one of several
+    processes serving one simulator: the ledger goes to this process's Arrow file, and every
+    change of state (reset, unregistered tokens, faults) is an event in the shared journal that
+    every process applies (:meth:`sync`, called before each request) in the same order.
     """
 
-    def __init__(self, provider: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        provider: str,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        shared: SharedDir | None = None,
+        process_name: str = "p0",
+        flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+        unsupported_faults: dict[str, str] | None = None,
+    ) -> None:
         self.provider = provider
-        self.ledger = Ledger()
+        self.shared = shared
+        self.ledger: Ledger | FileLedger = (
+            Ledger()
+            if shared is None
+            else FileLedger(shared, process_name, flush_interval=flush_interval)
+        )
         self._lock = threading.Lock()
         self._unregistered: dict[str, int] = {}
         # token -> id of the unregister fault that marked it (absent: marked via the control API)
         self._unregistered_by: dict[str, str] = {}
-        self.faults = FaultSet(provider, self._unregister_from_fault, clock)
+        self._journal_at = 0
+        self.faults = FaultSet(
+            provider,
+            self._unregister_from_fault,
+            clock,
+            publish=self.publish,
+            count_in_window=shared.count_in_window if shared is not None else None,
+            unsupported=unsupported_faults,
+        )
+        if shared is not None:
+            self.sync()
 
+    # -- events ---------------------------------------------------------------------------------
+    def sync(self) -> None:
+        """Apply the control events other processes journalled (one read when there are none)."""
+        shared = self.shared
+        if shared is not None and shared.journal_length() != self._journal_at:
+            self._replay()
+
+    def _replay(self) -> None:
+        assert self.shared is not None
+        events, self._journal_at = self.shared.read_events(self._journal_at)
+        for event in events:
+            self._apply(event)
+
+    def publish(self, event: dict[str, Any]) -> dict[str, Any]:
+        """Make a change of state: here alone, or journalled for every process."""
+        if self.shared is None:
+            event = self.faults.finalize(event)
+            self._apply(event)
+            return event
+        with self.shared.locked():
+            self._replay()  # finalize against the latest state
+            event = self.faults.finalize(event)
+            if event["op"] == "reset":
+                event = {**event, "epoch": self.shared.new_epoch()}
+            self.shared.append_event(event)
+            self._replay()
+        return event
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        op = event["op"]
+        if op == "reset":
+            self.faults.reset(event["at"])
+            with self._lock:
+                self._unregistered.clear()
+                self._unregistered_by.clear()
+            self.ledger.reset_to(event.get("epoch", 0))
+        elif op == "unregister":
+            self._mark(event["tokens"], event["at_ms"], event.get("fault"))
+        else:
+            self.faults.apply(event)
+
+    # -- commands -------------------------------------------------------------------------------
     def mark_unregistered(
         self, tokens: list[str], at_ms: int | None = None, fault: str | None = None
     ) -> int:
         """Tokens that now answer 410 Unregistered / 404 UNREGISTERED; returns how many."""
         stamp = int(time.time() * 1000) if at_ms is None else at_ms
+        event: dict[str, Any] = {"op": "unregister", "tokens": list(tokens), "at_ms": stamp}
+        if fault is not None:
+            event["fault"] = fault
+        self.publish(event)
+        return len(tokens)
+
+    def _mark(self, tokens: list[str], stamp: int, fault: str | None) -> None:
         with self._lock:
             for token in tokens:
                 if token not in self._unregistered:
                     self._unregistered[token] = stamp
                     if fault is not None:
                         self._unregistered_by[token] = fault
-            return len(tokens)
 
-    def _unregister_from_fault(self, tokens: list[str], fault: str) -> None:
-        self.mark_unregistered(tokens, fault=fault)
+    def _unregister_from_fault(
+        self, tokens: list[str], fault: str, at_ms: int | None = None, publish: bool = True
+    ) -> None:
+        if publish:
+            self.mark_unregistered(tokens, at_ms, fault=fault)
+        else:
+            self._mark(tokens, int(time.time() * 1000) if at_ms is None else at_ms, fault)
 
     def unregistered_at(self, token: str) -> int | None:
         """Epoch milliseconds at which ``token`` was marked unregistered, or None."""
-        with self._lock:
-            return self._unregistered.get(token)
+        return self._unregistered.get(token)  # one dict read: atomic, no lock needed
 
     def unregistered_by(self, token: str) -> str | None:
         """The id of the unregister fault that marked ``token`` (None: not by a fault)."""
@@ -156,11 +353,24 @@ class ProviderState:
             return self._unregistered_by.get(token)
 
     def reset(self) -> None:
-        self.faults.reset()
-        with self._lock:
-            self._unregistered.clear()
-            self._unregistered_by.clear()
-        self.ledger.reset()
+        self.publish({"op": "reset", "at": time.time()})
+
+    async def ledger_snapshot(self, since: int) -> tuple[list[dict[str, Any]], int]:
+        """The ledger from ``since`` (merged over every process) and the next ``seq``."""
+        ledger = self.ledger
+        if isinstance(ledger, FileLedger):
+            return await ledger.snapshot_async(since)
+        return ledger.snapshot(since)
+
+    def ledger_source(self) -> dict[str, Any] | None:
+        """Where a reader on this machine finds the ledger files (None: memory only)."""
+        if self.shared is None:
+            return None
+        return {"format": FORMAT, "dir": str(self.shared.path.resolve())}
+
+    def close(self) -> None:
+        if isinstance(self.ledger, FileLedger):
+            self.ledger.close()
 
 
 def _bad(message: str) -> Response:
@@ -185,6 +395,11 @@ def handle_control(request: Request, state: ProviderState) -> Response | None:
         except ValueError:
             return _bad(f"since must be an integer >= 0, got {raw!r}")
         return json_response(200, {"rows": rows, "next": total})
+    if route == ("GET", "/_sim/ledger/source"):
+        source = state.ledger_source()
+        if source is None:
+            return json_response(404, {"error": "this simulator keeps its ledger in memory"})
+        return json_response(200, source)
     if route == ("POST", "/_sim/reset"):
         state.reset()
         return json_response(200, {"ok": True})
@@ -197,7 +412,33 @@ def handle_control(request: Request, state: ProviderState) -> Response | None:
         if not isinstance(tokens, list) or not all(isinstance(t, str) and t for t in tokens):
             return _bad('body must be {"tokens": [non-empty strings]}')
         return json_response(200, {"ok": True, "count": state.mark_unregistered(tokens)})
-    known = {"/_sim/health", "/_sim/ledger", "/_sim/reset", "/_sim/tokens/unregistered"}
+    known = {
+        "/_sim/health",
+        "/_sim/ledger",
+        "/_sim/ledger/source",
+        "/_sim/reset",
+        "/_sim/tokens/unregistered",
+    }
     if path.rstrip("/") in known:
         return json_response(405, {"error": f"method {request.method} not allowed on {path}"})
     return json_response(404, {"error": f"unknown control path {path}"})
+
+
+async def control(request: Request, state: ProviderState) -> Response | None:
+    """:func:`handle_control` for a serving process: first applies what other processes
+    journalled, and reads the ledger once every process has written its buffered rows."""
+    path = request.path
+    if not path.startswith("/_sim/"):
+        return None
+    state.sync()
+    if (request.method, path.rstrip("/")) == ("GET", "/_sim/ledger") and isinstance(
+        state.ledger, FileLedger
+    ):
+        raw = request.query.get("since", "0")
+        try:
+            since = int(raw)
+            rows, total = await state.ledger_snapshot(since)
+        except ValueError:
+            return _bad(f"since must be an integer >= 0, got {raw!r}")
+        return json_response(200, {"rows": rows, "next": total})
+    return handle_control(request, state)

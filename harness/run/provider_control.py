@@ -1,11 +1,24 @@
-"""Client for the provider simulators' control API (/_sim/...)."""
+"""Client for the provider simulators' control API (/_sim/...) and their ledgers.
+
+The APNs and FCM simulators write their ledger to Arrow files (one per serving process,
+:mod:`emulators.providers.ledger_files`) and say where (``GET /_sim/ledger/source``); when that
+directory is on this machine, :meth:`SimulatorControl.new_rows` reads the files that grew since
+its last call, and the simulator does no work for it. Otherwise (the SES and in-app simulators,
+or a simulator on another machine) it pages ``GET /_sim/ledger?since=N``.
+"""
 
 from __future__ import annotations
 
 import ssl
+from pathlib import Path
 from typing import Any
 
 import httpx
+
+from emulators.providers.ledger_files import FORMAT, LedgerReader
+
+# How long a read waits for the simulator's processes to write the rows they buffered.
+FLUSH_WAIT_S = 2.0
 
 
 class SimulatorControl:
@@ -13,17 +26,38 @@ class SimulatorControl:
         verify: Any = ssl.create_default_context(cafile=ca_file) if ca_file else True
         self.http = httpx.Client(base_url=url, verify=verify, timeout=10)
         self.next = 0
+        self._reader: LedgerReader | None = None
+        self._source_known = False
 
     def reset(self) -> None:
         self.http.post("/_sim/reset").raise_for_status()
-        self.next = 0
+        self.next = 0  # the file reader sees the new epoch itself
 
     def unregister(self, tokens: list[str]) -> None:
         if tokens:
             self.http.post("/_sim/tokens/unregistered", json={"tokens": tokens}).raise_for_status()
 
+    def ledger_files(self) -> LedgerReader | None:
+        """A reader of the simulator's ledger files, when they are on this machine."""
+        if not self._source_known:
+            self._source_known = True
+            response = self.http.get("/_sim/ledger/source")
+            if response.status_code == 200:
+                source = response.json()
+                directory = Path(str(source.get("dir", "")))
+                if source.get("format") == FORMAT and (directory / "meta").is_file():
+                    self._reader = LedgerReader(directory)
+        return self._reader
+
     def new_rows(self) -> list[dict[str, Any]]:
         """Ledger rows not seen by an earlier call."""
+        reader = self.ledger_files()
+        if reader is not None:
+            # the rows of every request answered before this call (bounded wait)
+            reader.shared.wait_flushed(timeout=FLUSH_WAIT_S)
+            rows = reader.read_new().to_pylist()
+            self.next = reader.next
+            return rows
         response = self.http.get("/_sim/ledger", params={"since": self.next})
         response.raise_for_status()
         data = response.json()
@@ -31,4 +65,6 @@ class SimulatorControl:
         return data["rows"]
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
         self.http.close()

@@ -26,6 +26,8 @@ import redis
 
 from chaos.faults import DEDUP_PROXY
 from emulators.ports import LOOPBACK, free_port
+from emulators.providers.serving import MAX_PROCESSES as MAX_SIM_PROCESSES
+from emulators.providers.serving import SERVERS as SIM_SERVERS
 from harness.contract.system import SystemContract
 from harness.stack import reference
 from harness.stack.aws_clients import aws_client
@@ -37,6 +39,7 @@ NODE_EMULATOR = ROOT / "emulators" / "node" / "aws_emulator.js"
 DEFAULT_STACK_FILE = ROOT / ".stack" / "stack.json"
 AWS_KEYS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 REGION = "us-east-1"
+DEFAULT_SIM_PROCESSES = 1
 
 # Start order. Workers come last: they need everything else.
 PARTS = (
@@ -220,6 +223,33 @@ def wait_until(
         time.sleep(interval)
 
 
+def sim_settings(processes: int | None, server: str | None) -> tuple[int, str]:
+    """The APNs and FCM simulators' ``--processes`` and ``--server`` for a stack: the arguments,
+    else ``HARNESS_SIM_PROCESSES`` / ``HARNESS_SIM_SERVER``, else 1 process of our h2 server.
+
+    Why that default (``benchmarks/bench_simulators.py``, README): in a stack on this 2-core
+    machine the simulators are far from the limit (about 130 µs of CPU per push where the
+    reference spends milliseconds), so a second process would only compete with the reference
+    for the same cores; and only the h2 server has every fault (goaway) and the CONNECT
+    tunnel. A real consumer fleet (a target) wants ``granian`` with one process per core."""
+    if processes is None:
+        raw = os.environ.get("HARNESS_SIM_PROCESSES", str(DEFAULT_SIM_PROCESSES))
+        try:
+            processes = int(raw)
+        except ValueError:
+            raise StackError(f"HARNESS_SIM_PROCESSES must be a whole number, got {raw!r}") from None
+    if not 1 <= processes <= MAX_SIM_PROCESSES:
+        raise StackError(
+            f"simulator processes must be from 1 to {MAX_SIM_PROCESSES}, got {processes}"
+        )
+    server = server if server is not None else os.environ.get("HARNESS_SIM_SERVER", "h2")
+    if server not in SIM_SERVERS:
+        raise StackError(
+            f"simulator server must be one of {', '.join(SIM_SERVERS)}, got {server!r}"
+        )
+    return processes, server
+
+
 def _log_tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -242,10 +272,14 @@ class Stack:
         stack_file: Path | None = None,
         parts: Sequence[str] | None = None,
         target: Target | None = None,
+        sim_processes: int | None = None,
+        sim_server: str | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.durable_redis = durable_redis
         self.apns_tls = apns_tls
+        # The APNs and FCM simulators: processes and HTTP server (sim_settings says why).
+        self.sim_processes, self.sim_server = sim_settings(sim_processes, sim_server)
         self.reference_overrides = reference_overrides or {}
         self.start_timeout = start_timeout
         self.with_workers = with_workers
@@ -466,12 +500,16 @@ class Stack:
             if proxies.exists():
                 argv += ["--config", str(proxies)]
             return argv
-        if part == "apns":
-            argv = [py, "-m", "emulators.providers.apns", "--host", LOOPBACK, "--port", str(port)]
-            if self.apns_tls:
+        if part in ("apns", "fcm"):
+            argv = [
+                py, "-m", f"emulators.providers.{part}", "--host", LOOPBACK, "--port", str(port),
+                "--processes", str(self.sim_processes), "--server", self.sim_server,
+                "--state-dir", str(self.workdir / f"{part}-state"),
+            ]  # fmt: skip
+            if part == "apns" and self.apns_tls:
                 argv += ["--tls", "--cert-dir", str(self.workdir / "tls")]
             return argv
-        if part in ("fcm", "ses", "inapp"):
+        if part in ("ses", "inapp"):
             return [
                 py,
                 "-m",
