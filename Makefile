@@ -14,12 +14,12 @@ demo: setup
 	@$(PY) -m harness run $(DEMO_SCENARIO) $(if $(SEED),--seed $(SEED),)
 
 lint: setup
-	@$(VENV)/bin/ruff check harness emulators reference_impl chaos locustfiles benchmarks tests
-	@$(VENV)/bin/ruff format --check harness emulators reference_impl chaos locustfiles benchmarks tests
+	@$(VENV)/bin/ruff check harness emulators reference_impl chaos locustfiles benchmarks systems tests
+	@$(VENV)/bin/ruff format --check harness emulators reference_impl chaos locustfiles benchmarks systems tests
 
 format: setup
-	@$(VENV)/bin/ruff format harness emulators reference_impl chaos locustfiles benchmarks tests
-	@$(VENV)/bin/ruff check --fix harness emulators reference_impl chaos locustfiles benchmarks tests
+	@$(VENV)/bin/ruff format harness emulators reference_impl chaos locustfiles benchmarks systems tests
+	@$(VENV)/bin/ruff check --fix harness emulators reference_impl chaos locustfiles benchmarks systems tests
 
 # Timing-sensitive tests run alone; whole scenario runs mostly wait on their fault timeline, so
 # two at a time fit this 2-core machine and halve the suite.
