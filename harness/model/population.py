@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -265,8 +266,26 @@ def _token(rng: random.Random, platform: str) -> str:
     )
 
 
-def generate(seed: int, start: datetime, spec: PopulationSpec | None = None) -> Population:
-    """A population whose quiet windows are placed relative to ``start`` (timezone-aware)."""
+_RUN_TENANT = re.compile(r"tenant-[0-9a-f]{6}-[0-9]+")
+
+
+def of_another_run(tenant_id: str, tenant_prefix: str) -> bool:
+    """A tenant of another harness run on the same long-lived system (a run-prefixed tenant
+    that is not this run's): its traffic is that run's backlog, not this run's to judge."""
+    return bool(_RUN_TENANT.fullmatch(tenant_id)) and not tenant_id.startswith(f"{tenant_prefix}-")
+
+
+def generate(
+    seed: int,
+    start: datetime,
+    spec: PopulationSpec | None = None,
+    tenant_prefix: str = "tenant",
+) -> Population:
+    """A population whose quiet windows are placed relative to ``start`` (timezone-aware).
+
+    Tenants are ``<tenant_prefix>-0``, ``-1``...: a run against a long-lived system gives each
+    run a prefix of its own, so that what earlier runs left in it (feeds, devices, follower
+    sets of the same seed's user ids) is never read as this run's."""
     if start.tzinfo is None:
         raise ValueError("start must be timezone-aware")
     spec = spec or PopulationSpec()
@@ -284,7 +303,7 @@ def generate(seed: int, start: datetime, spec: PopulationSpec | None = None) -> 
     population = Population(seed=seed, started_at=start.timestamp(), spec=spec)
     first_tenant_devices: dict[str, list[Device]] = {}
     for t in range(spec.tenants):
-        tenant = f"tenant-{t}"
+        tenant = f"{tenant_prefix}-{t}"
         # Both tenants use the same user ids on purpose: isolation must come from the tenant.
         user_ids = [f"u{n:06d}" for n in range(spec.users_per_tenant)]
         for user_id in user_ids:

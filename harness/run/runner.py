@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import random
 import signal
@@ -40,7 +41,7 @@ from harness.load.record import (
 from harness.model import history as history_mod
 from harness.model.history import STREAM_FILE, History
 from harness.model.oracle import expected_channel_deliveries
-from harness.model.population import Population, generate
+from harness.model.population import Population, generate, of_another_run
 from harness.model.scenarios import Scenario
 from harness.run.actions import ACTIONS, ActionContext
 from harness.run.actions import unavailable as action_unavailable
@@ -118,6 +119,15 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+def tenant_prefix(run_id: str, target: Target | None) -> str:
+    """The population's tenant prefix: plain on the embedded reference (a new stack each run);
+    on a team's long-lived system one of the run's own (a hash of the run id), so that the
+    same seed's user ids never meet what an earlier run left behind."""
+    if target is None:
+        return "tenant"
+    return f"tenant-{hashlib.sha256(run_id.encode()).hexdigest()[:6]}"
+
+
 def new_run_id(scenario: str, seed: int, now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{scenario}-s{seed}"
 
@@ -145,9 +155,18 @@ class Collector:
     """Pulls provider ledgers into the history as the run goes: every second from the stack's
     start (a killed run's streamed history holds them), and whenever the wait asks."""
 
-    def __init__(self, history: History, controls: list[SimulatorControl]) -> None:
+    def __init__(
+        self,
+        history: History,
+        controls: list[SimulatorControl],
+        other_run: Callable[[str], bool] | None = None,
+    ) -> None:
         self.history = history
         self.controls = controls
+        # Rows of an earlier run's tenants (a long-lived system still delivering its backlog)
+        # are counted and left out: they are no part of this run's oracle.
+        self.other_run = other_run
+        self.other_run_rows = 0
         self.delivered: set[tuple[str, str, str]] = set()
         self.rows = 0
         self._lock = threading.Lock()
@@ -159,6 +178,10 @@ class Collector:
         with self._lock:  # one reader of each ledger's cursor at a time
             for control in self.controls:
                 rows = control.new_rows()
+                if self.other_run is not None:
+                    ours = [r for r in rows if not self.other_run(str(r.get("tenant_id")))]
+                    self.other_run_rows += len(rows) - len(ours)
+                    rows = ours
                 self.history.extend_provider(rows)
                 for row in rows:
                     if row.get("delivered", row["status"] == 200):
@@ -656,13 +679,16 @@ def execute(
         history.append("phase", detail=json.dumps({"stack_up": pids}))
         progress("stack", f"ready ({len(info.parts)} parts, logs in {run_dir / 'stack' / 'logs'})")
         start = clock()
-        population = generate(seed, start, scenario.population)
+        prefix = tenant_prefix(run_dir.name, target)
+        population = generate(seed, start, scenario.population, prefix)
+        if target is not None:
+            progress("load", f"tenants {prefix}-0.. (this run's own, apart from earlier runs')")
         population.save(run_dir / "population.json")
         apns = SimulatorControl(info.url("apns"), info.tls_ca)
         fcm = SimulatorControl(info.url("fcm"))
         apns.unregister([d.token for d in population.devices if d.dead and d.platform == "apns"])
         fcm.unregister([d.token for d in population.devices if d.dead and d.platform == "fcm"])
-        collector = Collector(history, [apns, fcm])
+        collector = Collector(history, [apns, fcm], lambda tenant: of_another_run(tenant, prefix))
         collector.start()
         calls = load_population(contract.api_url, population, driver=contract.driver)
         if "inapp" in info.parts:
@@ -754,6 +780,13 @@ def execute(
             + (f" after {scenario.timeout_seconds:.0f}s)" if outcome == "timeout" else ")"),
         )
         collector.poll()
+        if collector.other_run_rows:
+            progress(
+                "collect",
+                f"{collector.other_run_rows} request(s) to earlier runs' tenants left out "
+                "(the system's backlog from those runs)",
+            )
+            history.append("phase", detail=json.dumps({"other_run_rows": collector.other_run_rows}))
         for part, why in stack.dead_parts().items():
             # A part of the local stack that died is the harness's failure, not the system's:
             # say so instead of letting a checker blame the system under test.
@@ -834,6 +867,7 @@ def run(
         "scenario": scenario.name,
         "seed": seed,
         "target": target.name if target is not None else "reference",
+        "tenant_prefix": tenant_prefix(run_id, target),
         "verdict": "incomplete",
         "checkers": {},
         "history_rows": 0,

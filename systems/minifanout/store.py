@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 FEED_KEEP = 1000
 FEED_TTL_S = 90 * 24 * 3600
@@ -199,10 +200,20 @@ class Claims:
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
+        # Sends whose 'sent' mark the store refused (it was down): written before any new
+        # claim, since the lease guarding them runs out while the store is away and a copy
+        # of the job claimed after that would be sent again.
+        self.unsettled: set[str] = set()
 
     async def claim(self, key: str, lease_s: float) -> tuple[str, float]:
         """``("won", 0)``, ``("sent", 0)`` or ``("busy", seconds the lease still runs)``.
         Raises a redis error when the store cannot decide: the caller must not send."""
+        if key in self.unsettled:
+            return "sent", 0.0
+        for late in list(self.unsettled):
+            # No XX: the lease may have run out meanwhile; the send happened all the same.
+            await self.redis.set(late, "sent", ex=SENT_TTL_S)
+            self.unsettled.discard(late)
         if await self.redis.set(key, "pending", nx=True, px=int(lease_s * 1000)):
             return "won", 0.0
         pipe = self.redis.pipeline(transaction=False)
@@ -216,13 +227,19 @@ class Claims:
     async def mark_sent(self, key: str) -> None:
         # XX: only over our own lease. A claim erased mid-send (the person erased) stays
         # erased; nothing of them survives in the store.
-        await self.redis.set(key, "sent", ex=SENT_TTL_S, xx=True)
+        try:
+            await self.redis.set(key, "sent", ex=SENT_TTL_S, xx=True)
+        except RedisError:
+            self.unsettled.add(key)
+            raise
 
     async def release(self, key: str) -> None:
         await self.redis.delete(key)
 
     async def erase(self, tenant: str, user: str) -> int:
         """Every claim of the person (SCAN: the keyspace is the dedup store's only)."""
+        prefix = f"mini:once:{tenant}:{user}:"
+        self.unsettled = {k for k in self.unsettled if not k.startswith(prefix)}
         pattern = f"mini:once:{_glob_escape(tenant)}:{_glob_escape(user)}:*"
         deleted = 0
         batch: list[Any] = []
