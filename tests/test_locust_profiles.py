@@ -35,7 +35,19 @@ def population_file(stack, tmp_path_factory) -> Path:
 
 
 def _loadgen(stack, population_file: Path, out: Path, shape: str, plan: dict, *extra: str):
-    result = subprocess.run(
+    result = _run_loadgen(stack, population_file, out, shape, plan, *extra)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((out / "locust_summary.json").read_text())
+    rows = pd.DataFrame(read_injected(out / "injected.jsonl"))
+    if len(rows):
+        rows["offset"] = rows["time"] - summary["load_started_at"]
+    return summary, rows
+
+
+def _run_loadgen(
+    stack, population_file: Path, out: Path, shape: str, plan: dict, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -59,12 +71,6 @@ def _loadgen(stack, population_file: Path, out: Path, shape: str, plan: dict, *e
         text=True,
         timeout=180,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    summary = json.loads((out / "locust_summary.json").read_text())
-    rows = pd.DataFrame(read_injected(out / "injected.jsonl"))
-    if len(rows):
-        rows["offset"] = rows["time"] - summary["load_started_at"]
-    return summary, rows
 
 
 def _user_counts(out: Path) -> pd.Series:
@@ -139,6 +145,43 @@ def test_distributed_workers_claim_distinct_celebrities(stack, population_file, 
     # Relayed from the workers to the master's file, one post per claimed celebrity.
     assert len(celebrity) == 2
     assert celebrity[["tenant_id", "author_id"]].drop_duplicates().shape[0] == 2
+
+
+RAISING_LOCUSTFILE = """
+from locust import task
+
+from harness.load import users
+
+users.install()
+
+
+class CelebrityPoster(users.CelebrityPoster):
+    @task
+    def post(self) -> None:
+        raise AttributeError("planted: 'CelebrityPoster' object has no attribute 'pause_until'")
+
+
+class Shape(users.PlanShape):
+    pass
+"""
+
+
+def test_a_user_that_raises_fails_the_load_instead_of_passing_a_load_that_never_ran(
+    stack, population_file, tmp_path
+):
+    """Locust logs a task's exception and carries on: a celebrity that cannot post would leave
+    a burst-free run to pass. The load generator exits 1 naming what the users raised."""
+    locustfile = tmp_path / "raising.py"
+    locustfile.write_text(RAISING_LOCUSTFILE)
+    plan = {
+        "shape": "celebrity_burst", "duration_s": 3, "background_users": 1, "celebrities": 1,
+        "burst_at_s": 1, "burst_window_s": 1,
+    }  # fmt: skip
+    result = _run_loadgen(stack, population_file, tmp_path / "out", str(locustfile), plan)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "locust: error: a user raised planted:" in result.stdout, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "out" / "locust_summary.json").read_text())
+    assert summary["exceptions"] and "pause_until" in summary["exceptions"][0]["msg"]
 
 
 def test_plain_locust_runs_the_same_locustfile(stack, population_file, tmp_path):

@@ -220,12 +220,22 @@ def run(args: argparse.Namespace) -> int:
             for e in runner.stats.entries.values()
         },
     }
+    # A user whose task raised did not send the load the plan asked for (Locust logs the
+    # exception and goes on): the run's verdict would judge a load that never happened.
+    summary["exceptions"] = [
+        {"count": e["count"], "msg": e["msg"], "traceback": e["traceback"]}
+        for e in runner.exceptions.values()
+    ]
     (args.out / "locust_summary.json").write_text(json.dumps(summary, indent=2))
     print(
         f"locust: {outcome}: {summary['injected']} events injected, "
         f"{summary['requests']} requests, {summary['failures']} failures",
         flush=True,
     )
+    for e in summary["exceptions"]:
+        print(f"locust: error: a user raised {e['msg']} ({e['count']}x)", flush=True)
+    if summary["exceptions"]:
+        return 1
     return 0 if outcome == "complete" else 1
 
 

@@ -318,11 +318,11 @@ class FanoutUser(FastHttpUser):
                 elif 400 <= status < 500:
                     # A definite refusal: the event is not in the system.
                     answer = {"op": "fail", "status": status}
-                    response.failure(f"HTTP {status}: {response.text[:200]}")
+                    response.failure(f"HTTP {status}: {(response.text or '')[:200]}")
                 else:
                     # 5xx or no answer (status 0): it may or may not have been taken.
                     answer = {"op": "info", "status": status}
-                    response.failure(f"HTTP {status}: {response.text[:200]}")
+                    response.failure(f"HTTP {status}: {(response.text or '')[:200]}")
         finally:
             # Also when the greenlet is killed mid-request: the answer then says "info".
             record("injected", {**row, **answer, "end": time.time()})
@@ -381,6 +381,12 @@ class FanoutUser(FastHttpUser):
                 break
             cursor = next_cursor
         return seen
+
+    def pause_until(self, offset_s: float) -> None:
+        """Sleep until ``offset_s`` after the load started (the plan's schedule)."""
+        delay = context().started + offset_s - time.monotonic()
+        if delay > 0:
+            gevent.sleep(delay)
 
 
 class Author(FanoutUser):

@@ -598,9 +598,20 @@ def _inject_with_locust(
         on_start()  # faults and rollbacks still run, so the run says what happened
     tail.finish()
     if proc.returncode != 0:
+        raised = _load_exceptions(out / "locust_summary.json")
         raise RuntimeError(
-            f"the Locust load exited with code {proc.returncode}; log {out / 'loadgen.log'}"
+            f"the Locust load exited with code {proc.returncode}"
+            + (f" (its users raised: {raised})" if raised else "")
+            + f"; log {out / 'loadgen.log'}"
         )
+
+
+def _load_exceptions(path: Path) -> str:
+    try:
+        exceptions = json.loads(path.read_text()).get("exceptions") or []
+    except (OSError, ValueError):
+        return ""
+    return "; ".join(f"{e['msg']} ({e['count']}x)" for e in exceptions)
 
 
 def read_injected(path: Path) -> list[dict[str, Any]]:
