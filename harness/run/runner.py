@@ -22,9 +22,8 @@ import numpy as np
 import pandas as pd
 from ulid import ULID
 
-from chaos.faults import DEDUP_PROXY, ChaosTargets, make_fault
+from chaos.faults import DEDUP_PROXY, ChaosTargets
 from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
-from harness.checkers import run_probe
 from harness.checkers.evidence import evidence_from
 from harness.checkers.verdict import Verdict
 from harness.contract.driver import Driver
@@ -41,11 +40,12 @@ from harness.model.history import STREAM_FILE, History
 from harness.model.oracle import expected_channel_deliveries
 from harness.model.population import Population, generate
 from harness.model.scenarios import Scenario
-from harness.run.actions import ACTIONS, ActionContext
+from harness.run.actions import ActionContext
 from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
 from harness.run.channel_ledgers import ChannelLedgers, register_online_users
 from harness.run.dlq import redrive_all
 from harness.run.provider_control import SimulatorControl
+from harness.run.python_steps import action_of, fault_of, judge
 from harness.run.sqs_receives import collect_receives
 from harness.stack.reaper import reap_orphans
 from harness.stack.supervisor import WORKER_PARTS, Stack, StackInfo, stop_process
@@ -372,7 +372,11 @@ def _lacking(scenario: Scenario, capabilities: frozenset[str]) -> str:
     """What the scenario's checkers need that the system does not offer, said plainly."""
     from harness.checkers import registry
 
-    missing = {p.name: sorted(registry.get(p.name).needs - capabilities) for p in scenario.probes}
+    missing = {
+        p.name: sorted(registry.get(p.name).needs - capabilities)
+        for p in scenario.probes
+        if p.provider is None  # a team's own probe states no needs
+    }
     return "; ".join(f"{name} needs {', '.join(m)}" for name, m in missing.items() if m)
 
 
@@ -652,15 +656,12 @@ def execute(
             bound_s=scenario.preference_bound_s,
         )
         nemesis = Nemesis(
-            [
-                ScheduledFault(make_fault(f.name, f.params), f.offset_s, f.duration_s)
-                for f in scenario.faults
-            ],
+            [ScheduledFault(fault_of(f), f.offset_s, f.duration_s) for f in scenario.faults],
             targets,
             history,
             log=lambda line: progress("nemesis", line),
             actions=[
-                ScheduledAction(a.name, a.offset_s, _bind(ACTIONS[a.name], actions, a.params))
+                ScheduledAction(a.name, a.offset_s, _bind(action_of(a), actions, a.params))
                 for a in scenario.actions
             ],
         )
@@ -698,7 +699,8 @@ def execute(
         if undone:
             progress("rollback", f"undid {', '.join(undone)}")
         for rollback in scenario.rollbacks:
-            result = ACTIONS[rollback.name](actions, rollback.params)
+            result = action_of(rollback)(actions, rollback.params)
+            history.append("action", detail=f"rollback {rollback.name}: {result}")
             progress("rollback", f"{rollback.name}: {result}")
             if rollback.name == "redrive-dlq" and not result.startswith("moved 0 "):
                 outcome = wait_for_outcome(
@@ -741,7 +743,7 @@ def execute(
         errors += nemesis.errors
         evidence = evidence_from(population, history.frame(), policy, scenario.preference_bound_s)
         capabilities = contract.capabilities()
-        verdicts = [run_probe(p.name, p.tolerance, evidence, capabilities) for p in scenario.probes]
+        verdicts = [judge(p, evidence, capabilities) for p in scenario.probes]
         return history, population, verdicts, "; ".join(errors) or None
     except RunInterrupted as exc:
         interrupted = True
