@@ -42,6 +42,8 @@ T = TypeVar("T")
 MARGIN_S = 600.0
 POLL_S = 1.0
 STOP_WAIT_S = 60.0
+# From the process's start to its run directory (imports, reaping what a killed run left).
+STARTUP_S = 120.0
 
 
 class RunFailed(RuntimeError):
@@ -199,6 +201,14 @@ class BackgroundRun:
         return self.proc is not None and self.proc.poll() is None
 
     def describe(self) -> dict[str, Any]:
+        """Where the run goes, once it has made its directory (or ended without one)."""
+        try:
+            deadline = time.monotonic() + STARTUP_S
+            while self.run_dir is None and self.alive and time.monotonic() < deadline:
+                time.sleep(POLL_S / 4)
+        except BaseException:
+            self.interrupt()
+            raise
         return {
             "scenario": self.scenario.name,
             "seed": self.seed,

@@ -95,6 +95,13 @@ class PythonProvider:
             ) from exc
         return func
 
+    def declares(self, name: str) -> bool:
+        """Whether the function has a parameter ``name`` that its arguments leave to the run."""
+        try:
+            return name in inspect.signature(self.resolve()).parameters
+        except (TypeError, ValueError):
+            return False
+
     def call(self, first: Any, **offered: Any) -> Any:
         """Call the function with ``first``, its arguments, and each of ``offered`` whose name
         it declares (and the arguments do not set)."""

@@ -378,7 +378,8 @@ def _probe(value: Any, where: str) -> Probe:
         try:
             provider = PythonProvider.from_mapping(probe["provider"])
             provider.check("evidence", injectable=("tolerance",))
-            if probe.get("tolerance") is not None:
+            # A function that takes the tolerance judges by it; else Chaos Toolkit's forms do.
+            if probe.get("tolerance") is not None and not provider.declares("tolerance"):
                 check_tolerance(probe["tolerance"])
         except (ProviderError, ToleranceError) as exc:
             raise ScenarioError(f"{where} ({name}): {exc}") from exc

@@ -64,13 +64,21 @@ def judge(probe: Probe, evidence: Evidence, capabilities: frozenset[str] | None)
             f"{probe.provider.label} raised {type(exc).__name__}: {exc}",
             provider=probe.provider.label,
         )
-    if isinstance(output, Verdict):
-        return replace(
-            output, name=probe.name, details={**output.details, "provider": probe.provider.label}
-        )
+    if isinstance(output, Verdict) or probe.provider.declares("tolerance"):
+        if not isinstance(output, Verdict):
+            return unknown_verdict(
+                probe.name,
+                f"{probe.provider.label} takes the tolerance, so it must return a Verdict, not "
+                f"{type(output).__name__}",
+                provider=probe.provider.label,
+            )
+        # numpy's booleans are not ``True``/``False``: the run's verdict tests identity.
+        valid = None if output.valid is None else bool(output.valid)
+        details = {**output.details, "provider": probe.provider.label}
+        return replace(output, name=probe.name, valid=valid, details=details)
     tolerance = True if probe.tolerance is None else probe.tolerance
     try:
-        valid = within_tolerance(tolerance, output)
+        valid = bool(within_tolerance(tolerance, output))
     except ToleranceError as exc:
         return unknown_verdict(probe.name, str(exc), provider=probe.provider.label)
     details = {"provider": probe.provider.label, "value": output, "tolerance": tolerance}
