@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -110,6 +112,43 @@ def test_a_broken_system_makes_the_chaos_toolkit_experiment_deviate(tmp_path):
     summary = journal["rollbacks"][-1]["output"]
     assert summary["verdict"] == "fail" and summary["run_dir"] == str(run_dir)
     assert summary["checkers"]["quiet_hours"]["deferred_never_released"] > 0
+
+
+@pytest.mark.integration
+@pytest.mark.wholerun
+@pytest.mark.skipif(CHAOS is None, reason="chaostoolkit is not installed (pip install .[test])")
+def test_sigterm_to_chaos_stops_the_run_and_plays_the_rollbacks(tmp_path):
+    journal = tmp_path / "journal.json"
+    log = tmp_path / "chaos.log"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_OUT": str(tmp_path / "runs"),
+           "HARNESS_SEED": "4", "HARNESS_NO_REPORT": "1"}  # fmt: skip
+    argv = [CHAOS, "--no-log-file", "run", "--journal-path", str(journal),
+            str(SCENARIO_DIR / "memorydb-outage.yaml")]  # fmt: skip
+    with open(log, "w") as out:
+        chaos = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 120
+        while "start dedup-outage" not in log.read_text():  # the fault is on: mid-experiment
+            assert chaos.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        chaos.send_signal(signal.SIGTERM)
+        assert chaos.wait(120) == 1, log.read_text()
+    finally:
+        if chaos.poll() is None:
+            chaos.kill()
+    result = json.loads(journal.read_text())
+    assert result["status"] == "interrupted", log.read_text()
+    assert result["steady_states"]["after"] is None  # nothing judged after an interruption
+    stop = result["rollbacks"][-1]["output"]
+    assert stop["verdict"] == "incomplete" and "SIGTERM" in stop["error"]
+    run_dir = Path(stop["run_dir"])
+    assert _gone(result["run"][0]["output"]["pid"])
+    history = pd.read_parquet(run_dir / "history.parquet")
+    phases = [json.loads(d) for d in history[history["kind"] == "phase"]["detail"] if "{" in d]
+    pids = next(p["stack_up"] for p in phases if "stack_up" in p)
+    assert pids and all(_gone(pid) for pid in pids.values())
+    faults = [json.loads(d)["phase"] for d in history[history["kind"] == "fault"]["detail"]]
+    assert faults == ["start", "stop"]  # the outage was undone
 
 
 # -- what the activities read (pure) -------------------------------------------------------------

@@ -54,6 +54,20 @@ class Interrupted(RuntimeError):
     """The experiment was interrupted; the run was stopped."""
 
 
+# Chaos Toolkit's SIGUSR1 exit: "stop the experiment now, play the rollbacks".
+LEAVE_NOW = 20
+
+
+def interrupted_while_waiting(run: BackgroundRun, exc: BaseException) -> None:
+    """Stop the run, then let the interruption end the experiment: Chaos Toolkit's python
+    provider turns any Exception (its own InterruptExecution from SIGTERM too) into one failed
+    activity and goes on with the next, so an Exception becomes its SystemExit(20), which ends
+    the experiment as interrupted and still plays the rollbacks."""
+    run.interrupt()
+    if isinstance(exc, Exception):
+        raise SystemExit(LEAVE_NOW) from exc
+
+
 # -- reading a history (pure) -----------------------------------------------------------------
 
 
@@ -206,8 +220,8 @@ class BackgroundRun:
             deadline = time.monotonic() + STARTUP_S
             while self.run_dir is None and self.alive and time.monotonic() < deadline:
                 time.sleep(POLL_S / 4)
-        except BaseException:
-            self.interrupt()
+        except BaseException as exc:
+            interrupted_while_waiting(self, exc)
             raise
         return {
             "scenario": self.scenario.name,
@@ -266,9 +280,10 @@ class BackgroundRun:
                     self.stop()
                     raise RunFailed(f"no {what} before the deadline; the run was stopped")
                 time.sleep(POLL_S)
+        except RunFailed:
+            raise
         except BaseException as exc:
-            if not isinstance(exc, RunFailed):
-                self.interrupt()
+            interrupted_while_waiting(self, exc)
             raise
 
     def finish(self) -> dict[str, Any]:
@@ -279,8 +294,8 @@ class BackgroundRun:
                     self.stop()
                     break
                 time.sleep(POLL_S)
-        except BaseException:
-            self.interrupt()
+        except BaseException as exc:
+            interrupted_while_waiting(self, exc)
             raise
         return self.summary()
 
