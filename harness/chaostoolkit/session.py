@@ -181,6 +181,8 @@ class BackgroundRun:
             argv.append("--no-report")
         if self.target:
             argv += ["--target", self.target]
+        # Chaos Toolkit's working directory and PYTHONPATH: a team's modules and relative paths
+        # mean the same to the run; the harness itself is importable wherever it is run from.
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         # Its own session: Chaos Toolkit's signals are Chaos Toolkit's; the run is stopped by
@@ -191,7 +193,6 @@ class BackgroundRun:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             text=True,
-            cwd=ROOT,
             start_new_session=True,
             env=env,
         )
