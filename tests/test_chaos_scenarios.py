@@ -196,7 +196,8 @@ def test_a_dead_token_never_deactivated_is_tried_again(tmp_path):
     path = _variant(tmp_path, "smoke", ["dead_token_kept"])
     data = yaml.safe_load(path.read_text())
     # Three posts per author: a dead token meets the system again after its first 410.
-    data["method"][0].update(regular_posts=3, celebrity_posts=3, spread_s=6)
+    load = data["method"][0]["provider"]["arguments"]  # the Chaos Toolkit form's load step
+    load.update(regular_posts=3, celebrity_posts=3, spread_s=6)
     path.write_text(yaml.safe_dump(data))
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1

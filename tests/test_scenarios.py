@@ -1,13 +1,17 @@
-"""Scenario files: every shipped one parses; mistakes are named precisely."""
+"""Scenario files: every shipped one parses, and is a valid Chaos Toolkit experiment that means
+what the harness's shorthand means; activities may name a team's own function; mistakes are
+named precisely."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import yaml
 from conftest import run_cli
 
 from harness.model import scenarios
-from harness.model.scenarios import ScenarioError, parse
+from harness.model.scenarios import SCENARIO_DIR, ScenarioError, parse
 
 SHIPPED = (
     "smoke",
@@ -70,6 +74,10 @@ BASE = {
         ),
         ({"configuration": {"timeout_s": 0}}, "timeout_s must be a positive number"),
         ({"rollbacks": [{"type": "action", "name": "pray"}]}, "unknown action 'pray'"),
+        (
+            {"rollbacks": [{"type": "action", "name": "redrive-dlq", "offset_s": 3}]},
+            "a rollback runs at the end; it takes no offset_s",
+        ),
         ({"method": [{"type": "locust", "locustfile": "tsunami"}]}, "unknown locustfile 'tsunami'"),
         (
             {"method": [{"type": "locust", "locustfile": "game_day", "plan": {"duration_s": -1}}]},
@@ -121,3 +129,387 @@ def test_scale_grows_every_count_together():
     assert small.population.users_per_tenant > small.population.celebrity_followers >= 1
     with pytest.raises(ScenarioError, match="positive"):
         scaled(base, 0)
+
+
+# -- a team's own functions (module-level: the scenario names them test_scenarios.<func>) -------
+
+
+def cut_nothing(targets, seconds=1.0):
+    return None
+
+
+def note(context, label):
+    return label
+
+
+def share_of_nothing(evidence):
+    return 1.0
+
+
+def judged(evidence, tolerance):
+    return None
+
+
+def _python(func, **arguments):
+    return {"type": "python", "module": "test_scenarios", "func": func, "arguments": arguments}
+
+
+def test_steps_and_probes_may_name_a_function():
+    scenario = parse(
+        {
+            **BASE,
+            "steady-state-hypothesis": {
+                "probes": [
+                    {"name": "effectively_once"},
+                    {
+                        "name": "all-of-it",
+                        "provider": _python("share_of_nothing"),
+                        "tolerance": {"type": "range", "range": [0.9, 1.0]},
+                    },
+                    {"name": "my-checker", "provider": _python("judged"), "tolerance": {"a": 1}},
+                ]
+            },
+            "method": [
+                {"type": "load"},
+                {
+                    "type": "fault",
+                    "name": "cut",
+                    "offset_s": 2,
+                    "duration_s": 3,
+                    "provider": _python("cut_nothing", seconds=2),
+                },
+                {
+                    "type": "action",
+                    "name": "say",
+                    "offset_s": 1,
+                    "provider": _python("note", label="x"),
+                },
+            ],
+        },
+        "t",
+    )
+    (fault,) = scenario.faults
+    assert (fault.name, fault.offset_s, fault.duration_s) == ("cut", 2.0, 3.0)
+    assert fault.provider.label == "test_scenarios.cut_nothing"
+    assert fault.params == {"seconds": 2}
+    assert scenario.actions[0].provider.arguments == {"label": "x"}
+    assert [p.name for p in scenario.probes] == ["effectively_once", "all-of-it", "my-checker"]
+    # A function that takes the tolerance judges by it, whatever its form.
+    assert scenario.probes[2].tolerance == {"a": 1}
+
+
+def _probe_of(provider, **more):
+    return {
+        **BASE,
+        "steady-state-hypothesis": {"probes": [{"name": "p", "provider": provider, **more}]},
+    }
+
+
+def _fault_of(provider):
+    step = {"type": "fault", "name": "f", "duration_s": 1, "provider": provider}
+    return {**BASE, "method": [{"type": "load"}, step]}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            _fault_of(_python("cut_nothing") | {"module": "no_such_team_module"}),
+            "cannot import module 'no_such_team_module'",
+        ),
+        (
+            _fault_of(_python("no_such_func")),
+            "module 'test_scenarios' has no function 'no_such_func'",
+        ),
+        (
+            _fault_of(_python("cut_nothing", minutes=3)),
+            "cannot be called with the chaos targets and arguments ['minutes']",
+        ),
+        (
+            _fault_of(_python("cut_nothing") | {"type": "process"}),
+            "provider type must be python, not 'process'",
+        ),
+        (_fault_of({"type": "python", "func": "cut_nothing"}), "a python provider needs a module"),
+        (
+            _probe_of(_python("share_of_nothing"), tolerance={"type": "jsonpath", "path": "$"}),
+            "tolerance type 'jsonpath' is not judged",
+        ),
+        (_probe_of(_python("share_of_nothing", extra=1)), "cannot be called with the evidence"),
+        (
+            {
+                **BASE,
+                "steady-state-hypothesis": {
+                    "probes": [{"name": "consent", "provider": _python("share_of_nothing")}]
+                },
+            },
+            "'consent' is a built-in checker's name",
+        ),
+        (
+            {
+                **BASE,
+                "steady-state-hypothesis": {"probes": [{"name": "consent"}, {"name": "consent"}]},
+            },
+            "a second probe named 'consent'",
+        ),
+        (
+            {**BASE, "method": [{"type": "action", "name": "a", "provider": _python("note")}]},
+            "cannot be called with the action context",
+        ),
+    ],
+)
+def test_a_function_that_cannot_be_called_is_named_at_parse_time(data, message):
+    with pytest.raises(ScenarioError) as info:
+        parse(data, "t")
+    assert message in str(info.value)
+
+
+def test_an_unknown_module_is_a_clear_cli_error_not_a_traceback(tmp_path):
+    path = tmp_path / "team.yaml"
+    path.write_text(yaml.safe_dump(_fault_of(_python("cut_nothing") | {"module": "team.faults"})))
+    result = run_cli("run", str(path), "--out", str(tmp_path))
+    assert result.returncode == 2
+    assert "cannot import module 'team.faults'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not [p for p in tmp_path.iterdir() if p.is_dir()]  # refused before any run began
+
+
+# -- the Chaos Toolkit form ---------------------------------------------------------------------
+
+PASSES = {"type": "regex", "target": "verdict", "pattern": "^(pass|off)$"}
+
+
+def _ext(func, **arguments):
+    return {
+        "type": "python",
+        "module": "harness.chaostoolkit",
+        "func": func,
+        "arguments": arguments,
+    }
+
+
+SHORTHAND = {
+    "title": "both",
+    "description": "every kind of step",
+    "configuration": {"timeout_s": 60},
+    "steady-state-hypothesis": {
+        "title": "held",
+        "probes": [
+            {"name": "effectively_once", "tolerance": {"max_duplicated": 0}},
+            {"name": "fail_closed"},
+            {"name": "team", "provider": _python("share_of_nothing"), "tolerance": [0.5, 1]},
+        ],
+    },
+    "method": [
+        {"type": "load", "name": "burst", "regular_posts": 2, "celebrity_posts": 1, "spread_s": 4},
+        {"type": "fault", "name": "dedup-outage", "offset_s": 2, "duration_s": 5},
+        {
+            "type": "fault",
+            "name": "apns-status",
+            "offset_s": 3,
+            "duration_s": 4,
+            "params": {"p": 0.5, "status": 429},
+        },
+        {
+            "type": "fault",
+            "name": "cut",
+            "offset_s": 1,
+            "duration_s": 2,
+            "provider": _python("cut_nothing", seconds=3),
+        },
+        {"type": "action", "name": "redrive-dlq", "offset_s": 20},
+        {"type": "action", "name": "say", "offset_s": 5, "provider": _python("note", label="hi")},
+    ],
+    "rollbacks": [{"type": "action", "name": "redrive-dlq"}],
+}
+
+CHAOS_TOOLKIT = {
+    "title": "both",
+    "description": "every kind of step",
+    "runtime": {
+        "hypothesis": {"strategy": "after-method-only"},
+        "rollbacks": {"strategy": "always"},
+    },
+    "controls": [
+        {
+            "name": "fanout-harness",
+            "provider": {"type": "python", "module": "harness.chaostoolkit.control"},
+        }
+    ],
+    "configuration": {"timeout_s": 60},
+    "steady-state-hypothesis": {
+        "title": "held",
+        "probes": [
+            {
+                "type": "probe",
+                "name": "effectively_once",
+                "tolerance": PASSES,
+                "provider": _ext(
+                    "verdict", name="effectively_once", tolerance={"max_duplicated": 0}
+                ),
+            },
+            {
+                "type": "probe",
+                "name": "fail_closed",
+                "tolerance": PASSES,
+                "provider": _ext("verdict", name="fail_closed"),
+            },
+            {
+                "type": "probe",
+                "name": "team",
+                "tolerance": PASSES,
+                "provider": _ext(
+                    "verdict", name="team", provider=_python("share_of_nothing"), tolerance=[0.5, 1]
+                ),
+            },
+        ],
+    },
+    "method": [
+        {
+            "type": "action",
+            "name": "burst",
+            "provider": _ext("load", regular_posts=2, celebrity_posts=1, spread_s=4),
+        },
+        {
+            "type": "action",
+            "name": "outage",
+            "provider": _ext("fault", name="dedup-outage", offset_s=2, duration_s=5),
+        },
+        {
+            "type": "action",
+            "name": "429s",
+            "provider": _ext(
+                "fault",
+                name="apns-status",
+                offset_s=3,
+                duration_s=4,
+                params={"p": 0.5, "status": 429},
+            ),
+        },
+        {
+            "type": "action",
+            "name": "cut",
+            "provider": _ext(
+                "fault",
+                name="cut",
+                offset_s=1,
+                duration_s=2,
+                provider=_python("cut_nothing", seconds=3),
+            ),
+        },
+        {
+            "type": "action",
+            "name": "redrive",
+            "provider": _ext("action", name="redrive-dlq", offset_s=20),
+        },
+        {
+            "type": "action",
+            "name": "say",
+            "provider": _ext(
+                "action", name="say", offset_s=5, provider=_python("note", label="hi")
+            ),
+        },
+    ],
+    "rollbacks": [
+        {"type": "action", "name": "redrive", "provider": _ext("rollback", name="redrive-dlq")},
+        {
+            "type": "action",
+            "name": "stop",
+            "provider": {"type": "python", "module": "harness.chaostoolkit", "func": "stop"},
+        },
+    ],
+}
+
+
+def test_the_chaos_toolkit_form_means_what_the_shorthand_means():
+    assert parse(CHAOS_TOOLKIT, "t") == parse(SHORTHAND, "t")
+
+
+def _changed(path, value):
+    data = copy.deepcopy(CHAOS_TOOLKIT)
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return data
+
+
+PROBE0 = ("steady-state-hypothesis", "probes", 0)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            _changed((*PROBE0, "tolerance"), True),
+            "tolerance must accept a passing or switched-off verdict and refuse a failing or unknown one",
+        ),
+        (
+            _changed(
+                (*PROBE0, "tolerance"),
+                {"type": "regex", "target": "verdict", "pattern": "pass|unknown"},
+            ),
+            "refuse a failing or unknown one",
+        ),
+        (_changed((*PROBE0, "type"), "action"), "a steady-state probe has type: probe"),
+        (
+            _changed(("method", 1, "pauses"), {"before": 3}),
+            "unknown key(s) pauses (a step's timing is its arguments' offset_s)",
+        ),
+        (_changed(("method", 1, "background"), True), "unknown key(s) background"),
+        (
+            _changed(("method", 1, "provider", "func"), "explode"),
+            "harness.chaostoolkit.explode is not a step here",
+        ),
+        (
+            _changed(("method", 1, "provider", "func"), "rollback"),
+            "harness.chaostoolkit.rollback is not a step here",
+        ),
+        (
+            _changed(("method", 1, "type"), "probe"),
+            "a step of the harness is a Chaos Toolkit action",
+        ),
+        (
+            _changed(("method", 1, "provider", "arguments", "offset"), 3),
+            "method[1]: unknown key(s) offset",
+        ),
+        (
+            _changed(("rollbacks", 1, "provider", "arguments"), {"now": True}),
+            "stop takes no arguments",
+        ),
+    ],
+)
+def test_chaos_toolkit_form_mistakes_are_named(data, message):
+    with pytest.raises(ScenarioError) as info:
+        parse(data, "t")
+    assert message in str(info.value)
+
+
+def test_every_shipped_scenario_is_a_chaos_toolkit_experiment():
+    """``chaos validate`` would say so (chaostoolkit-lib imports the extension and binds every
+    activity's arguments); and every step is an activity, so ``chaos run`` runs them all."""
+    from chaoslib.caching import clear_cache
+    from chaoslib.experiment import ensure_experiment_is_valid
+
+    for path in sorted(SCENARIO_DIR.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        ensure_experiment_is_valid(data)
+        clear_cache()
+        activities = data["steady-state-hypothesis"]["probes"] + data["method"] + data["rollbacks"]
+        for activity in activities:
+            assert activity["type"] in ("probe", "action"), (path.name, activity)
+            assert activity["provider"]["module"] == "harness.chaostoolkit", (path.name, activity)
+        assert data["runtime"]["hypothesis"]["strategy"] == "after-method-only", path.name
+        assert data["rollbacks"][-1]["provider"]["func"] == "stop", path.name
+        assert parse(data, path.stem) == scenarios.get(path.stem)
+
+
+def test_the_harness_reads_a_scenario_with_chaos_toolkit_keys_it_does_not_use():
+    # Chaos Toolkit's own keys (version, tags, secrets, extensions) change nothing for the run.
+    extra = {
+        **CHAOS_TOOLKIT,
+        "version": "1.0.0",
+        "tags": ["fanout"],
+        "secrets": {},
+        "extensions": [],
+    }
+    assert parse(extra, "t") == parse(CHAOS_TOOLKIT, "t")

@@ -66,15 +66,23 @@ class Fault:
     window_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
     active: bool = False
     _undo: Callable[[], None] | None = None
+    # A fault outside the catalogue (a scenario naming its own Python function): started as the
+    # catalogue's are, ``begin(targets, params)`` returning what undoes it (or None); ``origin``
+    # names the function in the history's window rows.
+    begin: Callable[[ChaosTargets, dict[str, Any]], Callable[[], None] | None] | None = None
+    origin: str | None = None
 
     def start(self, targets: ChaosTargets, history: History | None) -> None:
         if self.active:
             return
-        spec = CATALOGUE[self.name]
-        missing = unavailable(self.name, targets)
-        if missing:
-            raise FaultError(missing)
-        self._undo = spec.start(targets, self.params)
+        if self.begin is not None:
+            begin = self.begin
+        else:
+            missing = unavailable(self.name, targets)
+            if missing:
+                raise FaultError(missing)
+            begin = CATALOGUE[self.name].start
+        self._undo = begin(targets, self.params)
         self.active = True
         if history is not None:
             history.append("fault", detail=self._detail("start"))
@@ -91,14 +99,16 @@ class Fault:
                 history.append("fault", detail=self._detail("stop"))
 
     def _detail(self, phase: str) -> str:
-        return json.dumps(
-            {"window": self.window_id, "fault": self.name, "phase": phase, "params": self.params}
-        )
+        detail = {"window": self.window_id, "fault": self.name, "phase": phase}
+        detail["params"] = self.params
+        if self.origin is not None:
+            detail["origin"] = self.origin
+        return json.dumps(detail, default=str)
 
 
 # -- the registry -----------------------------------------------------------------------------
 
-Start = Callable[[ChaosTargets, dict[str, Any]], Callable[[], None]]
+Start = Callable[[ChaosTargets, dict[str, Any]], Callable[[], None] | None]
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,15 @@
-"""Scenario files (YAML) in Chaos Toolkit's vocabulary.
+"""Scenario files (YAML): Chaos Toolkit experiments that the harness also runs itself.
 
 ``steady-state-hypothesis``: the checkers (probes) and their tolerances; ``method``: the load
 and the fault schedule with offsets and durations (plus timed actions such as a DLQ redrive);
 ``rollbacks``: actions run at the end, also when the run fails (every fault the nemesis started
 is undone in any case). Scenarios ship in ``scenarios/``; ``run`` also accepts a path.
+
+The shipped files are written as Chaos Toolkit activities calling the harness's extension
+(:mod:`harness.chaostoolkit`), so ``chaos run`` runs them unchanged; the harness reads the same
+activities, and its shorter hand-written form (``type: load | locust | fault | action``), to the
+same :class:`Scenario`. A fault, action or probe may name any importable function
+(``provider: {type: python, module, func, arguments}``, :mod:`harness.model.python_provider`).
 """
 
 from __future__ import annotations
@@ -15,6 +21,13 @@ from typing import Any
 import yaml
 
 from harness.model.population import PopulationSpec
+from harness.model.python_provider import ProviderError, PythonProvider
+from harness.model.tolerance import (
+    VERDICT_TOLERANCE,
+    ToleranceError,
+    check_tolerance,
+    judges_verdicts,
+)
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 CONFIGURATION_KEYS = frozenset(
@@ -37,23 +50,35 @@ class UnknownScenario(ScenarioError):
 
 @dataclass(frozen=True)
 class Probe:
+    """A checker by name with its tolerance thresholds; or, with ``provider``, a function
+    ``(evidence, **arguments)`` returning a Verdict, or a value judged by ``tolerance`` in Chaos
+    Toolkit's forms (None: the value must be true)."""
+
     name: str
-    tolerance: dict[str, float] = field(default_factory=dict)
+    tolerance: Any = field(default_factory=dict)
+    provider: PythonProvider | None = None
 
 
 @dataclass(frozen=True)
 class FaultStep:
+    """A catalogue fault; or, with ``provider``, a function ``(targets, **arguments)`` that
+    starts a fault and returns what undoes it (``params`` are then its arguments)."""
+
     name: str
     offset_s: float
     duration_s: float
     params: dict[str, Any] = field(default_factory=dict)
+    provider: PythonProvider | None = None
 
 
 @dataclass(frozen=True)
 class ActionStep:
+    """A built-in action; or, with ``provider``, a function ``(context, **arguments)``."""
+
     name: str
     offset_s: float = 0.0
     params: dict[str, Any] = field(default_factory=dict)
+    provider: PythonProvider | None = None
 
 
 @dataclass(frozen=True)
@@ -158,10 +183,12 @@ def _number(step: dict[str, Any], key: str, where: str, default: float | None = 
 
 
 def parse(data: Any, name: str) -> Scenario:
-    """A Scenario from parsed YAML; every mistake raises ScenarioError naming where it is."""
-    from chaos.faults import CATALOGUE, FaultError, make_fault
-    from harness.checkers import registry as checker_registry
+    """A Scenario from parsed YAML; every mistake raises ScenarioError naming where it is.
 
+    Steps and probes may be written in the harness's shorthand (``type: load | locust | fault
+    | action``, probes by checker name) or as Chaos Toolkit activities that call the harness's
+    extension (``provider: {type: python, module: harness.chaostoolkit, func: ..., arguments:
+    ...}``), whose arguments are the shorthand's keys; both mean the same run."""
     data = _mapping(data, f"scenario {name}")
     config = _mapping(data.get("configuration"), "configuration")
     unknown_config = sorted(set(config) - CONFIGURATION_KEYS)
@@ -179,37 +206,31 @@ def parse(data: Any, name: str) -> Scenario:
     if problem:
         raise ScenarioError(f"configuration.population: {problem}")
     hypothesis = _mapping(data.get("steady-state-hypothesis"), "steady-state-hypothesis")
-    probes = []
+    probes: list[Probe] = []
     for i, probe in enumerate(hypothesis.get("probes") or []):
-        probe = _mapping(probe, f"steady-state-hypothesis.probes[{i}]")
-        if probe.get("name") not in checker_registry.known():
+        parsed = _probe(probe, f"steady-state-hypothesis.probes[{i}]")
+        if parsed.name in {p.name for p in probes}:
             raise ScenarioError(
-                f"steady-state-hypothesis.probes[{i}]: unknown probe {probe.get('name')!r}; "
-                f"known: {', '.join(checker_registry.known())}"
+                f"steady-state-hypothesis.probes[{i}]: a second probe named {parsed.name!r}"
             )
-        tolerance = dict(_mapping(probe.get("tolerance"), "tolerance"))
-        unknown = checker_registry.unknown_tolerances(probe["name"], tolerance)
-        if unknown:
-            allowed = ", ".join(sorted(checker_registry.get(probe["name"]).tolerances)) or "none"
-            raise ScenarioError(
-                f"steady-state-hypothesis.probes[{i}] ({probe['name']}): unknown tolerance(s) "
-                f"{', '.join(unknown)}; allowed: {allowed}"
-            )
-        probes.append(Probe(probe["name"], tolerance))
+        probes.append(parsed)
     if not probes:
         raise ScenarioError("steady-state-hypothesis.probes must name at least one checker")
-    steps = [s.get("type") for s in data.get("method") or [] if isinstance(s, dict)]
-    if "load" in steps and "locust" in steps:
+    method = data.get("method") or []
+    if not isinstance(method, list):
+        raise ScenarioError("method must be a list of steps")
+    steps = [
+        _step(_mapping(step, f"method[{i}]"), f"method[{i}]", dict(METHOD_FUNCS))
+        for i, step in enumerate(method)
+    ]
+    kinds = [s.get("type") for s in steps]
+    if "load" in kinds and "locust" in kinds:
         raise ScenarioError("method: a load step and a locust step exclude each other; pick one")
     load = Load()
     locust = None
     faults, actions = [], []
-    method = data.get("method") or []
-    if not isinstance(method, list):
-        raise ScenarioError("method must be a list of steps")
-    for i, step in enumerate(method):
+    for i, step in enumerate(steps):
         where = f"method[{i}]"
-        step = _mapping(step, where)
         kind = step.get("type")
         if kind == "load":
             values = {k: v for k, v in step.items() if k not in ("type", "name")}
@@ -222,32 +243,27 @@ def parse(data: Any, name: str) -> Scenario:
         elif kind == "locust":
             locust = _locust_step(step, where)
         elif kind == "fault":
-            if step.get("name") not in CATALOGUE:
-                raise ScenarioError(
-                    f"{where}: unknown fault {step.get('name')!r}; known: {', '.join(sorted(CATALOGUE))}"
-                )
-            try:
-                make_fault(step["name"], _mapping(step.get("params"), f"{where}.params"))
-            except FaultError as exc:
-                raise ScenarioError(f"{where}: {exc}") from exc
-            faults.append(
-                FaultStep(
-                    step["name"],
-                    _number(step, "offset_s", where, 0),
-                    _number(step, "duration_s", where),
-                    dict(step.get("params") or {}),
-                )
-            )
+            faults.append(_fault(step, where))
         elif kind == "action":
             actions.append(_action(step, where))
         else:
             raise ScenarioError(
                 f"{where}: type must be load, locust, fault or action, not {kind!r}"
             )
-    rollbacks = [
-        _action(_mapping(s, f"rollbacks[{i}]"), f"rollbacks[{i}]")
-        for i, s in enumerate(data.get("rollbacks") or [])
-    ]
+    rollbacks = data.get("rollbacks") or []
+    if not isinstance(rollbacks, list):
+        raise ScenarioError("rollbacks must be a list of actions")
+    rollback_steps = []
+    for i, value in enumerate(rollbacks):
+        where = f"rollbacks[{i}]"
+        step = _step(_mapping(value, where), where, ROLLBACK_FUNCS)
+        if step is None:
+            continue
+        if step.get("type") != "action":
+            raise ScenarioError(f"{where}: a rollback is an action, not {step.get('type')!r}")
+        if "offset_s" in step:
+            raise ScenarioError(f"{where}: a rollback runs at the end; it takes no offset_s")
+        rollback_steps.append(_action(step, where))
     timeout = config.get("timeout_s", 90)
     if not isinstance(timeout, int | float) or timeout <= 0:
         raise ScenarioError("configuration.timeout_s must be a positive number")
@@ -260,12 +276,160 @@ def parse(data: Any, name: str) -> Scenario:
         probes=tuple(probes),
         faults=tuple(faults),
         actions=tuple(actions),
-        rollbacks=tuple(rollbacks),
+        rollbacks=tuple(rollback_steps),
         reference=dict(_mapping(config.get("reference"), "configuration.reference")),
         durable_redis=bool(config.get("durable_redis", False)),
         timeout_seconds=float(timeout),
         preference_bound_s=_number(config, "preference_bound_s", "configuration", 5.0),
     )
+
+
+# -- Chaos Toolkit activities -----------------------------------------------------------------
+
+# The harness's Chaos Toolkit extension (harness/chaostoolkit): its functions, by the shorthand
+# step each one stands for.
+EXTENSION = "harness.chaostoolkit"
+METHOD_FUNCS = {"load": "load", "locust": "locust", "fault": "fault", "action": "action"}
+# ``stop`` is Chaos Toolkit's alone: it ends the background run, which the harness's own run
+# always does by itself.
+ROLLBACK_FUNCS: dict[str, str | None] = {"rollback": "action", "stop": None}
+PROBE_FUNC = "verdict"
+# The keys of a Chaos Toolkit activity the harness reads. A step's timing is its arguments'
+# offset_s: Chaos Toolkit's own pauses and background would not change it, so they are refused.
+ACTIVITY_KEYS = frozenset({"type", "name", "provider", "tolerance", "description"})
+
+
+def _extension_call(
+    step: dict[str, Any], where: str, funcs: dict[str, str | None]
+) -> tuple[str | None, dict[str, Any]] | None:
+    """(shorthand type, arguments) of a Chaos Toolkit activity that calls the extension; None
+    for anything else."""
+    provider = step.get("provider")
+    if not isinstance(provider, dict) or provider.get("module") != EXTENSION:
+        return None
+    unknown = sorted(set(step) - ACTIVITY_KEYS)
+    if unknown:
+        raise ScenarioError(
+            f"{where}: unknown key(s) {', '.join(unknown)} (a step's timing is its arguments' "
+            f"offset_s); allowed: {', '.join(sorted(ACTIVITY_KEYS))}"
+        )
+    try:
+        call = PythonProvider.from_mapping(provider)
+    except ProviderError as exc:
+        raise ScenarioError(f"{where}: {exc}") from exc
+    if call.func not in funcs:
+        raise ScenarioError(
+            f"{where}: {EXTENSION}.{call.func} is not a step here; use one of: "
+            f"{', '.join(sorted(funcs))}"
+        )
+    return funcs[call.func], dict(call.arguments)
+
+
+def _step(step: dict[str, Any], where: str, funcs: dict[str, str | None]) -> dict[str, Any] | None:
+    """A method or rollback step in the shorthand's keys, whichever way it was written (None:
+    a step of Chaos Toolkit's run alone)."""
+    call = _extension_call(step, where, funcs)
+    if call is None:
+        return step
+    kind, arguments = call
+    if step.get("type") != "action":
+        raise ScenarioError(f"{where}: a step of the harness is a Chaos Toolkit action")
+    if kind is None:
+        if arguments:
+            raise ScenarioError(f"{where}: {step['provider']['func']} takes no arguments")
+        return None
+    if "type" in arguments:
+        raise ScenarioError(f"{where}: arguments: unknown key type")
+    return {"type": kind, **arguments}
+
+
+def _probe(value: Any, where: str) -> Probe:
+    from harness.checkers import registry as checker_registry
+
+    probe = _mapping(value, where)
+    call = _extension_call(probe, where, {PROBE_FUNC: "probe"})
+    if call is not None:
+        if probe.get("type") != "probe":
+            raise ScenarioError(f"{where}: a steady-state probe has type: probe")
+        if "tolerance" not in probe:
+            raise ScenarioError(f"{where}: a Chaos Toolkit probe needs a tolerance")
+        try:
+            judges = judges_verdicts(probe["tolerance"])
+        except ToleranceError as exc:
+            raise ScenarioError(f"{where}: tolerance: {exc}") from exc
+        if not judges:
+            raise ScenarioError(
+                f"{where}: tolerance must accept a passing or switched-off verdict and refuse a "
+                f"failing or unknown one, e.g. {VERDICT_TOLERANCE}; the checker's own thresholds go in "
+                "the arguments' tolerance"
+            )
+        probe = call[1]
+        unknown = sorted(set(probe) - {"name", "tolerance", "provider"})
+        if unknown:
+            raise ScenarioError(f"{where}: arguments: unknown key(s) {', '.join(unknown)}")
+    name = probe.get("name")
+    if "provider" in probe:
+        if not isinstance(name, str) or not name:
+            raise ScenarioError(f"{where}: a probe that names a function needs a name")
+        if name in checker_registry.known():
+            raise ScenarioError(
+                f"{where}: {name!r} is a built-in checker's name; name your probe otherwise"
+            )
+        try:
+            provider = PythonProvider.from_mapping(probe["provider"])
+            provider.check("evidence", injectable=("tolerance",))
+            # A function that takes the tolerance judges by it; else Chaos Toolkit's forms do.
+            if probe.get("tolerance") is not None and not provider.declares("tolerance"):
+                check_tolerance(probe["tolerance"])
+        except (ProviderError, ToleranceError) as exc:
+            raise ScenarioError(f"{where} ({name}): {exc}") from exc
+        return Probe(name, probe.get("tolerance"), provider)
+    if name not in checker_registry.known():
+        raise ScenarioError(
+            f"{where}: unknown probe {name!r}; known: {', '.join(checker_registry.known())} "
+            "(or name your own function with provider: {type: python, module, func})"
+        )
+    tolerance = dict(_mapping(probe.get("tolerance"), "tolerance"))
+    unknown = checker_registry.unknown_tolerances(name, tolerance)
+    if unknown:
+        allowed = ", ".join(sorted(checker_registry.get(name).tolerances)) or "none"
+        raise ScenarioError(
+            f"{where} ({name}): unknown tolerance(s) {', '.join(unknown)}; allowed: {allowed}"
+        )
+    return Probe(name, tolerance)
+
+
+def _fault(step: dict[str, Any], where: str) -> FaultStep:
+    from chaos.faults import CATALOGUE, FaultError, make_fault
+
+    unknown = sorted(set(step) - {"type", "name", "offset_s", "duration_s", "params", "provider"})
+    if unknown:
+        raise ScenarioError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    offset, duration = _number(step, "offset_s", where, 0), _number(step, "duration_s", where)
+    if "provider" in step:
+        name = step.get("name")
+        if not isinstance(name, str) or not name:
+            raise ScenarioError(f"{where}: a fault that names a function needs a name")
+        if "params" in step:
+            raise ScenarioError(
+                f"{where}: a python fault's parameters are its provider's arguments"
+            )
+        try:
+            provider = PythonProvider.from_mapping(step["provider"])
+            provider.check("chaos targets")
+        except ProviderError as exc:
+            raise ScenarioError(f"{where} ({name}): {exc}") from exc
+        return FaultStep(name, offset, duration, dict(provider.arguments), provider)
+    if step.get("name") not in CATALOGUE:
+        raise ScenarioError(
+            f"{where}: unknown fault {step.get('name')!r}; known: {', '.join(sorted(CATALOGUE))} "
+            "(or name your own function with provider: {type: python, module, func})"
+        )
+    try:
+        make_fault(step["name"], _mapping(step.get("params"), f"{where}.params"))
+    except FaultError as exc:
+        raise ScenarioError(f"{where}: {exc}") from exc
+    return FaultStep(step["name"], offset, duration, dict(step.get("params") or {}))
 
 
 def _locust_step(step: dict[str, Any], where: str) -> LocustLoad:
@@ -290,12 +454,30 @@ def _locust_step(step: dict[str, Any], where: str) -> LocustLoad:
 def _action(step: dict[str, Any], where: str) -> ActionStep:
     from harness.run.actions import ActionError, validate
 
+    unknown = sorted(set(step) - {"type", "name", "offset_s", "params", "provider"})
+    if unknown:
+        raise ScenarioError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    offset = _number(step, "offset_s", where, 0)
+    if "provider" in step:
+        name = step.get("name")
+        if not isinstance(name, str) or not name:
+            raise ScenarioError(f"{where}: an action that names a function needs a name")
+        if "params" in step:
+            raise ScenarioError(
+                f"{where}: a python action's parameters are its provider's arguments"
+            )
+        try:
+            provider = PythonProvider.from_mapping(step["provider"])
+            provider.check("action context (the run's ActionContext)")
+        except ProviderError as exc:
+            raise ScenarioError(f"{where} ({name}): {exc}") from exc
+        return ActionStep(name, offset, dict(provider.arguments), provider)
     params = dict(_mapping(step.get("params"), f"{where}.params"))
     try:
         validate(str(step.get("name")), params)
     except ActionError as exc:
         raise ScenarioError(f"{where}: {exc}") from exc
-    return ActionStep(step["name"], _number(step, "offset_s", where, 0), params)
+    return ActionStep(step["name"], offset, params)
 
 
 def load_file(path: Path) -> Scenario:

@@ -23,10 +23,9 @@ import numpy as np
 import pandas as pd
 from ulid import ULID
 
-from chaos.faults import DEDUP_PROXY, ChaosTargets, make_fault
+from chaos.faults import DEDUP_PROXY, ChaosTargets
 from chaos.faults import unavailable as fault_unavailable
 from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
-from harness.checkers import run_probe
 from harness.checkers.evidence import evidence_from
 from harness.checkers.verdict import STATUS_WORDS, SWITCHED_OFF, Verdict, result_status
 from harness.contract.driver import Driver
@@ -43,12 +42,13 @@ from harness.model.history import STREAM_FILE, History
 from harness.model.oracle import expected_channel_deliveries
 from harness.model.population import Population, generate, of_another_run
 from harness.model.scenarios import Scenario
-from harness.run.actions import ACTIONS, ActionContext
+from harness.run.actions import ActionContext
 from harness.run.actions import unavailable as action_unavailable
 from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
 from harness.run.channel_ledgers import ChannelLedgers, register_online_users
 from harness.run.dlq import redrive_all
 from harness.run.provider_control import SimulatorControl
+from harness.run.python_steps import action_of, fault_of, judge
 from harness.run.sqs_receives import collect_receives
 from harness.stack.reaper import reap_orphans
 from harness.stack.supervisor import WORKER_PARTS, Stack, StackInfo, stop_process
@@ -409,8 +409,12 @@ DOES_NOT_FIT = "does not fit the system: "
 def _require_fit(scenario: Scenario, contract: SystemContract, targets: ChaosTargets) -> None:
     """Raise :class:`ScenarioDoesNotFit` naming every fault and action the system lacks, before
     the population is loaded (a verdict on a run whose faults could not act would be a lie)."""
-    lacks = [why for f in scenario.faults if (why := fault_unavailable(f.name, targets))]
+    # A team's own function (a provider) says for itself what it can do.
+    builtin = [f for f in scenario.faults if f.provider is None]
+    lacks = [why for f in builtin if (why := fault_unavailable(f.name, targets))]
     for a in scenario.actions:
+        if a.provider is not None:
+            continue
         why = action_unavailable(
             a.name,
             a.params,
@@ -430,7 +434,11 @@ def _lacking(scenario: Scenario, capabilities: frozenset[str]) -> str:
     """What the scenario's checkers need that the system does not offer, said plainly."""
     from harness.checkers import registry
 
-    missing = {p.name: sorted(registry.get(p.name).needs - capabilities) for p in scenario.probes}
+    missing = {
+        p.name: sorted(registry.get(p.name).needs - capabilities)
+        for p in scenario.probes
+        if p.provider is None  # a team's own probe states no needs
+    }
     return "; ".join(f"{name} needs {', '.join(m)}" for name, m in missing.items() if m)
 
 
@@ -725,15 +733,12 @@ def execute(
             bound_s=scenario.preference_bound_s,
         )
         nemesis = Nemesis(
-            [
-                ScheduledFault(make_fault(f.name, f.params), f.offset_s, f.duration_s)
-                for f in scenario.faults
-            ],
+            [ScheduledFault(fault_of(f), f.offset_s, f.duration_s) for f in scenario.faults],
             targets,
             history,
             log=lambda line: progress("nemesis", line),
             actions=[
-                ScheduledAction(a.name, a.offset_s, _bind(ACTIONS[a.name], actions, a.params))
+                ScheduledAction(a.name, a.offset_s, _bind(action_of(a), actions, a.params))
                 for a in scenario.actions
             ],
         )
@@ -771,7 +776,8 @@ def execute(
         if undone:
             progress("rollback", f"undid {', '.join(undone)}")
         for rollback in scenario.rollbacks:
-            result = ACTIONS[rollback.name](actions, rollback.params)
+            result = action_of(rollback)(actions, rollback.params)
+            history.append("action", detail=f"rollback {rollback.name}: {result}")
             progress("rollback", f"{rollback.name}: {result}")
             if rollback.name == "redrive-dlq" and not result.startswith("moved 0 "):
                 outcome = wait_for_outcome(
@@ -821,7 +827,7 @@ def execute(
         errors += nemesis.errors
         evidence = evidence_from(population, history.frame(), policy, scenario.preference_bound_s)
         capabilities = contract.capabilities()
-        verdicts = [run_probe(p.name, p.tolerance, evidence, capabilities) for p in scenario.probes]
+        verdicts = [judge(p, evidence, capabilities) for p in scenario.probes]
         return history, population, verdicts, "; ".join(errors) or None
     except RunInterrupted as exc:
         interrupted = True
