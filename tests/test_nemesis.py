@@ -91,3 +91,53 @@ def test_unknown_fault_and_missing_params():
         make_fault("nope")
     with pytest.raises(FaultError, match="needs parameter"):
         make_fault("fcm-quota", {})
+
+
+@pytest.mark.integration
+def test_the_worked_fault_in_extending_md_runs_against_the_real_fault_proxy(tmp_path):
+    """docs/EXTENDING.md's fault, exactly as printed, registers itself, is refused without its
+    parameter or on a target without a fault proxy, and installs and removes its toxic."""
+    import re
+    import sys
+    import types
+    from pathlib import Path
+
+    import httpx
+    from test_toxiproxy_api import spawn_toxiproxy
+
+    from chaos.faults import unavailable
+    from harness.stack.supervisor import stop_process
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "EXTENDING.md").read_text()
+    source = re.search(r"```python\n(# chaos/faults/dedup_trickle.py.*?)```", text, re.S)
+    assert source is not None
+    name = "chaos.faults.dedup_trickle"
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    proc, port = spawn_toxiproxy()
+    try:
+        exec(compile(source.group(1), "EXTENDING.md", "exec"), module.__dict__)
+        with pytest.raises(FaultError, match="rate_kb"):
+            make_fault("dedup-trickle")
+        assert "no fault proxy in front of its dedup store" in unavailable(
+            "dedup-trickle", ChaosTargets()
+        )
+        api = f"http://127.0.0.1:{port}"
+        with httpx.Client(base_url=api, timeout=10) as http:
+            created = http.post(
+                "/proxies", json={"name": "dedup", "listen": "127.0.0.1:0", "upstream": "x:1"}
+            )
+            assert created.status_code == 201, created.text
+            history = History()
+            fault = make_fault("dedup-trickle", {"rate_kb": 1})
+            fault.start(ChaosTargets(toxiproxy_url=api), history)
+            toxics = http.get("/proxies/dedup/toxics").json()
+            assert [(t["type"], t["attributes"]["rate"]) for t in toxics] == [("bandwidth", 1)]
+            fault.stop(ChaosTargets(toxiproxy_url=api), history)
+            assert http.get("/proxies/dedup/toxics").json() == []
+        windows = fault_windows(history.frame())
+        assert [w.fault for w in windows] == ["dedup-trickle"]
+    finally:
+        stop_process(proc)  # type: ignore[arg-type]
+        sys.modules.pop(name, None)
+        catalogue.CATALOGUE.pop("dedup-trickle", None)
