@@ -13,7 +13,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -648,6 +648,35 @@ def _wait_for_channels(
     progress("collect", f"{seen}/{len(expected)} email and in-app deliveries seen")
 
 
+@dataclass
+class RunState:
+    """What a run's phases hand on to each other (each phase fills in its part)."""
+
+    scenario: Scenario
+    seed: int
+    run_dir: Path
+    progress: Progress
+    clock: Clock
+    stack: Stack
+    target: Target | None
+    locust_workers: int | None
+    history: History
+    errors: list[str] = field(default_factory=list)
+    info: StackInfo | None = None
+    contract: SystemContract | None = None
+    targets: ChaosTargets | None = None
+    population: Population | None = None
+    collector: Collector | None = None
+    sampler: QueueSampler | None = None
+    nemesis: Nemesis | None = None
+    actions: ActionContext | None = None
+    channels: ChannelLedgers | None = None
+    channel_urls: dict[str, str] = field(default_factory=dict)
+    deadline: float = 0.0
+    injected: pd.DataFrame | None = None
+    outcome: str = ""
+
+
 def execute(
     scenario: Scenario,
     seed: int,
@@ -659,13 +688,8 @@ def execute(
     target: Target | None = None,
     history: History | None = None,
 ) -> tuple[History, Population | None, list[Verdict], str | None]:
-    history = history if history is not None else History()
-    population = None
-    collector: Collector | None = None
-    interrupted = False
-    nemesis: Nemesis | None = None
-    sampler: QueueSampler | None = None
-    errors: list[str] = []
+    """The run's phases in order: bring up, load the population, inject (faults on their
+    schedule), await the outcome, collect, judge; the stack always comes down."""
     stack = (
         stack_factory
         or (
@@ -677,182 +701,258 @@ def execute(
             )
         )
     )(run_dir / "stack")
+    state = RunState(
+        scenario, seed, run_dir, progress, clock, stack, target, locust_workers,
+        history if history is not None else History(),
+    )  # fmt: skip
+    errors = state.errors
+    interrupted = False
     try:
-        if target is None:
-            progress(
-                "stack",
-                "starting redis, fault proxies, dynalite, kinesalite, SQS, simulators, workers",
-            )
-        else:
-            progress("stack", f"target {target.name}: starting the fault proxies and simulators")
-            if scenario.reference or scenario.durable_redis:
-                progress("stack", "the scenario's reference settings do not apply to a target")
-        info = stack.up()
-        contract = stack.contract(durable=scenario.durable_redis or target is not None)
-        lacking = _lacking(scenario, contract.capabilities())
-        if lacking:
-            progress("stack", f"{contract.name} lacks {lacking}: those checkers are switched off")
-        targets = _chaos_targets(stack, info)
-        _require_fit(scenario, contract, targets)
-        pids = {name: part.pid for name, part in info.parts.items()}
-        history.append("phase", detail=json.dumps({"stack_up": pids}))
-        progress("stack", f"ready ({len(info.parts)} parts, logs in {run_dir / 'stack' / 'logs'})")
-        start = clock()
-        prefix = tenant_prefix(run_dir.name, target)
-        population = generate(seed, start, scenario.population, prefix)
-        if target is not None:
-            progress("load", f"tenants {prefix}-0.. (this run's own, apart from earlier runs')")
-        population.save(run_dir / "population.json")
-        apns = SimulatorControl(info.url("apns"), info.tls_ca)
-        fcm = SimulatorControl(info.url("fcm"))
-        apns.unregister([d.token for d in population.devices if d.dead and d.platform == "apns"])
-        fcm.unregister([d.token for d in population.devices if d.dead and d.platform == "fcm"])
-        collector = Collector(history, [apns, fcm], lambda tenant: of_another_run(tenant, prefix))
-        collector.start()
-        calls = load_population(contract.api_url, population, driver=contract.driver)
-        if "inapp" in info.parts:
-            register_online_users(info.url("inapp"), population)
-        history.append("phase", detail="population_loaded")
-        progress(
-            "load",
-            f"{len(population.users)} users, {len(population.devices)} devices, "
-            f"{len(population.authors)} authors ({calls} API calls)",
-        )
-        queues = contract.queues
-        if queues is not None:
-            sampler = QueueSampler(info, history, queues=queues)
-            sampler.start()
-        actions = ActionContext(
-            api_url=contract.api_url,
-            population=population,
-            history=history,
-            seed=seed,
-            table_writer=contract.table_writer,
-            driver=contract.driver,
-            redrive=(lambda: _redrive_all(info, queues)) if queues is not None else None,
-            bound_s=scenario.preference_bound_s,
-        )
-        nemesis = Nemesis(
-            [ScheduledFault(fault_of(f), f.offset_s, f.duration_s) for f in scenario.faults],
-            targets,
-            history,
-            log=lambda line: progress("nemesis", line),
-            actions=[
-                ScheduledAction(a.name, a.offset_s, _bind(action_of(a), actions, a.params))
-                for a in scenario.actions
-            ],
-        )
-        actions.stop = nemesis.stopping
-        if scenario.locust is not None:
-            _inject_with_locust(
-                scenario, run_dir, contract.api_url, seed, locust_workers, history,
-                nemesis.start, progress, stack, _driver_args(target),
-            )  # fmt: skip
-        else:
-            nemesis.start()
-            _inject(scenario, population, history, contract.api_url, seed, contract.driver)
-        policy = contract.policy
-        channel_urls = {p: info.url(p) for p in ("ses", "inapp") if p in info.parts}
-        channels = ChannelLedgers.for_stack(history, channel_urls)
-        deadline = time.monotonic() + scenario.timeout_seconds
-        # The schedule's actions (erasures, changes, probes posted again) belong to the load.
-        nemesis.wait(max(0.0, deadline - time.monotonic()))
-        injected = history.frame().query("kind == 'inject'")
-        expectation = evidence_from(
-            population, history.frame(), policy, scenario.preference_bound_s
-        ).expectation
-        expected = set(
-            expectation.deliveries[["tenant_id", "notification_id", "token"]].itertuples(
-                index=False, name=None
-            )
-        )
-        progress("inject", f"{len(injected)} events accepted, {len(expected)} deliveries expected")
-        last_window_end = expectation.deliveries["quiet_until"].max()
-        release_by = (0.0 if pd.isna(last_window_end) else float(last_window_end)) + 1.0
-        outcome = wait_for_outcome(
-            collector, expected, info, deadline, progress, release_by, queues=queues
-        )
-        undone = nemesis.rollback()
-        if undone:
-            progress("rollback", f"undid {', '.join(undone)}")
-        for rollback in scenario.rollbacks:
-            result = action_of(rollback)(actions, rollback.params)
-            history.append("action", detail=f"rollback {rollback.name}: {result}")
-            progress("rollback", f"{rollback.name}: {result}")
-            if rollback.name == "redrive-dlq" and not result.startswith("moved 0 "):
-                outcome = wait_for_outcome(
-                    collector, expected, info, deadline, progress, release_by, queues=queues
-                )
-        channel_expected = expected_channel_deliveries(
-            population, injected, policy.channels_by_kind
-        )
-        if channel_urls and len(channel_expected):
-            _wait_for_channels(channels, channel_expected, deadline, progress)
-        if sampler is not None:
-            sampler.stop()
-        history.append("phase", detail=outcome)
-        progress(
-            "collect",
-            f"{collector.rows} provider requests recorded ({outcome}"
-            + (f" after {scenario.timeout_seconds:.0f}s)" if outcome == "timeout" else ")"),
-        )
-        collector.poll()
-        if collector.other_run_rows:
-            progress(
-                "collect",
-                f"{collector.other_run_rows} request(s) to earlier runs' tenants left out "
-                "(the system's backlog from those runs)",
-            )
-            history.append("phase", detail=json.dumps({"other_run_rows": collector.other_run_rows}))
-        for part, why in stack.dead_parts().items():
-            # A part of the local stack that died is the harness's failure, not the system's:
-            # say so instead of letting a checker blame the system under test.
-            errors.append(f"stack part {part} died during the run: {why}")
-            progress("stack", f"{part} died during the run")
-        parked = _record_dlqs(info, history, queues) if queues is not None else 0
-        if parked:
-            progress("collect", f"{parked} message(s) left in dead-letter queues")
-        if target is None:
-            # The workers store their buffered audit records on SIGTERM: stop them first.
-            stack.stop_parts(["fanout-worker", *WORKER_PARTS[2:]])
-        channels.poll()
-        channels.close()
-        if contract.audit is not None:
-            audited = contract.audit.read(history)
-            progress("collect", f"{audited} audit record(s) read from the system's trail")
-        if contract.sqs_log_url and queues is not None:
-            # The SQS endpoint's own log of every copy the consumers were given.
-            work = {queues.work[c] for c in queues.delivery_channels}
-            collect_receives(contract.sqs_log_url, history, work)
-        errors += nemesis.errors
-        evidence = evidence_from(population, history.frame(), policy, scenario.preference_bound_s)
-        capabilities = contract.capabilities()
-        verdicts = [judge(p, evidence, capabilities) for p in scenario.probes]
-        return history, population, verdicts, "; ".join(errors) or None
+        _bring_up(state)
+        _load_population(state)
+        _inject_load(state)
+        _await_outcome(state)
+        _collect(state)
+        verdicts = _judge(state)
+        return state.history, state.population, verdicts, "; ".join(errors) or None
     except RunInterrupted as exc:
         interrupted = True
         errors.append(str(exc))
-        return history, population, [], "; ".join(errors)
     except ScenarioDoesNotFit as exc:
         progress("stack", str(exc))
         errors.append(f"{DOES_NOT_FIT}{exc}")
-        return history, population, [], "; ".join(errors)
     except BaseException as exc:  # the run still leaves its history and says what failed
         errors.append(f"{type(exc).__name__}: {exc}")
         (run_dir / "error.txt").write_text(traceback.format_exc())
-        return history, population, [], "; ".join(errors)
     finally:
-        with deferred_signals():
-            if collector is not None:
-                collector.stop()
-            if sampler is not None:
-                sampler.stop()
-            if nemesis is not None:
-                undone = nemesis.rollback(hurry=interrupted)
-                if interrupted and undone:
-                    progress("rollback", f"undid {', '.join(undone)}")
-            progress("stack", "stopping")
-            stack.down(hurry=interrupted)
+        _tear_down(state, interrupted)
+    return state.history, state.population, [], "; ".join(errors)
+
+
+def _bring_up(state: RunState) -> None:
+    """The stack (or a target's proxies and simulators), its contract, and whether the
+    scenario fits it."""
+    scenario, progress, target, stack = state.scenario, state.progress, state.target, state.stack
+    if target is None:
+        progress(
+            "stack",
+            "starting redis, fault proxies, dynalite, kinesalite, SQS, simulators, workers",
+        )
+    else:
+        progress("stack", f"target {target.name}: starting the fault proxies and simulators")
+        if scenario.reference or scenario.durable_redis:
+            progress("stack", "the scenario's reference settings do not apply to a target")
+    info = state.info = stack.up()
+    contract = state.contract = stack.contract(durable=scenario.durable_redis or target is not None)
+    lacking = _lacking(scenario, contract.capabilities())
+    if lacking:
+        progress("stack", f"{contract.name} lacks {lacking}: those checkers are switched off")
+    state.targets = _chaos_targets(stack, info)
+    _require_fit(scenario, contract, state.targets)
+    pids = {name: part.pid for name, part in info.parts.items()}
+    state.history.append("phase", detail=json.dumps({"stack_up": pids}))
+    progress(
+        "stack", f"ready ({len(info.parts)} parts, logs in {state.run_dir / 'stack' / 'logs'})"
+    )
+
+
+def _load_population(state: RunState) -> None:
+    """The oracle's population, generated, told to the simulators (dead tokens) and loaded
+    through the system's driver; the provider ledgers collected from here on."""
+    assert state.info is not None and state.contract is not None
+    info, progress, history = state.info, state.progress, state.history
+    prefix = tenant_prefix(state.run_dir.name, state.target)
+    population = state.population = generate(
+        state.seed, state.clock(), state.scenario.population, prefix
+    )
+    if state.target is not None:
+        progress("load", f"tenants {prefix}-0.. (this run's own, apart from earlier runs')")
+    population.save(state.run_dir / "population.json")
+    apns = SimulatorControl(info.url("apns"), info.tls_ca)
+    fcm = SimulatorControl(info.url("fcm"))
+    apns.unregister([d.token for d in population.devices if d.dead and d.platform == "apns"])
+    fcm.unregister([d.token for d in population.devices if d.dead and d.platform == "fcm"])
+    state.collector = Collector(history, [apns, fcm], lambda tenant: of_another_run(tenant, prefix))
+    state.collector.start()
+    calls = load_population(state.contract.api_url, population, driver=state.contract.driver)
+    if "inapp" in info.parts:
+        register_online_users(info.url("inapp"), population)
+    history.append("phase", detail="population_loaded")
+    progress(
+        "load",
+        f"{len(population.users)} users, {len(population.devices)} devices, "
+        f"{len(population.authors)} authors ({calls} API calls)",
+    )
+
+
+def _inject_load(state: RunState) -> None:
+    """The load (Locust or the built-in injector) with the nemesis's faults and actions on
+    their schedule; returns when the schedule is done or the run's deadline passed."""
+    assert state.info is not None and state.contract is not None
+    assert state.population is not None and state.targets is not None
+    scenario, info, contract, progress = state.scenario, state.info, state.contract, state.progress
+    queues = contract.queues
+    if queues is not None:
+        state.sampler = QueueSampler(info, state.history, queues=queues)
+        state.sampler.start()
+    actions = state.actions = ActionContext(
+        api_url=contract.api_url,
+        population=state.population,
+        history=state.history,
+        seed=state.seed,
+        table_writer=contract.table_writer,
+        driver=contract.driver,
+        redrive=(lambda: _redrive_all(info, queues)) if queues is not None else None,
+        bound_s=scenario.preference_bound_s,
+    )
+    nemesis = state.nemesis = Nemesis(
+        [ScheduledFault(fault_of(f), f.offset_s, f.duration_s) for f in scenario.faults],
+        state.targets,
+        state.history,
+        log=lambda line: progress("nemesis", line),
+        actions=[
+            ScheduledAction(a.name, a.offset_s, _bind(action_of(a), actions, a.params))
+            for a in scenario.actions
+        ],
+    )
+    actions.stop = nemesis.stopping
+    if scenario.locust is not None:
+        _inject_with_locust(
+            scenario, state.run_dir, contract.api_url, state.seed, state.locust_workers,
+            state.history, nemesis.start, progress, state.stack, _driver_args(state.target),
+        )  # fmt: skip
+    else:
+        nemesis.start()
+        _inject(
+            scenario, state.population, state.history, contract.api_url, state.seed,
+            contract.driver,
+        )  # fmt: skip
+    state.channel_urls = {p: info.url(p) for p in ("ses", "inapp") if p in info.parts}
+    state.channels = ChannelLedgers.for_stack(state.history, state.channel_urls)
+    state.deadline = time.monotonic() + scenario.timeout_seconds
+    # The schedule's actions (erasures, changes, probes posted again) belong to the load.
+    nemesis.wait(max(0.0, state.deadline - time.monotonic()))
+
+
+def _await_outcome(state: RunState) -> None:
+    """Wait until every delivery the oracle expects has arrived (or the deadline), undo the
+    faults, play the rollbacks, and wait for the email and in-app channels."""
+    assert state.info is not None and state.contract is not None
+    assert state.population is not None and state.collector is not None
+    assert state.nemesis is not None and state.actions is not None
+    assert state.channels is not None
+    scenario, info, progress, history = state.scenario, state.info, state.progress, state.history
+    policy, queues = state.contract.policy, state.contract.queues
+    injected = state.injected = history.frame().query("kind == 'inject'")
+    expectation = evidence_from(
+        state.population, history.frame(), policy, scenario.preference_bound_s
+    ).expectation
+    expected = set(
+        expectation.deliveries[["tenant_id", "notification_id", "token"]].itertuples(
+            index=False, name=None
+        )
+    )
+    progress("inject", f"{len(injected)} events accepted, {len(expected)} deliveries expected")
+    last_window_end = expectation.deliveries["quiet_until"].max()
+    release_by = (0.0 if pd.isna(last_window_end) else float(last_window_end)) + 1.0
+    state.outcome = wait_for_outcome(
+        state.collector, expected, info, state.deadline, progress, release_by, queues=queues
+    )
+    undone = state.nemesis.rollback()
+    if undone:
+        progress("rollback", f"undid {', '.join(undone)}")
+    for rollback in scenario.rollbacks:
+        result = action_of(rollback)(state.actions, rollback.params)
+        history.append("action", detail=f"rollback {rollback.name}: {result}")
+        progress("rollback", f"{rollback.name}: {result}")
+        if rollback.name == "redrive-dlq" and not result.startswith("moved 0 "):
+            state.outcome = wait_for_outcome(
+                state.collector, expected, info, state.deadline, progress, release_by,
+                queues=queues,
+            )  # fmt: skip
+    channel_expected = expected_channel_deliveries(
+        state.population, injected, policy.channels_by_kind
+    )
+    if state.channel_urls and len(channel_expected):
+        _wait_for_channels(state.channels, channel_expected, state.deadline, progress)
+
+
+def _collect(state: RunState) -> None:
+    """Everything observed into the history: the last provider rows, dead-letter queues, the
+    channels' ledgers, the system's audit trail and the SQS endpoint's receive log; a stack
+    part that died is the harness's error, said so."""
+    assert state.info is not None and state.contract is not None
+    assert state.collector is not None and state.channels is not None
+    info, contract, progress, history = state.info, state.contract, state.progress, state.history
+    collector, queues = state.collector, contract.queues
+    if state.sampler is not None:
+        state.sampler.stop()
+    history.append("phase", detail=state.outcome)
+    timed_out = state.outcome == "timeout"
+    progress(
+        "collect",
+        f"{collector.rows} provider requests recorded ({state.outcome}"
+        + (f" after {state.scenario.timeout_seconds:.0f}s)" if timed_out else ")"),
+    )
+    collector.poll()
+    if collector.other_run_rows:
+        progress(
+            "collect",
+            f"{collector.other_run_rows} request(s) to earlier runs' tenants left out "
+            "(the system's backlog from those runs)",
+        )
+        history.append("phase", detail=json.dumps({"other_run_rows": collector.other_run_rows}))
+    for part, why in state.stack.dead_parts().items():
+        # A part of the local stack that died is the harness's failure, not the system's:
+        # say so instead of letting a checker blame the system under test.
+        state.errors.append(f"stack part {part} died during the run: {why}")
+        progress("stack", f"{part} died during the run")
+    parked = _record_dlqs(info, history, queues) if queues is not None else 0
+    if parked:
+        progress("collect", f"{parked} message(s) left in dead-letter queues")
+    if state.target is None:
+        # The workers store their buffered audit records on SIGTERM: stop them first.
+        state.stack.stop_parts(["fanout-worker", *WORKER_PARTS[2:]])
+    state.channels.poll()
+    state.channels.close()
+    if contract.audit is not None:
+        audited = contract.audit.read(history)
+        progress("collect", f"{audited} audit record(s) read from the system's trail")
+    if contract.sqs_log_url and queues is not None:
+        # The SQS endpoint's own log of every copy the consumers were given.
+        work = {queues.work[c] for c in queues.delivery_channels}
+        collect_receives(contract.sqs_log_url, history, work)
+
+
+def _judge(state: RunState) -> list[Verdict]:
+    """Every probe of the scenario over the evidence (oracle and observations)."""
+    assert state.population is not None and state.contract is not None
+    assert state.nemesis is not None
+    state.errors += state.nemesis.errors
+    evidence = evidence_from(
+        state.population,
+        state.history.frame(),
+        state.contract.policy,
+        state.scenario.preference_bound_s,
+    )
+    capabilities = state.contract.capabilities()
+    return [judge(p, evidence, capabilities) for p in state.scenario.probes]
+
+
+def _tear_down(state: RunState, interrupted: bool) -> None:
+    """Collectors stopped, faults undone, the stack down: also after a failure or a signal
+    (faster then)."""
+    with deferred_signals():
+        if state.collector is not None:
+            state.collector.stop()
+        if state.sampler is not None:
+            state.sampler.stop()
+        if state.nemesis is not None:
+            undone = state.nemesis.rollback(hurry=interrupted)
+            if interrupted and undone:
+                state.progress("rollback", f"undid {', '.join(undone)}")
+        state.progress("stack", "stopping")
+        state.stack.down(hurry=interrupted)
 
 
 def run(
