@@ -101,16 +101,20 @@ def _polars(data: Path) -> dict[str, Any]:
     out = joined.select(
         (e & g).sum().alias("delivered"),
         (pl.col("n").sum() - g.sum()).alias("duplicated"),
-        pl.when(e & g & pl.col("one_id")).then(pl.col("n") - 1).otherwise(0).sum().alias("collapsed"),
+        pl.when(e & g & pl.col("one_id"))
+        .then(pl.col("n") - 1)
+        .otherwise(0)
+        .sum()
+        .alias("collapsed"),
         (e & ~g).sum().alias("lost"),
         pl.when(~e).then(pl.col("n")).otherwise(0).sum().alias("unexpected"),
     ).collect(engine="streaming")
     once = {k: int(v) for k, v in out.row(0, named=True).items()}
     once_s = time.perf_counter() - started
     started = time.perf_counter()
-    deferred = expected.filter(pl.col("quiet_until").is_not_null()).select(
-        [*key, "quiet_until"]
-    ).unique()
+    deferred = (
+        expected.filter(pl.col("quiet_until").is_not_null()).select([*key, "quiet_until"]).unique()
+    )
     first = got.group_by(key).agg(pl.col("time").min().alias("first"))
     q = deferred.join(first, on=key, how="left", nulls_equal=True)
     early = pl.col("first") < pl.col("quiet_until")
