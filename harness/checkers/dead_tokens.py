@@ -69,16 +69,16 @@ def check_store(store: HistoryStore, transit_s: float = 0.05) -> Verdict:
     """:func:`check` over a history on disk (a null tenant or token is never grouped, as in
     pandas)."""
     store.run(
-        """CREATE OR REPLACE TEMP TABLE first_dead AS
+        """CREATE OR REPLACE TABLE first_dead AS
         SELECT p.tenant, p.tok, min(coalesce(p."end", p.time)) AS dead_at FROM prov p
         WHERE coalesce((p.provider = 'apns' AND p.status = 410)
                        OR (p.provider = 'fcm' AND p.reason = 'UNREGISTERED'), false)
-          AND p.tenant_id IS NOT NULL AND p.tok <> ?
+          AND p.tenant <> ? AND p.tok <> ?
         GROUP BY p.tenant, p.tok""",
-        [store.null_code("tokens")],
+        [store.null_code("tenants"), store.null_code("tokens")],
     )
     store.run(
-        """CREATE OR REPLACE TEMP TABLE after_dead AS
+        """CREATE OR REPLACE TABLE after_dead AS
         SELECT p.pos, p.tenant, p.tok, d.dead_at, p.time, p.time - d.dead_at AS gap
         FROM prov p JOIN first_dead d ON d.tenant = p.tenant AND d.tok = p.tok"""
     )

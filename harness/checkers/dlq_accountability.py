@@ -94,14 +94,14 @@ def check_store(store: HistoryStore) -> Verdict:
     nulls = [store.null_code(d) for d in ("tenants", "nids", "tokens")]
     # A missing value in an expected key never matched a delivery (as in memory).
     store.run(
-        f"""CREATE OR REPLACE TEMP TABLE dlq_missing AS
+        f"""CREATE OR REPLACE TABLE dlq_missing AS
         SELECT e.pos, e.tenant, e.nid, e.user_id, EXISTS (
                 SELECT 1 FROM parked p JOIN tenants t ON t.value = p.tenant_id
                 JOIN nids n ON n.value = p.notification_id
                 WHERE t.code = e.tenant AND n.code = e.nid
                   AND p.user_id IS NOT DISTINCT FROM e.user_id) AS is_parked
         FROM exp e
-        WHERE e.key NOT IN (SELECT key FROM prov WHERE got)
+        WHERE e.key NOT IN (SELECT key FROM {store.delivered_keys()})
            OR e.tenant = {nulls[0]} OR e.nid = {nulls[1]} OR e.tok = {nulls[2]}"""
     )
     in_dlq, vanished = store.one(

@@ -197,23 +197,31 @@ def check_store(
             }
         ),
     )
-    # Deliveries less those to a re-registered device from its registration on.
-    store.sql(
-        """CREATE OR REPLACE TEMP TABLE once_rows AS
-        SELECT p.pos, p.key, p.col, p.time, p.status, p.seq FROM prov p
-        WHERE p.got AND NOT EXISTS (
-            SELECT 1 FROM rereg r JOIN tenants t ON t.value = r.tenant_id
-            JOIN tokens k ON k.value = r.token
-            WHERE t.code = p.tenant AND k.code = p.tok AND p.time >= r.since)"""
-    )
-    store.sql(
-        """CREATE OR REPLACE TEMP TABLE once_keys AS
+    if rereg:
+        # Deliveries less those to a re-registered device from its registration on.
+        store.run(
+            """CREATE OR REPLACE TABLE once_rows AS
+            SELECT p.pos, p.key, p.col, p.time, p.status, p.seq FROM prov p
+            WHERE p.got AND NOT EXISTS (
+                SELECT 1 FROM rereg r JOIN tenants t ON t.value = r.tenant_id
+                JOIN tokens k ON k.value = r.token
+                WHERE t.code = p.tenant AND k.code = p.tok AND p.time >= r.since)"""
+        )
+        store.run(
+            """CREATE OR REPLACE TABLE once_per_key AS
+            SELECT key, count(*) AS n, count(col) = count(*) AND min(col) = max(col) AS one_id
+            FROM once_rows GROUP BY key"""
+        )
+        rows, per_key = "once_rows", "once_per_key"
+    else:
+        rows, per_key = "(SELECT * FROM prov WHERE got)", store.delivered_keys()
+    expected_keys = store.expected_keys()
+    store.run(
+        f"""CREATE OR REPLACE TABLE once_keys AS
         SELECT d.key, d.n, d.one_id, x.key IS NOT NULL AS expected,
                x.key IS NULL AND o.key IS NOT NULL AS optional
-        FROM (SELECT key, count(*) AS n,
-                     count(col) = count(*) AND min(col) = max(col) AS one_id
-              FROM once_rows GROUP BY key) d
-        LEFT JOIN (SELECT DISTINCT key FROM exp) x ON x.key = d.key
+        FROM {per_key} d
+        LEFT JOIN {expected_keys} x ON x.key = d.key
         LEFT JOIN opt o ON o.key = d.key"""
     )
     delivered, optional_hit, unexpected, collapsed, distinct, total = store.one(
@@ -223,13 +231,12 @@ def check_store(
                   count(*), coalesce(sum(n), 0)
            FROM once_keys"""
     )
-    (expected,) = store.one("SELECT count(DISTINCT key) FROM exp")
+    (expected,) = store.one(f"SELECT count(*) FROM {expected_keys}")
     (optional,) = store.one("SELECT count(*) FROM opt")
     lost_keys = [
         k
         for (k,) in store.sql(
-            """SELECT key FROM (SELECT DISTINCT key FROM exp) x
-            WHERE NOT EXISTS (SELECT 1 FROM once_keys d WHERE d.key = x.key)
+            f"""SELECT key FROM {expected_keys} x ANTI JOIN {per_key} d ON d.key = x.key
             ORDER BY key"""
         ).fetchall()
     ]
@@ -237,8 +244,8 @@ def check_store(
     duplicated = int(total) - int(distinct)
     # Every delivery of a key delivered more than once: few, attributed as in memory.
     repeated = store.frame(
-        """SELECT r.key, r.time, r.status, r.seq FROM once_rows r
-        JOIN once_keys d ON d.key = r.key WHERE d.n > 1 ORDER BY r.pos"""
+        f"""SELECT r.key, r.time, r.status, r.seq FROM {rows} r
+        WHERE r.key IN (SELECT key FROM once_keys WHERE n > 1) ORDER BY r.pos"""
     )
     decoded = pd.DataFrame(store.decode_keys(repeated["key"].tolist()), columns=KEY)
     candidates = pd.concat(

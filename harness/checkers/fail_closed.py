@@ -65,7 +65,7 @@ def check_store(store: HistoryStore, grace_s: float = 0.5, fallback: bool = Fals
         ),
     )
     store.run(
-        """CREATE OR REPLACE TEMP TABLE during_outage AS
+        """CREATE OR REPLACE TABLE during_outage AS
         SELECT p.pos, p.key, p.time FROM prov p
         WHERE p.got AND EXISTS (
             SELECT 1 FROM outage_windows w WHERE p.time > w.start AND p.time < w.stop)"""

@@ -121,12 +121,9 @@ def check_store(
         "AND q.tok = p.tok WHERE p.got"
     )
     store.run(
-        """CREATE OR REPLACE TEMP TABLE deferred AS
-        SELECT e.pos, e.key, e.quiet_until, f.first AS first_time
-        FROM exp e LEFT JOIN (
-            SELECT key, min(time) AS first FROM prov
-            WHERE got AND key IN (SELECT key FROM exp WHERE quiet_until IS NOT NULL)
-            GROUP BY key) f ON f.key = e.key
+        f"""CREATE OR REPLACE TABLE deferred AS
+        SELECT e.pos, e.key, e.quiet_until, f.first_time
+        FROM exp e LEFT JOIN {store.delivered_keys()} f ON f.key = e.key
         WHERE e.quiet_until IS NOT NULL"""
     )
     bound = float(release_bound_seconds)

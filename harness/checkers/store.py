@@ -123,6 +123,27 @@ class HistoryStore:
         assert len(rows) == 1
         return rows[0]
 
+    def delivered_keys(self) -> str:
+        """A table, made once: per (tenant, notification, token) key delivered, ``n``
+        deliveries, ``one_id`` (every one carried the same collapse id) and ``first_time``."""
+        if "dkeys" not in self._memo:
+            self.run(
+                """CREATE TABLE dkeys AS
+                SELECT key, count(*) AS n,
+                       count(col) = count(*) AND min(col) = max(col) AS one_id,
+                       min(time) AS first_time
+                FROM prov WHERE got GROUP BY key"""
+            )
+            self._memo["dkeys"] = True
+        return "dkeys"
+
+    def expected_keys(self) -> str:
+        """A table, made once: the distinct expected keys."""
+        if "ekeys" not in self._memo:
+            self.run("CREATE TABLE ekeys AS SELECT DISTINCT key FROM exp")
+            self._memo["ekeys"] = True
+        return "ekeys"
+
     def run(self, query: str, params: Sequence[Any] | None = None) -> None:
         """A statement, run to its end."""
         self.sql(query, params).fetchall()
@@ -143,7 +164,7 @@ class HistoryStore:
             ),
         )
         self.run(
-            f"""CREATE OR REPLACE TEMP TABLE {name} AS
+            f"""CREATE OR REPLACE TABLE {name} AS
             SELECT DISTINCT t.code AS tenant, k.code AS tok FROM {name}_strings d
             JOIN tenants t ON t.value = d.tenant_id JOIN tokens k ON k.value = d.token"""
         )
@@ -255,7 +276,7 @@ class HistoryStore:
             f"""CREATE TABLE prov AS
             SELECT h.pos, h.seq, h.time, h."end", h.status, h.delivered,
                    coalesce(h.delivered, h.status = 200) AS got, h.retry_after, h.provider,
-                   h.project, h.reason, h.tenant_id, t.code AS tenant, n.code AS nid,
+                   h.project, h.reason, t.code AS tenant, n.code AS nid,
                    k.code AS tok, CASE WHEN h.collapse_id IS NULL THEN NULL ELSE c.code END
                    AS col, {key} AS key
             FROM h

@@ -99,10 +99,10 @@ def check_store(store: HistoryStore, population: Population) -> Verdict:
     shared_ids = ids_of_several_tenants(store.rows(["inject"], ["tenant_id", "notification_id"]))
     store.register("shared_ids", pa.table({"value": pa.array(sorted(shared_ids), pa.string())}))
     store.run(
-        """CREATE OR REPLACE TEMP TABLE shared_lost AS
+        f"""CREATE OR REPLACE TABLE shared_lost AS
         SELECT e.pos, e.key FROM exp e
         WHERE e.nid IN (SELECT n.code FROM nids n JOIN shared_ids s ON s.value = n.value)
-          AND e.key NOT IN (SELECT key FROM prov WHERE got)"""
+          AND e.key NOT IN (SELECT key FROM {store.delivered_keys()})"""
     )
     (missing,) = store.one("SELECT count(*) FROM shared_lost")
     first = [k for (k,) in store.sql("SELECT key FROM shared_lost ORDER BY pos LIMIT 5").fetchall()]
