@@ -377,13 +377,16 @@ def test_a_replaced_column_is_read_again(synthetic):
 
 def test_benchmark_writes_its_report(tmp_path):
     out = tmp_path / "checkers.json"
-    assert (
-        bench.main(["--rows", "5000", "--out", str(out), "--probes", "effectively_once,consent"])
-        == 0
-    )
+    argv = ["--rows", "5000", "--out", str(out), "--probes", "effectively_once,consent"]
+    assert bench.main(argv) == 0
     report = json.loads(out.read_text())
-    assert report["rows"] == 5000
-    assert set(report["checker_seconds"]) == {"effectively_once", "consent"}
-    assert report["under_60s"] is True
-    assert report["peak_rss_mb"] > 0
-    assert report["planted_found"] == {"effectively_once": True, "consent": True}
+    size = report["sizes"]["5000"]
+    assert size["rows"] == 5000
+    assert set(size["engines"]) == {"pandas", "duckdb"}
+    for run in size["engines"].values():
+        assert set(run["checker_seconds"]) == {"effectively_once", "consent"}
+        assert run["under_limits"] is True
+        assert run["peak_rss_mb"] > 0
+        assert run["planted_found"] == {"effectively_once": True, "consent": True}
+    assert size["engines_agree"] == {"effectively_once": True, "consent": True}
+    assert "prepare_seconds" in size["engines"]["duckdb"]

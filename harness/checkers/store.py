@@ -240,10 +240,8 @@ class HistoryStore:
         history = f"read_parquet({_quote(self.history_path)}, file_row_number=true)"
         present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {history}").fetchall()}
         # Columns added since a history was written are there, empty (history.read does so).
-        select = ", ".join(
-            f'"{c}"' if c in present else f'NULL::{_SQL_TYPES[COLUMNS[c]]} AS "{c}"'
-            for c in COLUMNS
-        )
+        # A NaN is a missing value, as pandas reads it (a file may hold either).
+        select = ", ".join(_column(c, c in present) for c in COLUMNS)
         con.execute(f"CREATE TEMP VIEW h AS SELECT {select}, file_row_number AS pos FROM {history}")
         expected = self._expected_source()
         con.register("optional_frame", _arrow(self.expectation.optional, OPTIONAL_COLUMNS))
@@ -312,8 +310,12 @@ class HistoryStore:
 
     def _expected_source(self) -> str:
         if self.expected_path is not None:
+            columns = ", ".join(
+                "nullif(quiet_until, 'NaN'::DOUBLE) AS quiet_until" if c == "quiet_until" else c
+                for c in EXPECTED_COLUMNS
+            )
             return (
-                f"(SELECT {', '.join(EXPECTED_COLUMNS)}, file_row_number AS pos "
+                f"(SELECT {columns}, file_row_number AS pos "
                 f"FROM read_parquet({_quote(self.expected_path)}, file_row_number=true))"
             )
         deliveries = self.expectation.deliveries.reset_index(drop=True)
@@ -373,6 +375,15 @@ class _Rows:
 
     def fetchone(self) -> tuple[Any, ...] | None:
         return self._rows[0] if self._rows else None
+
+
+def _column(name: str, present: bool) -> str:
+    """A history column as the store reads it: missing columns as typed nulls, NaN as null."""
+    if not present:
+        return f'NULL::{_SQL_TYPES[COLUMNS[name]]} AS "{name}"'
+    if COLUMNS[name] == "float64":
+        return f'nullif("{name}", \'NaN\'::DOUBLE) AS "{name}"'
+    return f'"{name}"'
 
 
 _SQL_TYPES = {
