@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -104,13 +104,7 @@ def check(
 ) -> Verdict:
     """``per_window`` / ``daily_limit`` 0 means that limit is off (its counts stay 0)."""
     owner = {(d.tenant_id, d.token): d.user_id for d in population.devices}
-    injected = history[history["kind"] == "inject"]
-    kinds = {
-        (t, n): (k if isinstance(k, str) else "post")
-        for t, n, k in zip(
-            injected["tenant_id"], injected["notification_id"], injected["detail"], strict=True
-        )
-    }
+    kinds = event_kinds(history[history["kind"] == "inject"])
     window_on = per_window > 0
     is_provider = (history["kind"] == "provider").to_numpy(dtype=bool, na_value=False)
     delivered_row = np.zeros(len(history), dtype=bool)
@@ -184,18 +178,60 @@ def check(
         ]
 
     # Requests for notifications nobody injected: digests, or unrecognised.
+    others = np.flatnonzero(owned & ~injected_event)
+    other_rows = [
+        (*row, delivered)
+        for row, delivered in zip(
+            history[["tenant_id", "token", "notification_id", "time", "collapse_id"]]
+            .iloc[others]
+            .itertuples(index=False, name=None),
+            delivered_row[others].tolist(),
+            strict=True,
+        )
+    ]
+    # Read only with the window on (below); the row loop over every expected delivery is
+    # most of the checker's time otherwise.
+    expected_rows = expectation.deliveries[["tenant_id", "notification_id", "token", "user_id"]]
+    return judge(
+        population, owner, kinds, admitted, first_attempt, delivered_individual, other_rows,
+        expected_rows.itertuples(index=False, name=None) if window_on else (),
+        per_window, window_seconds, daily_limit, slack_s,
+    )  # fmt: skip
+
+
+def event_kinds(injected: pd.DataFrame) -> dict[tuple[Any, Any], str]:
+    """(tenant, notification) -> its kind, of the injected events."""
+    return {
+        (t, n): (k if isinstance(k, str) else "post")
+        for t, n, k in zip(
+            injected["tenant_id"], injected["notification_id"], injected["detail"], strict=True
+        )
+    }
+
+
+def judge(
+    population: Population,
+    owner: Mapping[tuple[str, str], str],
+    kinds: Mapping[tuple[Any, Any], str],
+    admitted: int,
+    first_attempt: Mapping[tuple[str, str, str], float],
+    delivered_individual: Iterable[tuple[str, str, str, float]],
+    other_rows: Iterable[tuple[Any, Any, Any, Any, Any, bool]],
+    expected_rows: Iterable[tuple[str, str, str, str]],
+    per_window: int,
+    window_seconds: float,
+    daily_limit: int,
+    slack_s: float,
+) -> Verdict:
+    """The verdict from what both engines gather: per (tenant, user, notification) its first
+    attempt (with a limit on), the individual deliveries (with the daily cap on), the requests
+    for notifications nobody injected (tenant, token, notification, time, collapse id,
+    delivered), and the expected deliveries (with the window on)."""
+    window_on = per_window > 0
     digest_rows: dict[tuple[str, str, int], int] = defaultdict(int)  # (tenant, token, S) -> n
     digests: dict[tuple[str, str, int], _Digest] = {}
     unrecognised = 0
-    others = np.flatnonzero(owned & ~injected_event)
-    for row, delivered in zip(
-        history[["tenant_id", "token", "notification_id", "time", "collapse_id"]]
-        .iloc[others]
-        .itertuples(index=False, name=None),
-        delivered_row[others].tolist(),
-        strict=True,
-    ):
-        tenant, token, nid, at, collapse = row
+    for tenant, token, _nid, _at, collapse, delivered in other_rows:
         user = owner[(tenant, token)]
         parsed = parse_digest(collapse)
         if parsed is None:
@@ -266,12 +302,7 @@ def check(
     expected_by_user: dict[tuple[str, str], dict[str, set[str]]] = defaultdict(
         lambda: defaultdict(set)
     )
-    # Read only with the window on (below); the row loop over every expected delivery is
-    # most of the checker's time otherwise.
-    expected_rows = expectation.deliveries[["tenant_id", "notification_id", "token", "user_id"]]
-    for tenant, nid, token, user in (
-        expected_rows.itertuples(index=False, name=None) if window_on else ()
-    ):
+    for tenant, nid, token, user in expected_rows:
         expected_by_user[(tenant, user)][nid].add(token)
 
     digests_expected = digests_missing = undercount = overcount = held_total = 0
