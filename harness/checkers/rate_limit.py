@@ -49,6 +49,7 @@ import pyarrow as pa
 from harness.checkers.evidence import Evidence
 from harness.checkers.keys import joint_keys, member, sorted_unique
 from harness.checkers.registry import checker
+from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
 from harness.model.oracle import Expectation
@@ -371,11 +372,89 @@ def judge(
     return Verdict("rate_limit", all(counts[k] == 0 for k in gating), counts, details)
 
 
+def check_store(
+    store: HistoryStore,
+    population: Population,
+    per_window: int,
+    window_seconds: float,
+    daily_limit: int = 0,
+    slack_s: float = 1.0,
+) -> Verdict:
+    """:func:`check` over a history on disk: what :func:`judge` needs is gathered in DuckDB
+    (the first attempts and individual deliveries only with a limit on, the expected
+    deliveries only with the window on: with those on at scale, they are big)."""
+    owner = {(d.tenant_id, d.token): d.user_id for d in population.devices}
+    kinds = event_kinds(store.rows(["inject"], ["tenant_id", "notification_id", "detail"]))
+    window_on = per_window > 0
+    store.register(
+        "rl_owner_strings",
+        pa.table(
+            {
+                "tenant_id": pa.array([t for t, _ in owner], pa.string()),
+                "token": pa.array([k for _, k in owner], pa.string()),
+                "user_id": pa.array(list(owner.values()), pa.string()),
+            }
+        ),
+    )
+    # Each owned provider row's owner; a person is (tenant, user).
+    store.run(
+        """CREATE OR REPLACE TABLE rl_owner AS
+        SELECT t.code AS tenant, k.code AS tok, s.user_id,
+               dense_rank() OVER (ORDER BY t.code, s.user_id) AS person
+        FROM rl_owner_strings s JOIN tenants t ON t.value = s.tenant_id
+        JOIN tokens k ON k.value = s.token"""
+    )
+    store.run(
+        """CREATE OR REPLACE TABLE rl_events AS
+        SELECT DISTINCT t.code AS tenant, n.code AS nid FROM other o
+        JOIN tenants t ON t.value IS NOT DISTINCT FROM o.tenant_id
+        JOIN nids n ON n.value IS NOT DISTINCT FROM o.notification_id
+        WHERE o.kind = 'inject'"""
+    )
+    owned = "prov p JOIN rl_owner o ON o.tenant = p.tenant AND o.tok = p.tok"
+    injected = "EXISTS (SELECT 1 FROM rl_events e WHERE e.tenant = p.tenant AND e.nid = p.nid)"
+    (admitted,) = store.one(
+        f"SELECT count(*) FROM (SELECT DISTINCT p.nid, o.person FROM {owned} WHERE {injected})"
+    )
+    decoded = """JOIN tenants tv ON tv.code = p.tenant JOIN nids nv ON nv.code = p.nid
+        JOIN tokens kv ON kv.code = p.tok"""
+    first_attempt: dict[tuple[str, str, str], float] = {}
+    delivered_individual: list[tuple[str, str, str, float]] = []
+    if window_on or daily_limit > 0:
+        for tenant, user, nid, at in store.sql(
+            f"""SELECT any_value(tv.value), o.user_id, any_value(nv.value), min(p.time)
+            FROM {owned} {decoded} WHERE {injected} GROUP BY p.nid, o.person, o.user_id"""
+        ).fetchall():
+            first_attempt[(tenant, user, nid)] = at
+    if daily_limit > 0:
+        delivered_individual = store.sql(
+            f"""SELECT tv.value, kv.value, nv.value, p.time FROM {owned} {decoded}
+            WHERE p.got AND {injected} ORDER BY p.pos"""
+        ).fetchall()
+    other_rows = store.sql(
+        f"""SELECT tv.value, kv.value, nv.value, p.time, cv.value, p.got
+        FROM {owned} {decoded} LEFT JOIN nids cv ON cv.code = p.col
+        WHERE NOT {injected} ORDER BY p.pos"""
+    ).fetchall()
+    expected_rows: Iterable[tuple[str, str, str, str]] = ()
+    if window_on:
+        expected_rows = store.sql(
+            """SELECT tv.value, nv.value, kv.value, e.user_id FROM exp e
+            JOIN tenants tv ON tv.code = e.tenant JOIN nids nv ON nv.code = e.nid
+            JOIN tokens kv ON kv.code = e.tok ORDER BY e.pos"""
+        ).fetchall()
+    return judge(
+        population, owner, kinds, int(admitted), first_attempt, delivered_individual,
+        other_rows, expected_rows, per_window, window_seconds, daily_limit, slack_s,
+    )  # fmt: skip
+
+
 @checker(
     "rate_limit",
     summary="no push over the per-user window; one digest per window; redeliveries never count",
     # None: the limits the system states (its policy); a number overrides it.
     tolerances={"per_window": None, "window_seconds": None, "daily_limit": None, "slack_s": 1.0},
+    out_of_core=True,
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     policy = evidence.policy
@@ -383,6 +462,15 @@ def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     def given(name: str, default: float) -> float:
         return default if tolerance[name] is None else float(tolerance[name])
 
+    if evidence.store is not None:
+        return check_store(
+            evidence.store,
+            evidence.population,
+            per_window=int(given("per_window", policy.rate_limit_per_window)),
+            window_seconds=given("window_seconds", policy.rate_limit_window_seconds),
+            daily_limit=int(given("daily_limit", policy.daily_limit_per_device_type)),
+            slack_s=float(tolerance["slack_s"]),
+        )
     return check(
         evidence.population,
         evidence.expectation,
