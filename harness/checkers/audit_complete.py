@@ -251,6 +251,163 @@ def _detail(value: Any) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
+class _Examples:
+    """Up to five examples per kind of violation."""
+
+    def __init__(self) -> None:
+        self.by_kind: dict[str, list[dict[str, Any]]] = {}
+
+    def add(self, kind: str, **fields: Any) -> None:
+        bucket = self.by_kind.setdefault(kind, [])
+        if len(bucket) < 5:
+            bucket.append(fields)
+
+
+class _Digests:
+    """SHA-256 of tokens, each hashed once."""
+
+    def __init__(self) -> None:
+        self._hashes: dict[str, str] = {}
+
+    def __call__(self, token: str) -> str:
+        if token not in self._hashes:
+            self._hashes[token] = token_sha256(token)
+        return self._hashes[token]
+
+
+def _send_audited(
+    trail: _Trail, tenant: Any, nid: Any, token: Any, got_200: bool, digest: _Digests
+) -> tuple[bool, bool]:
+    """Whether a send has its record ('sent', or for a device that got no 200 the 'retry' of
+    its answer), and whether the trail says it was deduplicated later (both engines)."""
+    outcomes = trail.device(str(tenant), str(nid), digest(str(token)))
+    return "sent" in outcomes or (not got_200 and "retry" in outcomes), "deduped" in outcomes
+
+
+def _judge_suppressions(
+    trail: _Trail,
+    suppressions: _Expansion,
+    expectation: Expectation,
+    digest: _Digests,
+    examples: _Examples,
+) -> tuple[dict[str, int], int]:
+    """Unaudited suppressions by reason, and how far the expansion is from the oracle's counts
+    (both engines)."""
+    expanded = np.bincount(suppressions.reason, minlength=len(REASONS))
+    oracle_mismatch = sum(
+        abs(int(expanded[i]) - expectation.suppressed.get(reason, 0))
+        for i, reason in enumerate(REASONS)
+    )
+    unaudited = np.ones(len(suppressions), dtype=bool)
+    job_users = {user for _, _, user in trail.by_job}
+    digests = {d for _, _, d in trail.by_device}
+    if (job_users or digests) and len(suppressions):
+        # Only a follower named in the trail, or whose token hashes to a digest in it, can
+        # have a record.
+        may_have = np.array(
+            [
+                user in job_users or (isinstance(token, str) and digest(token) in digests)
+                for user, token in zip(
+                    suppressions.follower_user, suppressions.follower_token, strict=True
+                )
+            ],
+            dtype=bool,
+        )
+        for i in np.flatnonzero(may_have[suppressions.follower]):
+            tenant, nid, user, token, reason = suppressions.row(int(i))
+            for_job, for_device = ACCEPTED[reason]
+            if trail.job(tenant, nid, user) & for_job or (
+                isinstance(token, str) and trail.device(tenant, nid, digest(token)) & for_device
+            ):
+                unaudited[i] = False
+    missing = np.bincount(suppressions.reason[unaudited], minlength=len(REASONS))
+    unaudited_suppressions = {r: int(n) for r, n in zip(REASONS, missing, strict=True) if n}
+    for i in np.flatnonzero(unaudited)[:5]:
+        tenant, nid, user, _, reason = suppressions.row(int(i))
+        examples.add(
+            "unaudited_suppressions",
+            tenant_id=tenant,
+            notification_id=nid,
+            user_id=user,
+            reason=reason,
+        )
+    return unaudited_suppressions, oracle_mismatch
+
+
+def _judge_dead_letters(
+    trail: _Trail,
+    dlq_rows: pd.DataFrame,
+    erased: set[tuple[str, str]] | frozenset[tuple[str, str]],
+    examples: _Examples,
+) -> tuple[int, int]:
+    """Jobs parked in a dead-letter queue (the poison queue holds jobs too malformed to name),
+    and those without a final record."""
+    parked = unaudited_dlq = 0
+    for row in dlq_rows.itertuples(index=False):
+        detail = _detail(row.detail)
+        if str(detail.get("queue", "")).endswith("-poison"):
+            continue
+        user = detail.get("recipient_user_id")
+        if (str(row.tenant_id), str(user)) in erased:
+            continue
+        parked += 1
+        outcomes = trail.job(str(row.tenant_id), str(row.notification_id), str(user))
+        if outcomes - NOT_FINAL:
+            continue
+        unaudited_dlq += 1
+        examples.add(
+            "unaudited_dlq",
+            tenant_id=str(row.tenant_id),
+            notification_id=str(row.notification_id),
+            user_id=user,
+        )
+    return parked, unaudited_dlq
+
+
+def _verdict(
+    trail: _Trail,
+    sends: dict[str, int],
+    suppressions: int,
+    unaudited_suppressions: dict[str, int],
+    jobs: int,
+    unaudited_enqueues: int,
+    parked: int,
+    unaudited_dlq: int,
+    oracle_mismatch: int,
+    examples: _Examples,
+    max_unaudited_dlq: int,
+    max_lost_sent_records: int,
+) -> Verdict:
+    counts = {
+        "audit_records": sum(trail.outcomes.values()),
+        "unreadable_records": trail.unreadable,
+        "deliveries": sends["deliveries"],
+        "audited_sends": sends["audited_sends"],
+        "unaudited_sends": sends["deliveries"] - sends["audited_sends"],
+        "sent_records_lost": sends["sent_records_lost"],
+        "accepted_then_failed": sends["accepted_then_failed"],
+        "suppressions": suppressions,
+        "unaudited_suppressions": sum(unaudited_suppressions.values()),
+        **{f"unaudited_{r}": n for r, n in sorted(unaudited_suppressions.items())},
+        "jobs": jobs,
+        "unaudited_enqueues": unaudited_enqueues,
+        "parked_jobs": parked,
+        "unaudited_dlq": unaudited_dlq,
+        "oracle_mismatch": oracle_mismatch,
+        **{f"records_{o}": n for o, n in sorted(trail.outcomes.items())},
+    }
+    valid = (
+        counts["unaudited_sends"] == counts["sent_records_lost"]
+        and counts["sent_records_lost"] <= max_lost_sent_records
+        and not unaudited_suppressions
+        and unaudited_enqueues == 0
+        and unaudited_dlq <= max_unaudited_dlq
+        and oracle_mismatch == 0
+        and trail.unreadable == 0
+    )
+    return Verdict("audit_complete", valid, counts, {"examples": examples.by_kind})
+
+
 def check(
     expectation: Expectation,
     history: pd.DataFrame,
@@ -265,19 +422,8 @@ def check(
     so their sends, jobs and dead letters cannot be matched and are left out."""
     trail = _Trail(history)
     erased_tokens = {(d.tenant_id, d.token) for key in erased for d in population.devices_of(*key)}
-    hashes: dict[str, str] = {}
-
-    def digest(token: str) -> str:
-        if token not in hashes:
-            hashes[token] = token_sha256(token)
-        return hashes[token]
-
-    examples: dict[str, list[dict[str, Any]]] = {}
-
-    def example(kind: str, **fields: Any) -> None:
-        bucket = examples.setdefault(kind, [])
-        if len(bucket) < 5:
-            bucket.append(fields)
+    digest = _Digests()
+    examples = _Examples()
 
     # Deliveries: any 200 for the device needs 'sent'; 'accepted then 5xx' alone needs the
     # record of that answer. One entry per (tenant, notification, token), in first-row order.
@@ -310,7 +456,7 @@ def check(
         first, got_200 = first[keep], got_200[keep]
     audited = np.zeros(len(first), dtype=bool)
     lost = np.zeros(len(first), dtype=bool)
-    digests = {digest for _, _, digest in trail.by_device}
+    digests = {d for _, _, d in trail.by_device}
     if digests and len(first):
         # Only a device whose token hashes to a digest in the trail can have a record.
         tokens = values_at(history, "token", first).to_pylist()
@@ -320,16 +466,16 @@ def check(
         nids = history["notification_id"].iloc[first[candidates]].tolist()
         tokens = history["token"].iloc[first[candidates]].tolist()
         for i, tenant, nid, token in zip(candidates, tenants, nids, tokens, strict=True):
-            outcomes = trail.device(str(tenant), str(nid), digest(str(token)))
-            audited[i] = "sent" in outcomes or (not got_200[i] and "retry" in outcomes)
-            lost[i] = "deduped" in outcomes
-    accepted_then_failed = int((~got_200).sum())
-    audited_sends = int(audited.sum())
-    unaudited_sends = len(first) - audited_sends
-    sent_records_lost = int((lost & ~audited).sum())
+            audited[i], lost[i] = _send_audited(trail, tenant, nid, token, got_200[i], digest)
+    sends = {
+        "deliveries": len(first),
+        "audited_sends": int(audited.sum()),
+        "sent_records_lost": int((lost & ~audited).sum()),
+        "accepted_then_failed": int((~got_200).sum()),
+    }
     for i in np.flatnonzero(~audited)[:5]:
         row = int(first[i])
-        example(
+        examples.add(
             "unaudited_sends",
             tenant_id=str(history["tenant_id"].iloc[row]),
             notification_id=str(history["notification_id"].iloc[row]),
@@ -340,43 +486,9 @@ def check(
     # Suppressions the oracle knows of.
     injected = history[history["kind"] == "inject"]
     suppressions = _Expansion(population, injected, skip=changed)
-    expanded = np.bincount(suppressions.reason, minlength=len(REASONS))
-    oracle_mismatch = sum(
-        abs(int(expanded[i]) - expectation.suppressed.get(reason, 0))
-        for i, reason in enumerate(REASONS)
+    unaudited_suppressions, oracle_mismatch = _judge_suppressions(
+        trail, suppressions, expectation, digest, examples
     )
-    unaudited = np.ones(len(suppressions), dtype=bool)
-    job_users = {user for _, _, user in trail.by_job}
-    if (job_users or digests) and len(suppressions):
-        # Only a follower named in the trail, or whose token hashes to a digest in it, can
-        # have a record.
-        may_have = np.array(
-            [
-                user in job_users or (isinstance(token, str) and digest(token) in digests)
-                for user, token in zip(
-                    suppressions.follower_user, suppressions.follower_token, strict=True
-                )
-            ],
-            dtype=bool,
-        )
-        for i in np.flatnonzero(may_have[suppressions.follower]):
-            tenant, nid, user, token, reason = suppressions.row(int(i))
-            for_job, for_device = ACCEPTED[reason]
-            if trail.job(tenant, nid, user) & for_job or (
-                isinstance(token, str) and trail.device(tenant, nid, digest(token)) & for_device
-            ):
-                unaudited[i] = False
-    missing = np.bincount(suppressions.reason[unaudited], minlength=len(REASONS))
-    unaudited_suppressions = {r: int(n) for r, n in zip(REASONS, missing, strict=True) if n}
-    for i in np.flatnonzero(unaudited)[:5]:
-        tenant, nid, user, _, reason = suppressions.row(int(i))
-        example(
-            "unaudited_suppressions",
-            tenant_id=tenant,
-            notification_id=nid,
-            user_id=user,
-            reason=reason,
-        )
 
     # Every job the fan-out had to create, in sorted order (the keys sort as the tuples do).
     job_columns = ["tenant_id", "notification_id", "user_id"]
@@ -388,20 +500,13 @@ def check(
         ]
         expected_jobs = expected_jobs[mine]
     suppressed_jobs = suppressions.jobs()
-    enqueued = [key for key, outcomes in trail.by_job.items() if "enqueued" in outcomes]
-    enqueued_jobs = pd.DataFrame(
-        {
-            name: pd.arrays.ArrowExtensionArray(_strings([key[i] for key in enqueued]))
-            for i, name in enumerate(job_columns)
-        }
-    )
+    enqueued_jobs = _enqueued_jobs(trail)
     expected_keys, suppressed_keys, enqueued_keys = joint_keys(
         [expected_jobs, suppressed_jobs, enqueued_jobs], job_columns
     )
     all_keys = np.concatenate([expected_keys, suppressed_keys])
     jobs = sorted_unique(all_keys)
     not_enqueued = jobs[~member(jobs, sorted_unique(enqueued_keys))]
-    unaudited_enqueues = len(not_enqueued)
     for row in first_rows(all_keys, not_enqueued[:5]):
         frame, row = (
             (expected_jobs, row)
@@ -409,57 +514,26 @@ def check(
             else (suppressed_jobs, row - len(expected_keys))
         )
         tenant, nid, user = (frame[c].iloc[int(row)] for c in job_columns)
-        example("unaudited_enqueues", tenant_id=tenant, notification_id=nid, user_id=user)
+        examples.add("unaudited_enqueues", tenant_id=tenant, notification_id=nid, user_id=user)
 
-    # Jobs parked in a dead-letter queue (the poison queue holds jobs too malformed to name).
-    parked = unaudited_dlq = 0
-    for row in history[history["kind"] == "dlq"].itertuples(index=False):
-        detail = _detail(row.detail)
-        if str(detail.get("queue", "")).endswith("-poison"):
-            continue
-        user = detail.get("recipient_user_id")
-        if (str(row.tenant_id), str(user)) in erased:
-            continue
-        parked += 1
-        outcomes = trail.job(str(row.tenant_id), str(row.notification_id), str(user))
-        if outcomes - NOT_FINAL:
-            continue
-        unaudited_dlq += 1
-        example(
-            "unaudited_dlq",
-            tenant_id=str(row.tenant_id),
-            notification_id=str(row.notification_id),
-            user_id=user,
-        )
-
-    counts = {
-        "audit_records": sum(trail.outcomes.values()),
-        "unreadable_records": trail.unreadable,
-        "deliveries": len(first),
-        "audited_sends": audited_sends,
-        "unaudited_sends": unaudited_sends,
-        "sent_records_lost": sent_records_lost,
-        "accepted_then_failed": accepted_then_failed,
-        "suppressions": int(len(suppressions)),
-        "unaudited_suppressions": sum(unaudited_suppressions.values()),
-        **{f"unaudited_{r}": n for r, n in sorted(unaudited_suppressions.items())},
-        "jobs": len(jobs),
-        "unaudited_enqueues": unaudited_enqueues,
-        "parked_jobs": parked,
-        "unaudited_dlq": unaudited_dlq,
-        "oracle_mismatch": oracle_mismatch,
-        **{f"records_{o}": n for o, n in sorted(trail.outcomes.items())},
-    }
-    valid = (
-        unaudited_sends == sent_records_lost
-        and sent_records_lost <= max_lost_sent_records
-        and not unaudited_suppressions
-        and unaudited_enqueues == 0
-        and unaudited_dlq <= max_unaudited_dlq
-        and oracle_mismatch == 0
-        and trail.unreadable == 0
+    parked, unaudited_dlq = _judge_dead_letters(
+        trail, history[history["kind"] == "dlq"], erased, examples
     )
-    return Verdict("audit_complete", valid, counts, {"examples": examples})
+    return _verdict(
+        trail, sends, int(len(suppressions)), unaudited_suppressions, len(jobs),
+        len(not_enqueued), parked, unaudited_dlq, oracle_mismatch, examples,
+        max_unaudited_dlq, max_lost_sent_records,
+    )  # fmt: skip
+
+
+def _enqueued_jobs(trail: _Trail) -> pd.DataFrame:
+    enqueued = [key for key, outcomes in trail.by_job.items() if "enqueued" in outcomes]
+    return pd.DataFrame(
+        {
+            name: pd.arrays.ArrowExtensionArray(_strings([key[i] for key in enqueued]))
+            for i, name in enumerate(["tenant_id", "notification_id", "user_id"])
+        }
+    )
 
 
 @checker(
