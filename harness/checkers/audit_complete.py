@@ -53,6 +53,7 @@ from harness.checkers.keys import (
     values_at,
 )
 from harness.checkers.registry import checker
+from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
 from harness.model.oracle import Expectation
@@ -176,6 +177,27 @@ class _Expansion:
         return pd.DataFrame(
             {name: pd.arrays.ArrowExtensionArray(values) for name, values in columns.items()}
         )
+
+    def job_tables(self) -> dict[str, pa.Table]:
+        """The jobs as three small tables and one of integers, for a store to join: events
+        (``i``, tenant_id, notification_id), follower entries (``i``, user_id) and rows
+        (``event``, ``follower``)."""
+        return {
+            "events": pa.table(
+                {
+                    "i": pa.array(range(len(self.tenants)), pa.int64()),
+                    "tenant_id": _strings(self.tenants),
+                    "notification_id": _strings(self.nids),
+                }
+            ),
+            "followers": pa.table(
+                {
+                    "i": pa.array(range(len(self.follower_user)), pa.int64()),
+                    "user_id": _strings(self.follower_user.tolist()),
+                }
+            ),
+            "rows": pa.table({"event": pa.array(self.event), "follower": pa.array(self.follower)}),
+        }
 
 
 def _strings(values: list[Any]) -> pa.Array:
@@ -536,13 +558,155 @@ def _enqueued_jobs(trail: _Trail) -> pd.DataFrame:
     )
 
 
+def check_store(
+    store: HistoryStore,
+    population: Population,
+    max_unaudited_dlq: int = 0,
+    max_lost_sent_records: int = 0,
+    changed: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
+    erased: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
+) -> Verdict:
+    """:func:`check` over a history on disk: deliveries per device and the jobs counted in
+    DuckDB, the audit trail, suppressions and dead letters judged as in memory."""
+    expectation = store.expectation
+    trail = _Trail(store.rows(["audit"], ["kind", "tenant_id", "notification_id", "token",
+                                          "reason", "detail"]))  # fmt: skip
+    digest = _Digests()
+    examples = _Examples()
+    erased_tokens = {(d.tenant_id, d.token) for key in erased for d in population.devices_of(*key)}
+    store.device_table("audit_erased_devices", erased_tokens)
+    # One entry per delivered (tenant, notification, token): its first row, whether any of its
+    # deliveries was a 200, and where a null status would leave that unknown.
+    store.run(
+        """CREATE OR REPLACE TABLE audit_sends AS
+        SELECT key, any_value(tenant) AS tenant, any_value(nid) AS nid, any_value(tok) AS tok,
+               min(pos) AS first_pos, bool_or(coalesce(status = 200, false)) AS got_200,
+               min(pos) FILTER (status = 200) AS first_200,
+               min(pos) FILTER (status IS NULL) AS first_null
+        FROM prov WHERE got GROUP BY key"""
+    )
+    (unknown,) = store.one(
+        "SELECT count(*) FROM audit_sends WHERE first_null < coalesce(first_200, first_null + 1)"
+    )
+    if unknown:
+        raise TypeError("boolean value of NA is ambiguous")
+    kept = """FROM audit_sends s WHERE NOT EXISTS (SELECT 1 FROM audit_erased_devices d
+              WHERE d.tenant = s.tenant AND d.tok = s.tok)"""
+    deliveries, accepted_then_failed = store.one(
+        f"SELECT count(*), count(*) FILTER (NOT got_200) {kept}"
+    )
+    digests = sorted({d for _, _, d in trail.by_device})
+    store.register("audit_digests", pa.table({"digest": pa.array(digests, pa.string())}))
+    decoded = """SELECT s.first_pos, tv.value, nv.value, kv.value, s.got_200 FROM
+        (SELECT * {kept}) s JOIN tenants tv ON tv.code = s.tenant JOIN nids nv ON nv.code = s.nid
+        JOIN tokens kv ON kv.code = s.tok"""
+    # Only a device whose token hashes to a digest in the trail can have a record.
+    candidates = store.sql(
+        decoded.format(kept=kept)
+        + " WHERE sha256(coalesce(kv.value, '<NA>')) IN (SELECT digest FROM audit_digests)"
+        + " ORDER BY s.first_pos"
+    ).fetchall()
+    audited_at: dict[int, tuple[bool, bool]] = {}
+    for first_pos, tenant, nid, token, got_200 in candidates:
+        audited_at[first_pos] = _send_audited(trail, tenant, nid, token, got_200, digest)
+    sends = {
+        "deliveries": int(deliveries),
+        "audited_sends": sum(a for a, _ in audited_at.values()),
+        "sent_records_lost": sum(lost and not a for a, lost in audited_at.values()),
+        "accepted_then_failed": int(accepted_then_failed),
+    }
+    shown = 0
+    for first_pos, tenant, nid, token, _ in store.sql(
+        decoded.format(kept=kept) + f" ORDER BY s.first_pos LIMIT {5 + len(audited_at)}"
+    ).fetchall():
+        audited, lost = audited_at.get(first_pos, (False, False))
+        if audited or shown >= 5:
+            continue
+        shown += 1
+        examples.add("unaudited_sends", tenant_id=str(tenant), notification_id=str(nid),
+                     token=str(token), later_deduped=bool(lost))  # fmt: skip
+
+    injected = store.rows(["inject"], ["tenant_id", "author_id", "notification_id"])
+    suppressions = _Expansion(population, injected, skip=changed)
+    unaudited_suppressions, oracle_mismatch = _judge_suppressions(
+        trail, suppressions, expectation, digest, examples
+    )
+
+    # Every job the fan-out had to create: the expected deliveries' (less erased users') and
+    # the suppressed ones', each (tenant, notification, user) once, in sorted order.
+    for name, table in suppressions.job_tables().items():
+        store.register(f"audit_suppressed_{name}", table)
+    store.register(
+        "audit_erased_users",
+        pa.table(
+            {
+                "tenant_id": pa.array([t for t, _ in erased], pa.string()),
+                "user_id": pa.array([u for _, u in erased], pa.string()),
+            }
+        ),
+    )
+    enqueued = _enqueued_jobs(trail)
+    store.register(
+        "audit_enqueued",
+        pa.table({c: pa.array(enqueued[c].tolist(), pa.string()) for c in enqueued.columns}),
+    )
+    store.run(
+        """CREATE OR REPLACE TABLE audit_jobs AS
+        SELECT DISTINCT tenant, nid, user_id FROM (
+            SELECT e.tenant, e.nid, e.user_id FROM exp e
+            WHERE NOT EXISTS (SELECT 1 FROM audit_erased_users x JOIN tenants t
+                              ON t.value = x.tenant_id
+                              WHERE t.code = e.tenant AND x.user_id = e.user_id)
+            UNION ALL
+            SELECT t.code, n.code, f.user_id FROM audit_suppressed_rows r
+            JOIN audit_suppressed_events v ON v.i = r.event
+            JOIN audit_suppressed_followers f ON f.i = r.follower
+            JOIN tenants t ON t.value IS NOT DISTINCT FROM v.tenant_id
+            JOIN nids n ON n.value IS NOT DISTINCT FROM v.notification_id)"""
+    )
+    store.run(
+        """CREATE OR REPLACE TABLE audit_not_enqueued AS
+        SELECT j.* FROM audit_jobs j WHERE NOT EXISTS (
+            SELECT 1 FROM audit_enqueued q JOIN tenants t ON t.value = q.tenant_id
+            JOIN nids n ON n.value = q.notification_id
+            WHERE t.code = j.tenant AND n.code = j.nid AND q.user_id IS NOT DISTINCT FROM j.user_id)"""
+    )
+    jobs, not_enqueued = store.one(
+        "SELECT (SELECT count(*) FROM audit_jobs), (SELECT count(*) FROM audit_not_enqueued)"
+    )
+    for tenant, nid, user in store.sql(
+        """SELECT tv.value, nv.value, j.user_id FROM audit_not_enqueued j
+        JOIN tenants tv ON tv.code = j.tenant JOIN nids nv ON nv.code = j.nid
+        ORDER BY j.tenant, j.nid, j.user_id NULLS LAST LIMIT 5"""
+    ).fetchall():
+        examples.add("unaudited_enqueues", tenant_id=tenant, notification_id=nid, user_id=user)
+
+    dlq_rows = store.rows(["dlq"], ["tenant_id", "notification_id", "detail"])
+    parked, unaudited_dlq = _judge_dead_letters(trail, dlq_rows, erased, examples)
+    return _verdict(
+        trail, sends, int(len(suppressions)), unaudited_suppressions, int(jobs),
+        int(not_enqueued), parked, unaudited_dlq, oracle_mismatch, examples,
+        max_unaudited_dlq, max_lost_sent_records,
+    )  # fmt: skip
+
+
 @checker(
     "audit_complete",
     summary="every delivery, suppression, job and dead letter has its audit record",
     tolerances={"max_unaudited_dlq": 0, "max_lost_sent_records": 0},
     needs=("audit_trail",),
+    out_of_core=True,
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    if evidence.store is not None:
+        return check_store(
+            evidence.store,
+            evidence.population,
+            max_unaudited_dlq=int(tolerance["max_unaudited_dlq"]),
+            max_lost_sent_records=int(tolerance["max_lost_sent_records"]),
+            changed=evidence.timeline.changed_users() if evidence.timeline else frozenset(),
+            erased=set(evidence.timeline.erasures) if evidence.timeline else frozenset(),
+        )
     return check(
         evidence.expectation,
         evidence.history,
