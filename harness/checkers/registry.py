@@ -48,7 +48,7 @@ class Checker:
     # With the history on disk (``Evidence.store``): True, the probe queries the store itself;
     # else the history kinds it reads, handed to it as an ordinary frame (``provider``: only the
     # provider rows to devices of the users the run changed; ``expected``: the expected
-    # deliveries of those users); None, the whole history read into memory.
+    # deliveries when the run changed users); None, the whole history read into memory.
     out_of_core: bool = False
     reads: frozenset[str] | None = None
 
@@ -179,9 +179,8 @@ def in_memory_for(spec: Checker, evidence: Evidence) -> Evidence:
         tokens = {d.token for key in users for d in evidence.population.devices_of(*key)}
     history = store.rows(spec.reads - {"provider", "expected"}, provider_tokens=tokens)
     if "expected" in spec.reads and store.expected_path is not None and users:
-        # The changed users' expected deliveries (by user id; the checker matches the tenant).
-        deliveries = pd.read_parquet(
-            store.expected_path, filters=[("user_id", "in", sorted({u for _, u in users}))]
-        )
+        # The expected deliveries, whole: the checker picks the changed users' (a frame of
+        # only theirs would not be the same input: an empty one reads differently).
+        deliveries = pd.read_parquet(store.expected_path)
         expectation = dataclasses.replace(expectation, deliveries=deliveries)
     return dataclasses.replace(evidence, history=history, expectation=expectation)
