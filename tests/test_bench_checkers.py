@@ -11,7 +11,11 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from harness.checkers import Evidence, run_probe
@@ -390,3 +394,38 @@ def test_benchmark_writes_its_report(tmp_path):
         assert run["planted_found"] == {"effectively_once": True, "consent": True}
     assert size["engines_agree"] == {"effectively_once": True, "consent": True}
     assert "prepare_seconds" in size["engines"]["duckdb"]
+
+
+def test_a_nan_in_a_float_column_reads_as_missing_on_both_engines(synthetic, tmp_path):
+    """A file may hold NaN where pandas sees a missing value (dead_tokens falls back from
+    ``end`` to ``time``): the store reads it as null."""
+    table = pa.Table.from_pandas(synthetic.history, preserve_index=False)
+    nan_end = pa.array(np.full(len(table), np.nan), pa.float64(), from_pandas=False)
+    table = table.set_column(table.schema.get_field_index("end"), "end", nan_end)
+    assert pc.is_nan(table["end"]).to_numpy().all()
+    pq.write_table(table, tmp_path / "history.parquet")
+    evidence = synthetic.evidence()
+    with HistoryStore(
+        tmp_path / "history.parquet", synthetic.expectation, workdir=tmp_path / "db"
+    ) as store:
+        on_disk = dataclasses.replace(evidence, store=store)
+        for name in ("dead_tokens", "effectively_once"):
+            tolerance = bench.TOLERANCES.get(name, {})
+            expected = run_probe(name, tolerance, evidence).to_dict()
+            assert run_probe(name, tolerance, on_disk).to_dict() == expected, name
+
+
+def test_a_provider_row_that_says_nothing_is_unknown_on_both_engines(synthetic):
+    """Neither delivered nor a status: the checkers that read deliveries cannot judge (both
+    engines), the others still do."""
+    history = synthetic.history.copy()
+    row = history.index[history["kind"] == "provider"][0]
+    history.loc[row, ["delivered", "status"]] = pd.NA
+    evidence = Evidence(synthetic.population, synthetic.expectation, history)
+    with HistoryStore.from_frame(history, synthetic.expectation) as store:
+        on_disk = dataclasses.replace(evidence, store=store)
+        for name in ("effectively_once", "quiet_hours", "backpressure"):
+            tolerance = bench.TOLERANCES.get(name, {})
+            in_memory, out_of_core = (run_probe(name, tolerance, e) for e in (evidence, on_disk))
+            assert (in_memory.valid is None) == (out_of_core.valid is None), name
+            assert (out_of_core.valid is None) == (name != "backpressure"), name

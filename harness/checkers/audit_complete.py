@@ -568,6 +568,7 @@ def check_store(
 ) -> Verdict:
     """:func:`check` over a history on disk: deliveries per device and the jobs counted in
     DuckDB, the audit trail, suppressions and dead letters judged as in memory."""
+    store.require_decided()
     expectation = store.expectation
     trail = _Trail(store.rows(["audit"], ["kind", "tenant_id", "notification_id", "token",
                                           "reason", "detail"]))  # fmt: skip

@@ -65,6 +65,7 @@ def check_store(
     changed: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
 ) -> Verdict:
     """:func:`check` over a history on disk."""
+    store.require_decided()
     store.device_table("refused", refused_devices(population, changed))
     (violations,) = store.one(
         "SELECT count(*) FROM prov p JOIN refused r ON r.tenant = p.tenant AND r.tok = p.tok "

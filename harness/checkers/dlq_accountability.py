@@ -74,6 +74,7 @@ def check(expectation: Expectation, history: pd.DataFrame) -> Verdict:
 
 def check_store(store: HistoryStore) -> Verdict:
     """:func:`check` over a history on disk."""
+    store.require_decided()
     expectation = store.expectation
     dlq_rows = store.rows(["dlq"], ["tenant_id", "notification_id", "detail"])
     parked = [

@@ -183,6 +183,7 @@ def check_store(
 ) -> Verdict:
     """:func:`check` over a history on disk: the same counts, in DuckDB (the expectation is the
     store's)."""
+    store.require_decided()
     expectation = store.expectation
     rereg = [
         (tenant, token, float(since)) for (tenant, token), since in expectation.reregistered.items()

@@ -55,6 +55,7 @@ def check(history: pd.DataFrame, grace_s: float = 0.5, fallback: bool = False) -
 
 def check_store(store: HistoryStore, grace_s: float = 0.5, fallback: bool = False) -> Verdict:
     """:func:`check` over a history on disk."""
+    store.require_decided()
     faults = store.rows(["fault"], ["kind", "time", "detail"])
     windows = fault_windows(faults, OUTAGES, end=store.end_time)
     store.register(

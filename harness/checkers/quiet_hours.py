@@ -115,6 +115,7 @@ def check_store(
     changed: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
 ) -> Verdict:
     """:func:`check` over a history on disk."""
+    store.require_decided()
     store.device_table("quiet_all_run", quiet_all_run(population, changed))
     (inside_whole_run,) = store.one(
         "SELECT count(*) FROM prov p JOIN quiet_all_run q ON q.tenant = p.tenant "

@@ -383,6 +383,7 @@ def check_store(
     """:func:`check` over a history on disk: what :func:`judge` needs is gathered in DuckDB
     (the first attempts and individual deliveries only with a limit on, the expected
     deliveries only with the window on: with those on at scale, they are big)."""
+    store.require_decided()
     owner = {(d.tenant_id, d.token): d.user_id for d in population.devices}
     kinds = event_kinds(store.rows(["inject"], ["tenant_id", "notification_id", "detail"]))
     window_on = per_window > 0

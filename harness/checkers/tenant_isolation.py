@@ -90,6 +90,7 @@ def check(population: Population, expectation: Expectation, history: pd.DataFram
 
 def check_store(store: HistoryStore, population: Population) -> Verdict:
     """:func:`check` over a history on disk."""
+    store.require_decided()
     devices = {(d.tenant_id, d.token) for d in population.devices}
     store.device_table("known_devices", devices)
     (foreign,) = store.one(
