@@ -28,11 +28,13 @@ equal).
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pandas as pd
@@ -41,8 +43,14 @@ import pyarrow as pa
 from harness.model.history import COLUMNS
 from harness.model.oracle import EXPECTED_COLUMNS, OPTIONAL_COLUMNS, Expectation
 
+if TYPE_CHECKING:
+    from harness.checkers.evidence import Evidence
+
 KEY = ("tenant_id", "notification_id", "token")
 DEFAULT_MEMORY_LIMIT_GB = 4.0
+# From this many history rows on, a run's checkers query a store (benchmarks/bench_checkers.py:
+# at 10M rows pandas peaked at 15 GB, DuckDB at 2.7 GB under its 4 GB cap).
+OUT_OF_CORE_ROWS = 5_000_000
 # A (tenant, notification, token) key is one BIGINT while the dictionaries' sizes multiply
 # below this.
 _KEY_LIMIT = 2**62
@@ -392,6 +400,22 @@ def _column(name: str, present: bool) -> str:
     if COLUMNS[name] == "float64":
         return f'nullif("{name}", \'NaN\'::DOUBLE) AS "{name}"'
     return f'"{name}"'
+
+
+@contextmanager
+def out_of_core_if_large(
+    evidence: Evidence, workdir: Path, rows: int = OUT_OF_CORE_ROWS
+) -> Iterator[Evidence]:
+    """The evidence as it is for a small history; for one of ``rows`` rows or more, with a
+    store over it (in ``workdir``, removed after) so that the checkers run out of core."""
+    if len(evidence.history) < rows:
+        yield evidence
+        return
+    store = HistoryStore.from_frame(evidence.history, evidence.expectation, workdir=workdir)
+    try:
+        yield dataclasses.replace(evidence, store=store)
+    finally:
+        store.close()
 
 
 _SQL_TYPES = {

@@ -26,6 +26,7 @@ from chaos.faults import DEDUP_PROXY, ChaosTargets, make_fault
 from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
 from harness.checkers import run_probe
 from harness.checkers.evidence import evidence_from
+from harness.checkers.store import out_of_core_if_large
 from harness.checkers.verdict import Verdict
 from harness.load.loader import load_population, post_event
 from harness.load.loadgen import ROOT
@@ -707,7 +708,9 @@ def execute(
             collect_receives(info.parts["sqs"].url, history, queues)
         errors += nemesis.errors
         evidence = evidence_from(population, history.frame(), policy, scenario.preference_bound_s)
-        verdicts = [run_probe(p.name, p.tolerance, evidence) for p in scenario.probes]
+        # A large history is checked out of core (DuckDB within a memory cap).
+        with out_of_core_if_large(evidence, run_dir / "checker-store") as evidence:
+            verdicts = [run_probe(p.name, p.tolerance, evidence) for p in scenario.probes]
         return history, population, verdicts, "; ".join(errors) or None
     except RunInterrupted as exc:
         interrupted = True
