@@ -599,14 +599,18 @@ def check_store(
     digests = sorted({d for _, _, d in trail.by_device})
     store.register("audit_digests", pa.table({"digest": pa.array(digests, pa.string())}))
     decoded = """SELECT s.first_pos, tv.value, nv.value, kv.value, s.got_200 FROM
-        (SELECT * {kept}) s JOIN tenants tv ON tv.code = s.tenant JOIN nids nv ON nv.code = s.nid
-        JOIN tokens kv ON kv.code = s.tok"""
-    # Only a device whose token hashes to a digest in the trail can have a record.
-    candidates = store.sql(
-        decoded.format(kept=kept)
-        + " WHERE sha256(coalesce(kv.value, '<NA>')) IN (SELECT digest FROM audit_digests)"
-        + " ORDER BY s.first_pos"
-    ).fetchall()
+        ({sends}) s JOIN tenants tv ON tv.code = s.tenant JOIN nids nv ON nv.code = s.nid
+        JOIN tokens kv ON kv.code = s.tok ORDER BY s.first_pos"""
+    # Only a device whose token hashes to a digest in the trail can have a record: the
+    # tokens are hashed once each, and only when the trail has digests.
+    candidates = []
+    if digests:
+        candidates = store.sql(
+            decoded.format(
+                sends=f"""SELECT * {kept} AND s.tok IN (SELECT code FROM tokens
+                WHERE sha256(coalesce(value, '<NA>')) IN (SELECT digest FROM audit_digests))"""
+            )
+        ).fetchall()
     audited_at: dict[int, tuple[bool, bool]] = {}
     for first_pos, tenant, nid, token, got_200 in candidates:
         audited_at[first_pos] = _send_audited(trail, tenant, nid, token, got_200, digest)
@@ -617,9 +621,8 @@ def check_store(
         "accepted_then_failed": int(accepted_then_failed),
     }
     shown = 0
-    for first_pos, tenant, nid, token, _ in store.sql(
-        decoded.format(kept=kept) + f" ORDER BY s.first_pos LIMIT {5 + len(audited_at)}"
-    ).fetchall():
+    first = f"SELECT * {kept} ORDER BY first_pos LIMIT {5 + len(audited_at)}"
+    for first_pos, tenant, nid, token, _ in store.sql(decoded.format(sends=first)).fetchall():
         audited, lost = audited_at.get(first_pos, (False, False))
         if audited or shown >= 5:
             continue
