@@ -576,22 +576,19 @@ def check_store(
     examples = _Examples()
     erased_tokens = {(d.tenant_id, d.token) for key in erased for d in population.devices_of(*key)}
     store.device_table("audit_erased_devices", erased_tokens)
-    # One entry per delivered (tenant, notification, token): its first row, whether any of its
-    # deliveries was a 200, and where a null status would leave that unknown.
-    store.run(
-        """CREATE OR REPLACE TABLE audit_sends AS
-        SELECT key, any_value(tenant) AS tenant, any_value(nid) AS nid, any_value(tok) AS tok,
-               min(pos) AS first_pos, bool_or(coalesce(status = 200, false)) AS got_200,
-               min(pos) FILTER (status = 200) AS first_200,
-               min(pos) FILTER (status IS NULL) AS first_null
-        FROM prov WHERE got GROUP BY key"""
-    )
+    # One entry per delivered (tenant, notification, token), shared with the other checkers:
+    # its first row, whether any of its deliveries was a 200, and where a null status would
+    # leave that unknown.
+    sends_table = store.delivered_keys()
     (unknown,) = store.one(
-        "SELECT count(*) FROM audit_sends WHERE first_null < coalesce(first_200, first_null + 1)"
+        f"SELECT count(*) FROM {sends_table} WHERE first_null < coalesce(first_200, first_null + 1)"
     )
     if unknown:
         raise TypeError("boolean value of NA is ambiguous")
-    kept = """FROM audit_sends s WHERE NOT EXISTS (SELECT 1 FROM audit_erased_devices d
+    n_nid, n_tok = max(store.sizes["nids"], 1), max(store.sizes["tokens"], 1)
+    kept = f"""FROM (SELECT *, key // {n_nid * n_tok} AS tenant, (key // {n_tok}) % {n_nid} AS nid,
+                     key % {n_tok} AS tok FROM {sends_table}) s
+              WHERE NOT EXISTS (SELECT 1 FROM audit_erased_devices d
               WHERE d.tenant = s.tenant AND d.tok = s.tok)"""
     deliveries, accepted_then_failed = store.one(
         f"SELECT count(*), count(*) FILTER (NOT got_200) {kept}"
@@ -668,20 +665,18 @@ def check_store(
             JOIN tenants t ON t.value IS NOT DISTINCT FROM v.tenant_id
             JOIN nids n ON n.value IS NOT DISTINCT FROM v.notification_id)"""
     )
-    store.run(
-        """CREATE OR REPLACE TABLE audit_not_enqueued AS
-        SELECT j.* FROM audit_jobs j WHERE NOT EXISTS (
+    not_enqueued_jobs = """FROM audit_jobs j WHERE NOT EXISTS (
             SELECT 1 FROM audit_enqueued q JOIN tenants t ON t.value = q.tenant_id
             JOIN nids n ON n.value = q.notification_id
             WHERE t.code = j.tenant AND n.code = j.nid AND q.user_id IS NOT DISTINCT FROM j.user_id)"""
-    )
     jobs, not_enqueued = store.one(
-        "SELECT (SELECT count(*) FROM audit_jobs), (SELECT count(*) FROM audit_not_enqueued)"
+        f"SELECT (SELECT count(*) FROM audit_jobs), (SELECT count(*) {not_enqueued_jobs})"
     )
     for tenant, nid, user in store.sql(
-        """SELECT tv.value, nv.value, j.user_id FROM audit_not_enqueued j
+        f"""SELECT tv.value, nv.value, j.user_id FROM (SELECT j.* {not_enqueued_jobs}
+        ORDER BY j.tenant, j.nid, j.user_id NULLS LAST LIMIT 5) j
         JOIN tenants tv ON tv.code = j.tenant JOIN nids nv ON nv.code = j.nid
-        ORDER BY j.tenant, j.nid, j.user_id NULLS LAST LIMIT 5"""
+        ORDER BY j.tenant, j.nid, j.user_id NULLS LAST"""
     ).fetchall():
         examples.add("unaudited_enqueues", tenant_id=tenant, notification_id=nid, user_id=user)
 

@@ -144,13 +144,18 @@ class HistoryStore:
 
     def delivered_keys(self) -> str:
         """A table, made once: per (tenant, notification, token) key delivered, ``n``
-        deliveries, ``one_id`` (every one carried the same collapse id) and ``first_time``."""
+        deliveries, ``one_id`` (every one carried the same collapse id), ``first_time``,
+        ``first_pos`` (its first row), ``got_200`` (one of them was a 200), and the first rows
+        with a 200 and with a null status."""
         if "dkeys" not in self._memo:
             self.run(
                 """CREATE TABLE dkeys AS
                 SELECT key, count(*) AS n,
                        count(col) = count(*) AND min(col) = max(col) AS one_id,
-                       min(time) AS first_time
+                       min(time) AS first_time, min(pos) AS first_pos,
+                       bool_or(coalesce(status = 200, false)) AS got_200,
+                       min(pos) FILTER (status = 200) AS first_200,
+                       min(pos) FILTER (status IS NULL) AS first_null
                 FROM prov WHERE got GROUP BY key"""
             )
             self._memo["dkeys"] = True
