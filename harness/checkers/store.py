@@ -84,7 +84,9 @@ class HistoryStore:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.memory_limit_gb = memory_limit_gb
         database = self.workdir / "history.duckdb"
-        database.unlink(missing_ok=True)
+        # A store left by a run that died (its write-ahead log too) is made again.
+        for stale in (database, database.with_suffix(".duckdb.wal")):
+            stale.unlink(missing_ok=True)
         self.con = duckdb.connect(str(database))
         self.con.execute(f"SET memory_limit='{memory_limit_gb}GB'")
         self.con.execute(f"SET temp_directory={_quote(self.workdir / 'spill')}")
@@ -95,7 +97,6 @@ class HistoryStore:
         self.undecided = 0
         self.sizes: dict[str, int] = {}
         self.end_time = 0.0
-        self._memo: dict[Any, Any] = {}
 
     @classmethod
     def from_frame(
@@ -173,7 +174,7 @@ class HistoryStore:
         self.sql(query, params).fetchall()
 
     def device_table(self, name: str, devices: Iterable[tuple[Any, Any]]) -> None:
-        """A temp table ``name`` (tenant, tok) of the codes of (tenant_id, token) pairs; pairs
+        """A table ``name`` (tenant, tok) of the codes of (tenant_id, token) pairs; pairs
         whose strings the history never holds are left out (no row can match them). Values
         that are not strings are nulls, which match nothing (as a Python tuple of a null
         never equals one read from a frame)."""
@@ -213,12 +214,6 @@ class HistoryStore:
 
     def frame(self, query: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
         return self.sql(query, params).df()
-
-    def memo(self, name: Any, compute: Any) -> Any:
-        """What several checkers compute alike (e.g. deliveries per key), once per store."""
-        if name not in self._memo:
-            self._memo[name] = compute()
-        return self._memo[name]
 
     def register(self, name: str, table: pa.Table | pd.DataFrame) -> None:
         """A small in-memory table under ``name`` (replacing one of that name)."""
