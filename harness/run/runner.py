@@ -27,6 +27,7 @@ from chaos.faults import DEDUP_PROXY, ChaosTargets
 from chaos.faults import unavailable as fault_unavailable
 from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
 from harness.checkers.evidence import evidence_from
+from harness.checkers.store import out_of_core_if_large
 from harness.checkers.verdict import STATUS_WORDS, SWITCHED_OFF, Verdict, result_status
 from harness.contract.driver import Driver
 from harness.contract.system import Queues, SystemContract
@@ -936,7 +937,9 @@ def _judge(state: RunState) -> list[Verdict]:
         state.scenario.preference_bound_s,
     )
     capabilities = state.contract.capabilities()
-    return [judge(p, evidence, capabilities) for p in state.scenario.probes]
+    # A large history is checked out of core (DuckDB within a memory cap).
+    with out_of_core_if_large(evidence, state.run_dir / "checker-store") as evidence:
+        return [judge(p, evidence, capabilities) for p in state.scenario.probes]
 
 
 def _tear_down(state: RunState, interrupted: bool) -> None:
