@@ -85,6 +85,9 @@ class Config:
     s3_endpoint: str | None = None
     aws_access_key_id: str | None = None
     aws_secret_access_key: str | None = None
+    # The delivery path's SQS and DynamoDB calls through the lean JSON client
+    # (reference_impl/aws_json.py, a fraction of botocore's CPU per call); false: boto3 for all.
+    aws_lean_client: bool = True
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_timeout_seconds: float = 1.0
     # MemoryDB cluster mode / Redis Cluster: redis_url names any one node.
@@ -231,8 +234,9 @@ class Config:
             value = getattr(config, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1")
-        if not isinstance(config.audit_flush_before_ack, bool):
-            raise ConfigError("audit_flush_before_ack must be true or false")
+        for name in ("audit_flush_before_ack", "aws_lean_client"):
+            if not isinstance(getattr(config, name), bool):
+                raise ConfigError(f"{name} must be true or false")
         for name in ("audit_flush_seconds", "stream_poll_interval_seconds"):
             value = getattr(config, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:

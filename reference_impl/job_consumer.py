@@ -48,7 +48,7 @@ from ulid import ULID
 
 from reference_impl.audit import AuditSink, seal_record, sealing_for
 from reference_impl.audit_keys import AuditKeys, DataKey
-from reference_impl.aws import client, queue_url, to_poison
+from reference_impl.aws import batch_get_tables, client, queue_url, to_poison
 from reference_impl.config import Config
 from reference_impl.dedup import Claim, DedupStore, FallbackDedup
 from reference_impl.dedup_key import dedup_key
@@ -190,6 +190,9 @@ class JobConsumer:
     component: ClassVar[str] = ""
     durable_fallback: ClassVar[bool] = True
     state_type: ClassVar[type[JobState]] = JobState
+    # What of a user record the batch read brings: the preferences (and the key). A channel
+    # that reads more of the record in the same batch (push: the devices) reads it whole.
+    record_projection: ClassVar[str | None] = "pk, prefs"
     log: ClassVar[logging.Logger] = logging.getLogger("reference_impl.job_consumer")
 
     def __init__(
@@ -228,6 +231,8 @@ class JobConsumer:
         self.defects = frozenset(config.defects)
         # Preferences of the batch in hand (cache key -> JSON), loaded for all its jobs at once.
         self._batch_prefs: dict[str, bytes] = {}
+        # User records the batch in hand read (pk -> item, {} for none): one read per batch.
+        self._batch_records: dict[str, dict[str, Any]] = {}
         # 'sent' marks a failed settlement left behind (key -> monotonic deadline). Marks wait
         # for the end of a batch, so a store that dies mid-batch leaves every send of it
         # unmarked, not one; the next settlement writes them, before the leases run out and a
@@ -312,10 +317,12 @@ class JobConsumer:
 
     def load_preferences(self, jobs: Sequence[dict[str, Any]]) -> None:
         """The preferences of every job of the batch: the cached ones in one pipelined read per
-        node, the misses from DynamoDB, written back in one pipelined write per node. A cache
-        error falls through to DynamoDB; an entry whose read failed is not written back (its
-        node just failed: a write would wait out the same timeout). A DynamoDB error leaves the
-        job to read for itself, and fail on its own."""
+        node; the misses' user records in one consistent BatchGetItem per 100 (which also brings
+        the batch's audit keys, and the whole records a channel reads more of, e.g. the push
+        devices: :attr:`record_projection`), written back to the cache in one pipelined write
+        per node. A cache error falls through to DynamoDB; an entry whose read failed is not
+        written back (its node just failed: a write would wait out the same timeout). A
+        DynamoDB error leaves the jobs to read for themselves, and fail on their own."""
         users = list(dict.fromkeys((j["tenant_id"], j["recipient_user_id"]) for j in jobs))
         keys = [preferences_cache_key(tenant, user) for tenant, user in users]
         try:
@@ -323,23 +330,52 @@ class JobConsumer:
         except Exception as exc:  # e.g. a cluster without a node for a slot
             replies = [exc] * len(keys)
         loaded: dict[str, bytes] = {}
-        fills = []
-        for (tenant, user), key, reply in zip(users, keys, replies, strict=True):
+        misses = []
+        for user, key, reply in zip(users, keys, replies, strict=True):
             if reply is not None and not isinstance(reply, Exception):
                 loaded[key] = reply
-                continue
+            else:
+                misses.append((user, key, reply))
+        if misses:
             try:
-                value = json.dumps(self.stored_preferences(tenant, user)).encode()
+                records = self.read_records([user for user, _, _ in misses], key_users=users)
             except Exception:
-                continue
-            loaded[key] = value
-            if reply is None:
-                fills.append(Command("set", (key, value), (("ex", PREFERENCES_CACHE_SECONDS),)))
-        try:
-            pipelined(self.redis, fills)
-        except Exception:
-            pass  # the cache is never the authority: the next read goes to DynamoDB again
+                records = None
+            fills = []
+            for (tenant, user), key, reply in misses if records is not None else ():
+                value = json.dumps(preferences_of(records.get(user_key(tenant, user)))).encode()
+                loaded[key] = value
+                if reply is None:
+                    fills.append(Command("set", (key, value), (("ex", PREFERENCES_CACHE_SECONDS),)))
+            try:
+                pipelined(self.redis, fills)
+            except Exception:
+                pass  # the cache is never the authority: the next read goes to DynamoDB again
         self._batch_prefs = loaded
+
+    def read_records(
+        self, users: Sequence[tuple[str, str]], key_users: Sequence[tuple[str, str]] = ()
+    ) -> dict[str, dict[str, Any]]:
+        """The user records of ``users`` (consistent BatchGetItems, one per 100 keys), by pk,
+        kept for the rest of the batch (:attr:`_batch_records`); the audit keys of
+        ``key_users`` not read yet in this batch ride in the same calls. Raises what the
+        read raised."""
+        table = self.config.table("preferences")
+        requests: dict[str, list[dict[str, Any]]] = {
+            table: [{"pk": {"S": user_key(t, u)}} for t, u in users]
+        }
+        projections = {table: self.record_projection} if self.record_projection else {}
+        wanted_keys = [u for u in dict.fromkeys(key_users) if u not in self._keys_read]
+        if self.audit_keys is not None and wanted_keys:
+            requests[self.audit_keys.table] = self.audit_keys.requests(wanted_keys)
+        tables = batch_get_tables(self.ddb, requests, projections)
+        if self.audit_keys is not None and wanted_keys:
+            self._batch_keys.update(self.audit_keys.found(tables.get(self.audit_keys.table, [])))
+            self._keys_read.update(wanted_keys)
+        records = {user_key(t, u): {} for t, u in users}  # found or not: read
+        records.update({item["pk"]["S"]: item for item in tables[table]})
+        self._batch_records.update(records)
+        return records
 
     def prefetch_preferences(self, records: list[dict[str, Any]]) -> None:
         """:meth:`load_preferences` for the parseable records of a batch."""
@@ -579,6 +615,7 @@ class JobConsumer:
             self.send_all(states)
         finally:
             self._batch_prefs = {}
+            self._batch_records = {}
 
     def deliver(self, job: dict[str, Any]) -> float | None:
         """One job as a batch of its own: None when it may be acknowledged, else the seconds

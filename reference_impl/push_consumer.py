@@ -32,7 +32,6 @@ from botocore.exceptions import ClientError
 from ulid import ULID
 
 from reference_impl.audit import AuditSink, token_sha256
-from reference_impl.aws import batch_get_tables
 from reference_impl.config import Config
 from reference_impl.consent import push_consent_granted
 from reference_impl.ids import user_key
@@ -108,6 +107,7 @@ class PushConsumer(JobConsumer):
     channel = "push"
     component = "push-consumer"
     state_type = PushJob
+    record_projection = None  # the whole record: the preferences and the devices
     log: ClassVar[logging.Logger] = log
 
     def __init__(
@@ -143,30 +143,28 @@ class PushConsumer(JobConsumer):
         self, states: Sequence[PushJob], key_users: Sequence[tuple[str, str]] = ()
     ) -> None:
         """The devices of every job's recipient, deactivated ones included (``active``
-        False): the recipients' records in consistent BatchGetItems (one per 100). Never cached:
-        a token that answered dead is not tried again by the next job. A read error fails the
-        jobs it leaves without devices. The audit keys of ``key_users`` (the whole batch's
-        recipients) ride in the same BatchGetItems."""
+        False), from the recipients' records: those the batch read with the preferences (a
+        cache miss), the rest in consistent BatchGetItems (one per 100) now. Never cached
+        past the batch: a token that answered dead is not tried again by the next job. A read
+        error fails the jobs it leaves without devices. The audit keys of ``key_users`` (the
+        whole batch's recipients) ride in the same BatchGetItems when not read yet."""
         users = list(
             dict.fromkeys((s.job["tenant_id"], s.job["recipient_user_id"]) for s in states)
         )
-        prefs_table = self.config.table("preferences")
-        requests = {prefs_table: [{"pk": {"S": user_key(t, u)}} for t, u in users]}
-        if self.audit_keys is not None and key_users:
-            requests[self.audit_keys.table] = self.audit_keys.requests(key_users)
-        try:
-            tables = batch_get_tables(self.ddb, requests)
-        except Exception as exc:
-            for state in states:
-                state.fail(exc)
-            return
-        if self.audit_keys is not None and key_users:
-            self._batch_keys = self.audit_keys.found(tables.get(self.audit_keys.table, []))
-            self._keys_read = set(key_users)
-        items = {item["pk"]["S"]: item for item in tables[prefs_table]}
+        unread = [u for u in users if user_key(*u) not in self._batch_records]
+        wanted_keys = [u for u in key_users if u not in self._keys_read]
+        error: Exception | None = None
+        if unread or (self.audit_keys is not None and wanted_keys):
+            try:
+                self.read_records(unread, key_users=key_users)
+            except Exception as exc:
+                error = exc
         for state in states:
-            item = items.get(user_key(state.job["tenant_id"], state.job["recipient_user_id"]))
-            state.registered = devices_of(item)
+            pk = user_key(state.job["tenant_id"], state.job["recipient_user_id"])
+            if pk in self._batch_records:
+                state.registered = devices_of(self._batch_records[pk])
+            else:
+                state.fail(error or RuntimeError(f"the record of {pk} was not read"))
 
     def active_devices(self, state: PushJob) -> list[dict[str, Any]] | None:
         """The devices to send to; None (after auditing why) when there are none. A device
