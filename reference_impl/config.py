@@ -139,6 +139,11 @@ class Config:
     provider_max_rate_per_s: float | None = None
     retry_backoff_max_seconds: int = 30
     consumer_threads: int = 4
+    # Push consumer processes (Lambda's concurrent instances), each with consumer_threads
+    # pollers: one Python process is one core at most. More than one: a supervisor forks them
+    # (reference_impl/worker_processes.py); the back-pressure gate is per process, a rate cap
+    # is shared out among them.
+    push_consumer_processes: int = 1
     # Rate limits (seed 000: a sliding window per (user, channel), the excess collapsed into one
     # digest; seed 002: a cap per (user device, notification kind, local day)). 0 = off, the
     # default, so the scenarios that do not ask for limits are never limited.
@@ -228,6 +233,8 @@ class Config:
             "fanout_page_threads",
             "page_task_visibility_seconds",
             "event_api_processes",
+            "push_consumer_processes",
+            "consumer_threads",
             "event_api_max_connections",
             "event_api_threads",
         ):

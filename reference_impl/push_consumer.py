@@ -67,6 +67,7 @@ from reference_impl.rate_limit import (
     to_ms,
 )
 from reference_impl.user_record import device_attribute, devices_of
+from reference_impl.worker_processes import serve_forked
 
 log = logging.getLogger("reference_impl.push_consumer")
 MAX_SQS_DELAY_SECONDS = 900
@@ -520,13 +521,27 @@ def main(argv: list[str] | None = None) -> int:
     config = Config.load_for_main(args.config)
     if config is None:
         return 2
+    return serve_forked(
+        config.push_consumer_processes,
+        lambda ready_file: serve_process(config, ready_file),
+        args.ready_file,
+        PushConsumer.component,
+    )
+
+
+def serve_process(config: Config, ready_file: str | None) -> int:
+    """One consumer process: ``consumer_threads`` pollers. The provider gate is the process's;
+    a configured send-rate cap is the whole consumer's, shared out among its processes."""
+    rate = config.provider_max_rate_per_s
+    if rate:
+        rate = rate / config.push_consumer_processes
     # One consumer per poller thread: its HTTP/2 connections are not shared across threads.
-    gate = ProviderGate(config.provider_max_in_flight, config.provider_max_rate_per_s)
+    gate = ProviderGate(config.provider_max_in_flight, rate)
     sink = AuditSink.from_config(config, PushConsumer.component)
     consumers = [
         PushConsumer(config, gate=gate, audit_sink=sink) for _ in range(config.consumer_threads)
     ]
-    return serve(consumers, args.ready_file)
+    return serve(consumers, ready_file)
 
 
 if __name__ == "__main__":

@@ -418,6 +418,9 @@ class Stack:
             "page_task_visibility_seconds": 15,
             "visibility_timeout_seconds": 5,
             "dedup_lease_seconds": 8,
+            # One consumer process per core (Lambda's concurrency): a supervisor forks them into
+            # the part's process group, so the consumer-crash fault's kill -9 takes them all.
+            "push_consumer_processes": 2,
             "event_api_host": LOOPBACK,
         }
         values.update(self.reference_overrides)
