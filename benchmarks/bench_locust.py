@@ -69,9 +69,9 @@ class MeteredStack(Stack):
         self.timeline.start()
         if self.profile_dir is not None:
             self.profiles = Profiles(self.profile_dir)
-            self.profiles.start(
-                {p: proc.pid for p, proc in self.procs.items() if p in PROFILED_PARTS}
-            )
+            pids = {p: proc.pid for p, proc in self.procs.items() if p in PROFILED_PARTS}
+            # The verifier too: it shares the machine's cores with the stack.
+            self.profiles.start({**pids, "harness": os.getpid()}, alone=["harness"])
         return info
 
     def _groups(self) -> dict[str, int]:
@@ -246,6 +246,8 @@ def bench_burst(
         )
         history = pd.read_parquet(result.run_dir / "history.parquet")
         phases = history[history["kind"] == "phase"]
+    if "effectively_once" not in result.summary.get("checkers", {}):
+        raise RuntimeError(f"the burst run failed: {result.summary.get('error')}")
     once = result.summary["checkers"]["effectively_once"]
     injected = history[history["kind"] == "inject"]["time"]
     provider = history[history["kind"] == "provider"]

@@ -224,25 +224,15 @@ class Profiles:
         self.rate = rate
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, pids: Mapping[str, int]) -> None:
+    def start(self, pids: Mapping[str, int], alone: Sequence[str] = ()) -> None:
+        """``alone``: the parts recorded without their subprocesses."""
         self.out.mkdir(parents=True, exist_ok=True)
         for part, pid in pids.items():
             path = self.out / f"{part}.txt"
+            children = [] if part in alone else ["--subprocesses"]
+            argv = [py_spy(), "record", "--pid", str(pid), *children, "--rate", str(self.rate)]
             self.procs[part] = subprocess.Popen(
-                [
-                    py_spy(),
-                    "record",
-                    "--pid",
-                    str(pid),
-                    "--subprocesses",
-                    "--nonblocking",
-                    "--rate",
-                    str(self.rate),
-                    "--format",
-                    "raw",
-                    "--output",
-                    str(path),
-                ],  # fmt: skip
+                [*argv, "--format", "raw", "--output", str(path)],
                 stdout=subprocess.DEVNULL,
                 stderr=open(self.out / f"{part}.log", "wb"),  # noqa: SIM115 - closed with proc
             )

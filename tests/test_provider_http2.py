@@ -11,6 +11,9 @@ import pytest
 from sim_process import Sim, run_sim
 
 from emulators.ports import free_port
+from harness.model.history import History
+from harness.run.provider_control import SimulatorControl
+from harness.run.runner import Collector
 from reference_impl.config import Config
 from reference_impl.http2 import Http2Client, Http2Error
 from reference_impl.providers import ApnsClient, FcmClient
@@ -134,3 +137,22 @@ def test_a_refused_connection_raises_and_a_bad_url_is_refused(tmp_path: Path):
         client.post("/x", {}, b"{}")
     with pytest.raises(ValueError):
         Http2Client("ftp://example.com")
+
+
+def test_the_collector_lists_each_delivered_key_once_in_arrival_order(apns: Sim):
+    """What the run's wait counts incrementally: a key delivered twice arrives once."""
+    apns.reset()
+    client = _apns_client(apns)
+    control = SimulatorControl(apns.url, str(apns.ca))
+    collector = Collector(History(), [control])
+    try:
+        for n in (1, 2, 1):  # notification 1 twice
+            assert client.send(TOKEN, _payload(n), _apns_id(n)).outcome == "sent"
+        assert collector.poll() == 3
+        assert client.send(TOKEN, _payload(3), _apns_id(3)).outcome == "sent"
+        assert collector.poll() == 1
+    finally:
+        client.close()
+        control.close()
+    assert collector.arrivals == [("t0", "1", TOKEN), ("t0", "2", TOKEN), ("t0", "3", TOKEN)]
+    assert collector.delivered == set(collector.arrivals)
