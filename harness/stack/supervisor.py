@@ -420,7 +420,10 @@ class Stack:
             "dedup_lease_seconds": 8,
             # One consumer process per core (Lambda's concurrency): a supervisor forks them into
             # the part's process group, so the consumer-crash fault's kill -9 takes them all.
+            # Two pollers each: four in all, as one process of four threads had, so what a kill
+            # can take in flight (the scenarios' bounds: pollers x 10 copies) is unchanged.
             "push_consumer_processes": 2,
+            "consumer_threads": 2,
             "event_api_host": LOOPBACK,
         }
         values.update(self.reference_overrides)
