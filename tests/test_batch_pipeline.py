@@ -513,3 +513,52 @@ def test_sends_of_a_batch_whose_store_died_are_marked_when_it_returns(stack, tmp
         assert len(t.ledger()) == 3
     outcomes = [a for a, _ in _audits(caplog, {j["notification_id"] for j in jobs})]
     assert outcomes.count("sent") == 3 and outcomes.count("deduped") == 3
+
+
+class CallLog:
+    """A client whose every method call is named in ``calls`` on its way to the real one."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return attr(*args, **kwargs)
+
+        return call
+
+
+@pytest.mark.integration
+def test_a_push_batch_reads_its_users_records_in_one_dynamodb_call(stack, node):
+    """Cache misses included: the preferences come from the same BatchGetItem as the devices
+    (and the audit keys), never from a GetItem per recipient."""
+    config = _config(stack, audit_bucket="fanout-audit")
+    consumer = PushConsumer(config, redis_client=redis.Redis.from_url(node))
+    log = CallLog(consumer.ddb)
+    consumer.ddb = log
+    assert consumer.audit_keys is not None
+    consumer.audit_keys.ddb = log
+    t = TenantClient(stack)
+    try:
+        jobs = [_job(t.tenant, u, "push") for u in _push_users(t, "r", BATCH)]
+        cold = consumer({"Records": [_record(j) for j in jobs]}, None)
+        cold_calls, log.calls = log.calls, []
+        again = [_job(t.tenant, j["recipient_user_id"], "push") for j in jobs]
+        warm = consumer({"Records": [_record(j) for j in again]}, None)
+    finally:
+        consumer.apns.close()
+        consumer.fcm.close()
+        if consumer.audit_sink is not None:
+            consumer.audit_sink.close()
+    assert cold == warm == {"batchItemFailures": []}
+    # The first notification creates the recipients' audit keys (a conditional put each).
+    assert [c for c in cold_calls if c != "put_item"] == ["batch_get_item"]
+    assert log.calls == ["batch_get_item"]  # cached preferences: the devices and keys only
+    sent = [r for r in t.ledger() if r["status"] == 200]
+    assert len(sent) == 2 * 2 * BATCH
