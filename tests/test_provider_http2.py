@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import hpack
 import pytest
 from sim_process import Sim, run_sim
 
@@ -15,7 +16,7 @@ from harness.model.history import History
 from harness.run.provider_control import SimulatorControl
 from harness.run.runner import Collector
 from reference_impl.config import Config
-from reference_impl.http2 import Http2Client, Http2Error
+from reference_impl.http2 import Http2Client, Http2Error, PlainEncoder
 from reference_impl.providers import ApnsClient, FcmClient
 
 pytestmark = pytest.mark.integration
@@ -156,3 +157,11 @@ def test_the_collector_lists_each_delivered_key_once_in_arrival_order(apns: Sim)
         control.close()
     assert collector.arrivals == [("t0", "1", TOKEN), ("t0", "2", TOKEN), ("t0", "3", TOKEN)]
     assert collector.delivered == set(collector.arrivals)
+
+
+def test_header_values_go_without_huffman_coding():
+    """What the APNs simulator decodes: the literal value, not its Huffman code."""
+    token = "ab" * 32
+    encoded = PlainEncoder().encode([(":path", f"/3/device/{token}"), ("apns-id", "x-1")])
+    assert f"/3/device/{token}".encode() in encoded
+    assert hpack.Decoder().decode(encoded) == [(":path", f"/3/device/{token}"), ("apns-id", "x-1")]
