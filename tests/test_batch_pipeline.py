@@ -25,7 +25,13 @@ from harness.stack.redis_cluster import RedisCluster
 from harness.stack.supervisor import Stack, wait_until
 from reference_impl.channel_consumer import EmailConsumer
 from reference_impl.config import Config
-from reference_impl.dedup import DedupStore, FallbackDedup, claim_from_replies
+from reference_impl.dedup import (
+    DedupStore,
+    FallbackDedup,
+    claim_from_replies,
+    claim_from_set_get,
+    set_nx_get_supported,
+)
 from reference_impl.dedup_key import dedup_key
 from reference_impl.ids import device_id
 from reference_impl.job_consumer import JobState, rounds
@@ -280,10 +286,23 @@ def test_pipelined_answers_per_command_and_loads_a_missing_script(topology):
     assert all(isinstance(r, redis.ConnectionError) for r in pipelined(dead, commands))
 
 
+def test_a_set_nx_get_reply_is_a_claim():
+    error = redis.ConnectionError("down")
+    assert claim_from_set_get(None) == "won"
+    assert claim_from_set_get(b"sent") == "already_sent"
+    assert claim_from_set_get(b"pending:other") == "in_flight"
+    assert claim_from_set_get(error) is error
+    assert set_nx_get_supported("7.0.15") and set_nx_get_supported("8.2.1")
+    assert not set_nx_get_supported("6.2.14") and not set_nx_get_supported("")
+
+
 @pytest.mark.integration
-def test_dedup_claims_and_settles_a_batch_of_keys(topology):
+@pytest.mark.parametrize("one_command", [True, False], ids=["set-nx-get", "set-nx-then-get"])
+def test_dedup_claims_and_settles_a_batch_of_keys(topology, one_command):
     client, _ = topology
     store = DedupStore(client, lease_seconds=30)
+    if not one_command:
+        store.set_nx_get = False  # a Redis before 7.0
     keys = _keys(30)
     assert store.claim_many(keys, "a") == ["won"] * 30
     assert store.claim_many(keys, "b") == ["in_flight"] * 30
@@ -293,6 +312,7 @@ def test_dedup_claims_and_settles_a_batch_of_keys(topology):
     assert store.claim_many(keys, "c") == ["already_sent"] * 10 + ["won"] * 10 + ["in_flight"] * 10
     assert all(5 <= client.ttl(k) <= 30 for k in foreign)
     assert store.claim_many([], "c") == [] and store.settle_many([], [], "c") == {}
+    assert store.set_nx_get is one_command  # the local servers are Redis 7
     client.delete(*keys)
 
 
