@@ -50,6 +50,7 @@ from reference_impl.audit import AuditSink, seal_record, sealing_for
 from reference_impl.audit_keys import AuditKeys, DataKey
 from reference_impl.aws import batch_get_tables, client, queue_url, to_poison
 from reference_impl.config import Config
+from reference_impl.dead_tokens import DeadTokens
 from reference_impl.dedup import Claim, DedupStore, FallbackDedup
 from reference_impl.dedup_key import dedup_key
 from reference_impl.event_source import SqsPoller, run_pollers
@@ -202,10 +203,13 @@ class JobConsumer:
         redis_client: Any = None,
         gate: ProviderGate | None = None,
         audit_sink: AuditSink | None = None,
+        dead_tokens: DeadTokens | None = None,
     ) -> None:
         """``audit_sink``: shared by the consumers of one process (``main``); without one, a
-        consumer makes its own when the config names an audit bucket."""
+        consumer makes its own when the config names an audit bucket. ``dead_tokens``: shared
+        by every poller of the consumer (threads and forked processes); else its own."""
         self.config = config
+        self.dead_tokens = dead_tokens or DeadTokens()
         self.clock = clock
         self.ddb = client(config, "dynamodb")
         self.sqs = client(config, "sqs")
@@ -576,12 +580,18 @@ class JobConsumer:
         if paused > 0:  # Retry-After from an answer earlier in this batch: do not even try
             state.later(paused)
             return _PAUSED
-        if (state.job["tenant_id"], delivery.recipient) in dead:
+        tenant = state.job["tenant_id"]
+        # Dead earlier in this batch, or (another poller's answer) since this batch read it.
+        if (tenant, delivery.recipient) in dead or self.dead_tokens.dead(
+            tenant, delivery.recipient
+        ):
             return _DEAD
         with self.gate.slot(delivery.scope):
             result = delivery.send()
         if result.outcome == "dead_token":
-            dead.add((state.job["tenant_id"], delivery.recipient))
+            dead.add((tenant, delivery.recipient))
+            if "dead_token_kept" not in self.defects:  # the defect: nothing remembers it
+                self.dead_tokens.add(tenant, delivery.recipient)
         if result.outcome == "retry":
             retry_in = 0.0
             if result.retry_after and "ignore_retry_after" not in self.defects:

@@ -34,6 +34,7 @@ from ulid import ULID
 from reference_impl.audit import AuditSink, token_sha256
 from reference_impl.config import Config
 from reference_impl.consent import push_consent_granted
+from reference_impl.dead_tokens import REMEMBER_SECONDS, DeadTokens
 from reference_impl.ids import user_key
 from reference_impl.job_consumer import (
     JOB_FIELDS,
@@ -118,10 +119,12 @@ class PushConsumer(JobConsumer):
         redis_client: Any = None,
         gate: ProviderGate | None = None,
         audit_sink: AuditSink | None = None,
+        dead_tokens: DeadTokens | None = None,
     ) -> None:
         """``audit_sink``: shared by the consumers of one process (``main``); without one, a
-        consumer makes its own when the config names an audit bucket."""
-        super().__init__(config, clock, redis_client, gate, audit_sink)
+        consumer makes its own when the config names an audit bucket. ``dead_tokens``: shared
+        by all the consumer's pollers, forked processes included."""
+        super().__init__(config, clock, redis_client, gate, audit_sink, dead_tokens)
         self.apns = ApnsClient(config)
         self.fcm = FcmClient(config)
         self.limits = RateLimits(
@@ -521,15 +524,19 @@ def main(argv: list[str] | None = None) -> int:
     config = Config.load_for_main(args.config)
     if config is None:
         return 2
+    # Made before the fork: a dead answer in one worker process stops the others' sends too.
+    dead_tokens = DeadTokens(max(REMEMBER_SECONDS, 2.0 * config.visibility_timeout_seconds))
     return serve_forked(
         config.push_consumer_processes,
-        lambda ready_file: serve_process(config, ready_file),
+        lambda ready_file: serve_process(config, ready_file, dead_tokens),
         args.ready_file,
         PushConsumer.component,
     )
 
 
-def serve_process(config: Config, ready_file: str | None) -> int:
+def serve_process(
+    config: Config, ready_file: str | None, dead_tokens: DeadTokens | None = None
+) -> int:
     """One consumer process: ``consumer_threads`` pollers. The provider gate is the process's;
     a configured send-rate cap is the whole consumer's, shared out among its processes."""
     rate = config.provider_max_rate_per_s
@@ -538,8 +545,10 @@ def serve_process(config: Config, ready_file: str | None) -> int:
     # One consumer per poller thread: its HTTP/2 connections are not shared across threads.
     gate = ProviderGate(config.provider_max_in_flight, rate)
     sink = AuditSink.from_config(config, PushConsumer.component)
+    dead_tokens = dead_tokens or DeadTokens()
     consumers = [
-        PushConsumer(config, gate=gate, audit_sink=sink) for _ in range(config.consumer_threads)
+        PushConsumer(config, gate=gate, audit_sink=sink, dead_tokens=dead_tokens)
+        for _ in range(config.consumer_threads)
     ]
     return serve(consumers, ready_file)
 

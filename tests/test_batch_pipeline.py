@@ -25,6 +25,7 @@ from harness.stack.redis_cluster import RedisCluster
 from harness.stack.supervisor import Stack, wait_until
 from reference_impl.channel_consumer import EmailConsumer
 from reference_impl.config import Config
+from reference_impl.dead_tokens import DeadTokens
 from reference_impl.dedup import (
     DedupStore,
     FallbackDedup,
@@ -582,3 +583,39 @@ def test_a_push_batch_reads_its_users_records_in_one_dynamodb_call(stack, node):
     assert log.calls == ["batch_get_item"]  # cached preferences: the devices and keys only
     sent = [r for r in t.ledger() if r["status"] == 200]
     assert len(sent) == 2 * 2 * BATCH
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "each-its-own"])
+def test_a_token_dead_for_one_poller_is_not_tried_by_another_that_read_it_before(
+    stack, node, shared
+):
+    """Poller B read the user's record (device active), then poller A's send got the dead
+    answer: B's send that follows is one the token must never get, unless B could not know."""
+    config = _config(stack)
+    registry = DeadTokens()
+    first = PushConsumer(config, redis_client=redis.Redis.from_url(node), dead_tokens=registry)
+    second = PushConsumer(
+        config,
+        redis_client=redis.Redis.from_url(node),
+        dead_tokens=registry if shared else DeadTokens(),
+    )
+    t = TenantClient(stack)
+    token = apns_token(7, t.tenant)
+    t.user("gone", devices=[("apns", token)])
+    t.apns.unregister([token])
+    try:
+        later = second.new_state(_job(t.tenant, "gone", "push"))
+        second.load_preferences([later.job])
+        second.plan([later])  # the record read: the device is still active
+        assert [d.recipient for d in later.deliveries] == [f"gone#{device_id(token)}"]
+        assert first({"Records": [_record(_job(t.tenant, "gone", "push"))]}, None) == {
+            "batchItemFailures": []
+        }
+        second.send_all([later])
+    finally:
+        for consumer in (first, second):
+            consumer.apns.close()
+            consumer.fcm.close()
+    tried = [r for r in t.ledger() if r["token"] == token]
+    assert [r["status"] for r in tried] == ([410] if shared else [410, 410])
