@@ -4,6 +4,14 @@ same run, so the report can say which part limited the burst.
 
     .venv/bin/python benchmarks/bench_locust.py --out reports/bench/locust.json
     .venv/bin/python benchmarks/bench_locust.py --deliveries 10000   # a quicker look
+    .venv/bin/python benchmarks/bench_locust.py --deliveries 20000 --burst-only --baseline none \
+        --profile /tmp/profiles                                      # py-spy, every Python part
+
+The burst reports CPU-ms per delivery for the push consumer and for the whole stack (every part,
+emulators included, each with its process group), counted from the first event to the last
+delivery, and a 10 s timeline of deliveries/s and each part's cores. ``--baseline COMMIT``
+(default: the reference before its CPU work) first runs the same burst on that commit's code,
+exported with ``git archive``, in the same session: the JSON's ``before``.
 """
 
 from __future__ import annotations
@@ -334,7 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inject-seconds", type=float, default=20)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
-        "--burst-only", action="store_true", help="only the celebrity burst (no injection runs)"
+        "--burst-only",
+        action="store_true",
+        help="only the celebrity burst and the simulators' capacity (no injection runs)",
     )
     parser.add_argument(
         "--baseline",
@@ -365,12 +375,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"== celebrity burst, {args.deliveries:,} deliveries", flush=True)
     profile = Path(args.profile) if args.profile else None
     results.update(bench_burst(args.deliveries, args.seed, args.warm_audit_keys, profile))
+    print("== provider simulators", flush=True)
+    results.update(bench_apns_simulator(20_000))
     if args.burst_only:
         out.write_text(json.dumps(results, indent=2))
         print(json.dumps(results, indent=2))
         return 0
-    print("== provider simulators", flush=True)
-    results.update(bench_apns_simulator(20_000))
     for workers in (0, 2):
         print(f"== injection, {workers} Locust worker(s)", flush=True)
         results[f"injection_workers_{workers}"] = bench_injection(args.inject_seconds, 20, workers)
