@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from reference_impl.config import Config
 from reference_impl.http2 import Http2Client, Http2Error, Http2Response
+from reference_impl.shared_deadlines import SharedDeadlines
 
 # "offline": the in-app channel's 410 Gone (no live connection; the inbox row holds it).
 Outcome = Literal["sent", "dead_token", "rejected", "retry", "offline"]
@@ -137,31 +138,30 @@ class FcmClient:
 
 class ProviderGate:
     """Shared by a consumer process's threads: honours Retry-After per provider scope (APNs, or
-    one FCM project), caps requests in flight, and optionally paces the send rate."""
+    one FCM project), caps requests in flight, and optionally paces the send rate. ``pauses``:
+    where the Retry-After pauses are kept, shared with the consumer's other worker processes
+    (made before they fork), so a scope throttled for one is paused for all."""
 
     def __init__(
         self,
         max_in_flight: int,
         max_rate_per_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        pauses: SharedDeadlines | None = None,
     ) -> None:
         self.max_in_flight = max_in_flight
         self.max_rate_per_s = max_rate_per_s
         self.clock = clock
+        self.pauses = pauses or SharedDeadlines(slots=1024, clock=clock)
         self._lock = threading.Lock()
-        self._paused_until: dict[str, float] = {}
         self._slots: dict[str, threading.BoundedSemaphore] = {}
         self._next_send: dict[str, float] = {}
 
     def paused_for(self, scope: str) -> float:
-        with self._lock:
-            return max(0.0, self._paused_until.get(scope, 0.0) - self.clock())
+        return self.pauses.left(scope)
 
     def pause(self, scope: str, seconds: float) -> None:
-        with self._lock:
-            until = self.clock() + seconds
-            if until > self._paused_until.get(scope, 0.0):
-                self._paused_until[scope] = until
+        self.pauses.extend(scope, self.clock() + seconds)
 
     @contextmanager
     def slot(self, scope: str) -> Iterator[None]:

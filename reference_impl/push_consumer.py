@@ -67,6 +67,7 @@ from reference_impl.rate_limit import (
     digest_text,
     to_ms,
 )
+from reference_impl.shared_deadlines import SharedDeadlines
 from reference_impl.user_record import device_attribute, devices_of
 from reference_impl.worker_processes import serve_forked
 
@@ -524,18 +525,23 @@ def main(argv: list[str] | None = None) -> int:
     config = Config.load_for_main(args.config)
     if config is None:
         return 2
-    # Made before the fork: a dead answer in one worker process stops the others' sends too.
+    # Made before the fork: a dead answer or a Retry-After in one worker process holds for the
+    # others' next sends too.
     dead_tokens = DeadTokens(max(REMEMBER_SECONDS, 2.0 * config.visibility_timeout_seconds))
+    pauses = SharedDeadlines(slots=1024)
     return serve_forked(
         config.push_consumer_processes,
-        lambda ready_file: serve_process(config, ready_file, dead_tokens),
+        lambda ready_file: serve_process(config, ready_file, dead_tokens, pauses),
         args.ready_file,
         PushConsumer.component,
     )
 
 
 def serve_process(
-    config: Config, ready_file: str | None, dead_tokens: DeadTokens | None = None
+    config: Config,
+    ready_file: str | None,
+    dead_tokens: DeadTokens | None = None,
+    pauses: SharedDeadlines | None = None,
 ) -> int:
     """One consumer process: ``consumer_threads`` pollers. The provider gate is the process's;
     a configured send-rate cap is the whole consumer's, shared out among its processes."""
@@ -543,7 +549,7 @@ def serve_process(
     if rate:
         rate = rate / config.push_consumer_processes
     # One consumer per poller thread: its HTTP/2 connections are not shared across threads.
-    gate = ProviderGate(config.provider_max_in_flight, rate)
+    gate = ProviderGate(config.provider_max_in_flight, rate, pauses=pauses)
     sink = AuditSink.from_config(config, PushConsumer.component)
     dead_tokens = dead_tokens or DeadTokens()
     consumers = [

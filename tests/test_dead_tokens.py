@@ -1,11 +1,14 @@
-"""The recently-dead-token table shared by a consumer's pollers (reference_impl/dead_tokens.py):
-remembered for a while, forgotten after, and seen across a fork."""
+"""What one poller learns and every poller of the consumer must honour at once (threads and
+forked worker processes): recently dead tokens (reference_impl/dead_tokens.py) and Retry-After
+pauses (ProviderGate over reference_impl/shared_deadlines.py)."""
 
 from __future__ import annotations
 
 import multiprocessing
 
 from reference_impl.dead_tokens import DeadTokens
+from reference_impl.providers import ProviderGate
+from reference_impl.shared_deadlines import SharedDeadlines
 
 
 def test_a_dead_token_is_remembered_for_a_while_then_forgotten():
@@ -43,3 +46,35 @@ def test_a_forked_worker_sees_what_another_added():
     child.join(30)
     assert child.exitcode == 0
     assert table.dead("t0", "child#d")
+
+
+def _pause_in_child(gate: ProviderGate) -> None:
+    gate.pause("apns", 30)
+
+
+def test_a_retry_after_in_one_worker_process_pauses_the_scope_for_the_others():
+    """The gate of each forked worker shares its pauses: a 429 in one holds every one."""
+    pauses = SharedDeadlines(slots=1024)
+    mine = ProviderGate(32, pauses=pauses)
+    theirs = ProviderGate(32, pauses=pauses)
+    child = multiprocessing.get_context("fork").Process(target=_pause_in_child, args=(theirs,))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0
+    assert 29 < mine.paused_for("apns") <= 30
+    assert mine.paused_for("fcm/fanout-sender-0") == 0.0
+    mine.pause("apns", 5)  # a shorter Retry-After never shortens a pause
+    assert mine.paused_for("apns") > 29
+
+
+def test_a_deadline_table_keeps_the_latest_and_forgets_what_passed():
+    now = [10.0]
+    table = SharedDeadlines(slots=16, clock=lambda: now[0])
+    table.extend("a", 20.0)
+    table.extend("a", 15.0)
+    assert table.deadline("a") == 20.0 and table.left("a") == 10.0
+    for n in range(40):  # more keys than slots: neighbourhoods fill, the earliest goes
+        table.extend(f"k{n}", 100.0 + n)
+    assert table.left("k39") == 129.0
+    now[0] = 500.0
+    assert table.left("k39") == 0.0
