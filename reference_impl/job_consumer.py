@@ -11,8 +11,9 @@ The jobs of a batch go through each phase together, so that every phase that tou
 one pipeline, one round trip per node (a cluster client splits it by slot), however many jobs
 the batch holds (:meth:`JobConsumer.deliver_batch`):
 
-1. preferences (:meth:`JobConsumer.load_preferences`): the cached ones in one read; the misses
-   from DynamoDB, written back in one write;
+1. preferences (:meth:`JobConsumer.load_preferences`): the cached ones in one read; the misses'
+   user records from DynamoDB in one BatchGetItem (the batch's audit keys, and for push the
+   devices, in the same call), written back to the cache in one write;
 2. the channel's gates (:meth:`JobConsumer.plan`): consent, switches, quiet hours and, for push,
    the rate limits (the windows in one pipeline, the daily caps in another). Each job ends with
    an outcome or with its deliveries (a recipient, and how to send to it);
