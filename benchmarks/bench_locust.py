@@ -353,6 +353,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--profile", help="py-spy profiles of the Python parts into this folder")
     parser.add_argument(
+        "--reference",
+        default="{}",
+        help="config overrides for the reference (JSON), e.g. a fleet size: "
+        '\'{"push_consumer_processes": 2, "consumer_threads": 4}\'',
+    )
+    parser.add_argument(
         "--warm-audit-keys",
         action="store_true",
         help="make every user's audit key before the burst (a population notified before)",
@@ -374,7 +380,17 @@ def main(argv: list[str] | None = None) -> int:
         results["before"] = {"commit": args.baseline, **before}
     print(f"== celebrity burst, {args.deliveries:,} deliveries", flush=True)
     profile = Path(args.profile) if args.profile else None
-    results.update(bench_burst(args.deliveries, args.seed, args.warm_audit_keys, profile))
+    try:
+        overrides = json.loads(args.reference)
+    except json.JSONDecodeError as exc:
+        parser.error(f"--reference is not JSON: {exc}")
+    if not isinstance(overrides, dict):
+        parser.error("--reference must be a JSON object of config keys")
+    if overrides:
+        results["burst_reference_overrides"] = overrides
+    results.update(
+        bench_burst(args.deliveries, args.seed, args.warm_audit_keys, profile, overrides)
+    )
     print("== provider simulators", flush=True)
     results.update(bench_apns_simulator(20_000))
     if args.burst_only:
