@@ -364,6 +364,12 @@ def main(argv: list[str] | None = None) -> int:
         help="make every user's audit key before the burst (a population notified before)",
     )
     args = parser.parse_args(argv)
+    try:
+        overrides = json.loads(args.reference)
+    except json.JSONDecodeError as exc:
+        parser.error(f"--reference is not JSON: {exc}")
+    if not isinstance(overrides, dict):
+        parser.error("--reference must be a JSON object of config keys")
     results: dict[str, object] = {
         "benchmark": "locust",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -380,12 +386,6 @@ def main(argv: list[str] | None = None) -> int:
         results["before"] = {"commit": args.baseline, **before}
     print(f"== celebrity burst, {args.deliveries:,} deliveries", flush=True)
     profile = Path(args.profile) if args.profile else None
-    try:
-        overrides = json.loads(args.reference)
-    except json.JSONDecodeError as exc:
-        parser.error(f"--reference is not JSON: {exc}")
-    if not isinstance(overrides, dict):
-        parser.error("--reference must be a JSON object of config keys")
     if overrides:
         results["burst_reference_overrides"] = overrides
     results.update(
