@@ -313,7 +313,9 @@ def bench_tree(tree: Path, args: argparse.Namespace, out: Path) -> dict[str, Any
     reference and emulators, e.g. a baseline commit exported by :func:`export_commit`), in a
     child process: the before of a before/after measured with the same tool and load."""
     argv = [
+        # The baseline's own fleet: its config may not know this one's keys.
         sys.executable, str(Path(__file__).resolve()), "--burst-only", "--baseline", "none",
+        "--reference", "{}",
         "--deliveries", str(args.deliveries), "--seed", str(args.seed), "--out", str(out),
     ]  # fmt: skip
     if args.warm_audit_keys:
