@@ -242,14 +242,3 @@ def test_withdrawn_consent_takes_effect_on_the_next_notification(stack):
         "the second notification to be denied",
     )
     assert t.rows_for(second) == []
-
-
-def test_a_dead_recipient_is_known_to_every_thread_and_the_oldest_are_forgotten_first():
-    from reference_impl.job_consumer import KnownDead
-
-    known = KnownDead(capacity=2)
-    known.add(("t", "u1#d1"))
-    known.add(("t", "u2#d2"))
-    assert ("t", "u1#d1") in known and ("t2", "u1#d1") not in known
-    known.add(("t", "u3#d3"))
-    assert ("t", "u1#d1") not in known and ("t", "u3#d3") in known
