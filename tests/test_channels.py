@@ -194,10 +194,10 @@ def test_channel_clients_classify_the_simulators_answers(ses_sim: Sim, inapp_sim
 # -- routing, population, oracle, checker (pure) ------------------------------------------------
 
 
-def test_channels_by_kind_routes_mentions_to_three_channels_and_the_rest_to_push() -> None:
+def test_channels_by_kind_routes_mentions_to_four_channels_and_the_rest_to_push() -> None:
     config = Config()
     assert config.channels_for("post") == ("push",)
-    assert config.channels_for("mention") == ("push", "email", "in_app")
+    assert config.channels_for("mention") == ("push", "email", "in_app", "sms")
     assert config.channels_for("unknown-kind") == ("push",)
     event = FanoutEvent("acme", "a", "mention", "o", NID, "2026-11-22T12:00:00+00:00")
     jobs = follower_jobs(event, ["u1", "u2"], config.channels_for("mention"))
@@ -205,9 +205,11 @@ def test_channels_by_kind_routes_mentions_to_three_channels_and_the_rest_to_push
         ("u1", "push"),
         ("u1", "email"),
         ("u1", "in_app"),
+        ("u1", "sms"),
         ("u2", "push"),
         ("u2", "email"),
         ("u2", "in_app"),
+        ("u2", "sms"),
     ]
     assert Config.from_mapping({"channels_by_kind": {"post": ["email"]}}).channels_for("post") == (
         "email",
@@ -369,7 +371,7 @@ def test_a_mention_is_queued_per_channel_with_the_tenant_attribute(stack: Stack)
     sqs = stack.info.aws_client("sqs")
     urls = {
         c: sqs.create_queue(QueueName=config.queue_name(c))["QueueUrl"]
-        for c in ("push", "email", "in_app")
+        for c in ("push", "email", "in_app", "sms")
     }
     # The page-task queues the worker resolves at start (unused: two followers are one page).
     spare = [
@@ -377,7 +379,7 @@ def test_a_mention_is_queued_per_channel_with_the_tenant_attribute(stack: Stack)
         for suffix in ("", "-poison")
     ]
     event = FanoutEvent(t.tenant, "writer", "mention", "o1", NID, datetime.now(UTC).isoformat())
-    assert FanoutWorker(config).fan_out(event) == {"tier": "write", "jobs": 6}
+    assert FanoutWorker(config).fan_out(event) == {"tier": "write", "jobs": 8}
     post = FanoutEvent(t.tenant, "writer", "post", "o2", NID, datetime.now(UTC).isoformat())
     assert FanoutWorker(config).fan_out(post)["jobs"] == 2
     for channel, url in urls.items():
