@@ -37,9 +37,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import logging
-import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -51,6 +49,7 @@ from reference_impl.audit import AuditSink
 from reference_impl.channel_providers import InAppClient, SesClient, SmsClient, connection_id
 from reference_impl.config import Config, ConfigError
 from reference_impl.consent import email_consent_granted, sms_consent_granted
+from reference_impl.dead_tokens import DeadTokens
 from reference_impl.dedup_key import email_recipient, inapp_recipient, sms_recipient
 from reference_impl.ids import valid_phone
 from reference_impl.job_consumer import Delivery, JobConsumer, JobState, serve
@@ -58,8 +57,6 @@ from reference_impl.providers import ProviderGate, SendResult
 from reference_impl.quiet_hours import decide, parse_window
 
 log = logging.getLogger("reference_impl.channel_consumer")
-# SQS's longest message delay: a deferral past it hops again when it comes back.
-MAX_SQS_DELAY_SECONDS = 900
 
 
 @dataclass(frozen=True)
@@ -124,8 +121,9 @@ class EmailConsumer(ChannelConsumer):
         redis_client: Any = None,
         gate: ProviderGate | None = None,
         audit_sink: AuditSink | None = None,
+        dead_tokens: DeadTokens | None = None,
     ) -> None:
-        super().__init__(config, clock, redis_client, gate, audit_sink)
+        super().__init__(config, clock, redis_client, gate, audit_sink, dead_tokens)
         self.ses = SesClient(config)
 
     def target(self, job: dict[str, Any], prefs: dict[str, Any] | None) -> Target | None:
@@ -158,10 +156,11 @@ class InAppConsumer(ChannelConsumer):
         redis_client: Any = None,
         gate: ProviderGate | None = None,
         audit_sink: AuditSink | None = None,
+        dead_tokens: DeadTokens | None = None,
     ) -> None:
         # First: a config without the gateway's URL fails before any AWS call is made.
         self.gateway = InAppClient(config)
-        super().__init__(config, clock, redis_client, gate, audit_sink)
+        super().__init__(config, clock, redis_client, gate, audit_sink, dead_tokens)
 
     def target(self, job: dict[str, Any], prefs: dict[str, Any] | None) -> Target | None:
         if self.switched_off(job, prefs):
@@ -194,8 +193,9 @@ class SmsConsumer(ChannelConsumer):
         redis_client: Any = None,
         gate: ProviderGate | None = None,
         audit_sink: AuditSink | None = None,
+        dead_tokens: DeadTokens | None = None,
     ) -> None:
-        super().__init__(config, clock, redis_client, gate, audit_sink)
+        super().__init__(config, clock, redis_client, gate, audit_sink, dead_tokens)
         self.sms = SmsClient(config)
 
     def target(self, job: dict[str, Any], prefs: dict[str, Any] | None) -> Target | None:
@@ -231,21 +231,6 @@ class SmsConsumer(ChannelConsumer):
         self.defer(job, decision.release_at)
         self.audit("deferred", job, reason=decision.reason, until=decision.release_at.isoformat())
         return True
-
-    def defer(self, job: dict[str, Any], release_at: datetime) -> None:
-        """Re-enqueue with a delay (durable: it survives a consumer crash)."""
-        seconds = math.ceil((release_at - self.clock()).total_seconds())
-        delay = max(1, min(MAX_SQS_DELAY_SECONDS, seconds))
-        if "deferral_acks_without_requeue" in self.defects:
-            return  # the defect: the job is acknowledged and nothing comes back
-        self.sqs.send_message(
-            QueueUrl=self.queue,
-            MessageBody=json.dumps({**job, "deferred_until": release_at.isoformat()}),
-            DelaySeconds=delay,
-            MessageAttributes={
-                "tenant_id": {"DataType": "String", "StringValue": job["tenant_id"]}
-            },
-        )
 
     def plan_job(self, state: JobState) -> None:
         job = state.job
@@ -342,9 +327,11 @@ def main(argv: list[str] | None = None) -> int:
     cls = CONSUMERS[args.channel]
     gate = ProviderGate(config.provider_max_in_flight, config.provider_max_rate_per_s)
     sink = AuditSink.from_config(config, cls.component)
+    dead = DeadTokens()  # shared by the process's pollers
     try:
         consumers = [
-            cls(config, gate=gate, audit_sink=sink) for _ in range(config.consumer_threads)
+            cls(config, gate=gate, audit_sink=sink, dead_tokens=dead)
+            for _ in range(config.consumer_threads)
         ]
     except ValueError as exc:  # e.g. no inapp_url
         print(f"error: {exc}", file=sys.stderr)
