@@ -4,6 +4,7 @@ Management API simulators that answer boto3 as AWS does."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Iterator
@@ -19,8 +20,11 @@ from helpers import TenantClient, apns_token, audit_lines
 from sim_process import Sim, run_sim
 
 from harness.checkers import channel_delivery
+from harness.checkers.evidence import evidence_from
+from harness.checkers.registry import run_probe
+from harness.checkers.verdict import SWITCHED_OFF
 from harness.model.history import History
-from harness.model.oracle import expected_channel_deliveries
+from harness.model.oracle import expected_channel_deliveries, never_texted
 from harness.model.population import (
     Author,
     Device,
@@ -30,6 +34,7 @@ from harness.model.population import (
     generate,
     preferences_body,
 )
+from harness.model.system import SystemPolicy
 from harness.run.channel_ledgers import ChannelLedgers, append_channel_rows, register_online_users
 from harness.run.provider_control import SimulatorControl
 from harness.stack.supervisor import Stack, wait_until
@@ -38,6 +43,7 @@ from reference_impl.channel_providers import InAppClient, SesClient
 from reference_impl.config import DEFAULT_CHANNELS_BY_KIND, PAGES_QUEUE, Config, ConfigError
 from reference_impl.fanout import FanoutEvent, follower_jobs
 from reference_impl.fanout_worker import FanoutWorker
+from reference_impl.ids import valid_phone
 
 KEYS = {"region_name": "us-east-1", "aws_access_key_id": "x", "aws_secret_access_key": "y"}
 KEYS_CONFIG = {"aws_access_key_id": "x", "aws_secret_access_key": "y"}
@@ -587,3 +593,144 @@ def test_preferences_body_adds_the_email_fields_only_for_users_who_have_them() -
     mailed = User("acme", "u2", "UTC", None, CONSENT, "none", None, "u2@x.example", CONSENT)
     body = preferences_body(mailed)
     assert (body["email"], body["email_consent"]) == ("u2@x.example", CONSENT)
+
+
+# -- SMS: population, oracle, checker (pure) ----------------------------------------------------
+
+
+PRE_SMS_POPULATION_SHA256 = "02001f0f3332ab58ccb1a726452869b8a6404a1149457884007a9196ffc089f6"
+
+
+def test_sms_fields_come_from_a_stream_of_their_own() -> None:
+    """Populations of existing seeds stay as they were: only the SMS fields depend on the SMS
+    fractions, and every number is unique and E.164."""
+    start = datetime(2026, 11, 22, 12, tzinfo=UTC)
+    spec = PopulationSpec(tenants=2, users_per_tenant=40, celebrity_followers=20)
+    none = generate(7, start, PopulationSpec(**{**spec.__dict__, "phone_fraction": 0.0}))
+    every = generate(7, start, PopulationSpec(**{**spec.__dict__, "phone_fraction": 1.0}))
+    sms_fields = {"phone", "sms_consent", "sms_opted_out"}
+
+    def rest(users: list[User]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in vars(u).items() if k not in sms_fields} for u in users]
+
+    assert rest(none.users) == rest(every.users)
+    # The same seed's population as before SMS existed (a digest taken from the code before
+    # this change: a draw moved to another stream would change it).
+    before = json.dumps([rest(none.users), [vars(d) for d in none.devices],
+                         [vars(a) | {"followers": list(a.followers)} for a in none.authors]],
+                        sort_keys=True)  # fmt: skip
+    assert hashlib.sha256(before.encode()).hexdigest() == PRE_SMS_POPULATION_SHA256
+    assert none.devices == every.devices and none.authors == every.authors
+    assert all(u.phone is None and u.sms_consent is None for u in none.users)
+    phones = [u.phone for u in every.users]
+    assert len(set(phones)) == len(phones) and all(valid_phone(p) for p in phones)
+    assert any(u.sms_consent is None for u in every.users)
+    assert any(u.sms_opted_out for u in every.users)
+    body = preferences_body(every.users[0])
+    assert body["phone"] == phones[0]
+    assert "phone" not in preferences_body(none.users[0])
+
+
+def _sms_population() -> Population:
+    t, q = "acme", {"start": "00:00", "end": "23:59"}
+    users = [
+        User(t, "a", "UTC", None, CONSENT, "none", None),
+        User(t, "ok", "UTC", None, None, "none", None, phone="+447700000001", sms_consent=CONSENT),
+        User(t, "nc", "UTC", None, None, "none", None, phone="+447700000002"),
+        User(t, "stop", "UTC", None, None, "none", None, phone="+447700000003",
+             sms_consent=CONSENT, sms_opted_out=True),
+        User(t, "quiet", "UTC", q, None, "whole_run", None, phone="+447700000004",
+             sms_consent=CONSENT),
+        User(t, "later", "UTC", q, None, "ends_during_run", 1.0, phone="+447700000005",
+             sms_consent=CONSENT),
+        User(t, "nophone", "UTC", None, None, "none", None, sms_consent=CONSENT),
+    ]  # fmt: skip
+    followers = tuple(u.user_id for u in users[1:])
+    return Population(0, 0.0, PopulationSpec(), users, [], [Author(t, "a", False, followers)])
+
+
+def test_oracle_texts_numbers_with_consent_not_opted_out_and_not_quiet_all_run() -> None:
+    population = _sms_population()
+    history = History()
+    for nid, kind in (("N1", "mention"), ("N2", "post")):
+        history.append("inject", tenant_id="acme", author_id="a", notification_id=nid, detail=kind)
+    injected = history.frame().query("kind == 'inject'")
+    rows = expected_channel_deliveries(population, injected, DEFAULT_CHANNELS_BY_KIND)
+    assert sorted(r for r in rows.itertuples(index=False, name=None) if r[3] == "sms") == [
+        ("acme", "N1", "+447700000001", "sms"),
+        ("acme", "N1", "+447700000005", "sms"),  # after its window, which ends during the run
+    ]
+    assert never_texted(population) == {
+        "+447700000002": "no_sms_consent",
+        "+447700000003": "opted_out",
+    }
+
+
+SMS_EXPECTED = pd.DataFrame(
+    [("acme", "N1", "+447700000001", "sms")],
+    columns=["tenant_id", "notification_id", "token", "channel"],
+)
+
+
+def _sms_history(rows: list[tuple[str, int | None, str | None]]) -> pd.DataFrame:
+    history = History()
+    history.append("inject", tenant_id="acme", notification_id="N1", detail="mention")
+    append_channel_rows(
+        history,
+        [
+            {
+                "provider": "sms",
+                "token": number,
+                "tenant_id": "acme",
+                "notification_id": "N1",
+                "status": status,
+                "reason": reason,
+                "delivered": status == 200,
+                "received_at": 1.0,
+            }
+            for number, status, reason in rows
+        ],  # fmt: skip
+    )
+    return history.frame()
+
+
+def test_channel_checker_judges_sms_exactly_once_and_never_to_barred_numbers() -> None:
+    never = never_texted(_sms_population())
+    ok = _sms_history([("+447700000001", None, "THROTTLED"), ("+447700000001", 200, None)])
+    verdict = channel_delivery.check(SMS_EXPECTED, ok, never=never)
+    assert verdict.valid, verdict
+    assert verdict.counts["sms_delivered"] == 1 and verdict.counts["sms_to_opted_out"] == 0
+
+    twice = _sms_history([("+447700000001", 200, None)] * 2)
+    verdict = channel_delivery.check(SMS_EXPECTED, twice, never=never)
+    assert not verdict.valid and verdict.counts["sms_duplicated"] == 1
+
+    # SNS answers a Publish to an opted-out number with a MessageId and texts nothing: the
+    # ledger's OPTED_OUT row is the only trace, and it fails the run.
+    stop = _sms_history([("+447700000001", 200, None), ("+447700000003", 400, "OPTED_OUT")])
+    verdict = channel_delivery.check(SMS_EXPECTED, stop, never=never)
+    assert not verdict.valid
+    assert (verdict.counts["sms_to_opted_out"], verdict.counts["sms_unexpected"]) == (1, 0)
+    assert verdict.details["channels"]["sms"]["barred_examples"][0]["why"] == "opted_out"
+
+    no_consent = _sms_history([("+447700000001", 200, None), ("+447700000002", 200, None)])
+    verdict = channel_delivery.check(SMS_EXPECTED, no_consent, never=never)
+    assert not verdict.valid
+    assert verdict.counts["sms_without_consent"] == verdict.counts["sms_unexpected"] == 1
+
+
+def test_a_target_without_an_sms_ledger_gets_the_sms_part_switched_off() -> None:
+    """Nothing texted and no ledger to read: not a failure, the SMS part is off and says why,
+    the other channels are judged as ever."""
+    population = _sms_population()
+    history = History()
+    history.append("inject", tenant_id="acme", author_id="a", notification_id="N1",
+                   detail="mention")  # fmt: skip
+    evidence = evidence_from(population, history.frame(), SystemPolicy(
+        channels_by_kind={"mention": ("push", "sms")}))  # fmt: skip
+    off = run_probe("channel_delivery", {}, evidence, frozenset({"queues"}))
+    assert off.valid is True, off
+    assert "no sms_ledger" in off.details["channels"]["sms"][SWITCHED_OFF]
+    assert "sms_lost" not in off.counts
+    on = run_probe("channel_delivery", {}, evidence, frozenset({"sms_ledger"}))
+    assert on.valid is False and on.counts["sms_lost"] == 2
