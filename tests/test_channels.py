@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError
 from helpers import TenantClient, apns_token, audit_lines
 from sim_process import Sim, run_sim
 
+from emulators.sns.faults import SnsControl
 from harness.checkers import channel_delivery
 from harness.checkers.evidence import evidence_from
 from harness.checkers.registry import run_probe
@@ -38,7 +39,7 @@ from harness.model.system import SystemPolicy
 from harness.run.channel_ledgers import ChannelLedgers, append_channel_rows, register_online_users
 from harness.run.provider_control import SimulatorControl
 from harness.stack.supervisor import Stack, wait_until
-from reference_impl.channel_consumer import EmailConsumer
+from reference_impl.channel_consumer import EmailConsumer, SmsConsumer
 from reference_impl.channel_providers import InAppClient, SesClient
 from reference_impl.config import DEFAULT_CHANNELS_BY_KIND, PAGES_QUEUE, Config, ConfigError
 from reference_impl.fanout import FanoutEvent, follower_jobs
@@ -734,3 +735,79 @@ def test_a_target_without_an_sms_ledger_gets_the_sms_part_switched_off() -> None
     assert "sms_lost" not in off.counts
     on = run_probe("channel_delivery", {}, evidence, frozenset({"sms_ledger"}))
     assert on.valid is False and on.counts["sms_lost"] == 2
+
+
+# -- SMS on the stack ---------------------------------------------------------------------------
+
+
+def _sms_ledger(sns_url: str, tenant: str) -> list[dict[str, Any]]:
+    rows = httpx.get(f"{sns_url}/_sns/sms", params={"since": 0}, timeout=10).json()["rows"]
+    return [r for r in rows if r["tenant_id"] == tenant]
+
+
+def _record(job: dict[str, Any], message_id: str) -> dict[str, Any]:
+    return {
+        "messageId": message_id,
+        "receiptHandle": "not-a-real-handle",  # a retry's delay cannot be set: logged, not fatal
+        "body": json.dumps(job),
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {"tenant_id": {"stringValue": job["tenant_id"], "dataType": "String"}},
+    }
+
+
+@pytest.mark.integration
+def test_sms_consumer_texts_once_through_sns_and_never_an_opted_out_number(stack: Stack) -> None:
+    """The SMS Lambda against the stack's SNS endpoint: consent, the opt-out list asked before
+    every send, a throttled SNS leaves the job in the queue, a second copy is deduplicated; the
+    sms_ignores_opt_out defect publishes to the opted-out number (SNS texts nothing, its ledger
+    says OPTED_OUT)."""
+    t = TenantClient(stack)
+    sns_url = stack.info.url("sns")
+    base = uuid.uuid4().int % 10**7
+    ok, no_consent, stop = (f"+1555{(base + n) % 10**7:07d}" for n in range(3))
+    _put_user(t, "ok", phone=ok, sms_consent=CONSENT)
+    _put_user(t, "nc", phone=no_consent)
+    _put_user(t, "stop", phone=stop, sms_consent=CONSENT)
+    _put_user(t, "nophone", sms_consent=CONSENT)
+    with SnsControl(sns_url) as sns:
+        assert sns.opt_out([stop]) == 1
+        values = {**json.loads(Config.load(stack.info.reference_config).to_json())}
+        consumer = SmsConsumer(Config.from_mapping({**values, "audit_bucket": None}))
+
+        def job(user: str, nid: str = NID) -> dict[str, Any]:
+            return {
+                "tenant_id": t.tenant, "author_id": "a", "kind": "mention", "object_id": "o",
+                "notification_id": nid, "accepted_at": "2026-11-22T12:00:00+00:00",
+                "recipient_user_id": user, "channel": "sms",
+            }  # fmt: skip
+
+        throttle = sns.throttle(p=1.0, targets=["sms"])
+        try:  # the opt-out list cannot be read: no send, the job stays in the queue
+            assert consumer({"Records": [_record(job("ok"), "m-0")]}, None) == {
+                "batchItemFailures": [{"itemIdentifier": "m-0"}]
+            }
+        finally:
+            sns.stop(throttle["id"])
+        assert _sms_ledger(sns_url, t.tenant) == []
+        records = [_record(job(u), f"m-{u}") for u in ("ok", "nc", "stop", "nophone")]
+        assert consumer({"Records": records}, None) == {"batchItemFailures": []}
+        assert consumer({"Records": [_record(job("ok"), "m-again")]}, None) == {
+            "batchItemFailures": []
+        }  # the second copy: deduplicated
+        rows = _sms_ledger(sns_url, t.tenant)
+        assert [(r["token"], r["status"], r["notification_id"]) for r in rows] == [(ok, 200, NID)]
+        assert (rows[0]["sms_type"], rows[0]["sender_id"]) == ("Transactional", "FANOUT")
+
+        broken = SmsConsumer(
+            Config.from_mapping(
+                {**values, "audit_bucket": None, "defects": ["sms_ignores_opt_out"]}
+            )
+        )
+        other = "01JD5V3KX9B9Q0ZC4S6Y2M8N7Q"
+        assert broken({"Records": [_record(job("stop", other), "m-b")]}, None) == {
+            "batchItemFailures": []
+        }
+        rows = _sms_ledger(sns_url, t.tenant)
+        assert [(r["token"], r["delivered"], r["reason"]) for r in rows[1:]] == [
+            (stop, False, "OPTED_OUT")
+        ]
