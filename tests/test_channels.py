@@ -4,6 +4,7 @@ Management API simulators that answer boto3 as AWS does."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import uuid
@@ -23,6 +24,7 @@ from emulators.sns.faults import SnsControl
 from harness.checkers import channel_delivery
 from harness.checkers.evidence import evidence_from
 from harness.checkers.registry import run_probe
+from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import SWITCHED_OFF
 from harness.model.history import History
 from harness.model.oracle import expected_channel_deliveries, never_texted
@@ -811,3 +813,41 @@ def test_sms_consumer_texts_once_through_sns_and_never_an_opted_out_number(stack
         assert [(r["token"], r["delivered"], r["reason"]) for r in rows[1:]] == [
             (stop, False, "OPTED_OUT")
         ]
+
+
+def test_channel_delivery_judges_sms_the_same_with_the_history_on_disk(tmp_path: Any) -> None:
+    """A history past the in-memory limit is read back from the DuckDB store (the kinds the
+    checker reads): the SMS verdict, opted-out publish included, is the same."""
+    population = _sms_population()
+    history = History()
+    history.append("inject", tenant_id="acme", author_id="a", notification_id="N1",
+                   detail="mention")  # fmt: skip
+    append_channel_rows(
+        history,
+        [
+            {
+                "provider": "sms",
+                "token": number,
+                "tenant_id": "acme",
+                "notification_id": "N1",
+                "status": status,
+                "reason": reason,
+                "delivered": status == 200,
+                "received_at": 1.0,
+            }
+            for number, status, reason in (
+                ("+447700000001", 200, None),
+                ("+447700000003", 400, "OPTED_OUT"),
+            )
+        ],  # fmt: skip
+    )
+    frame = history.frame()
+    evidence = evidence_from(population, frame)
+    with HistoryStore.from_frame(frame, evidence.expectation, workdir=tmp_path / "db") as store:
+        on_disk = dataclasses.replace(evidence, store=store)
+        in_memory, out_of_core = (
+            run_probe("channel_delivery", {}, e, frozenset({"sms_ledger"}))
+            for e in (evidence, on_disk)
+        )
+    assert out_of_core.to_dict() == in_memory.to_dict()
+    assert in_memory.valid is False and in_memory.counts["sms_to_opted_out"] == 1
