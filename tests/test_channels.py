@@ -538,7 +538,7 @@ def test_a_mention_reaches_ses_and_the_gateway_exactly_once(stack: Stack) -> Non
 
 
 def test_erasure_covers_the_channel_dedup_keys() -> None:
-    from reference_impl.dedup_key import dedup_key, email_recipient
+    from reference_impl.dedup_key import dedup_key, email_recipient, sms_recipient
     from reference_impl.erasure import channel_dedup_keys
 
     keys = channel_dedup_keys("acme", "u1", [NID], "ada@x.example")
@@ -548,6 +548,12 @@ def test_erasure_covers_the_channel_dedup_keys() -> None:
     ]
     assert email_recipient("u1", "ada@x.example").startswith("u1#email:")
     assert "ada" not in email_recipient("u1", "ada@x.example")
+    with_phone = channel_dedup_keys("acme", "u1", [NID], None, "+447700000001")
+    assert with_phone == [
+        dedup_key("acme", NID, "u1#inapp"),
+        dedup_key("acme", NID, sms_recipient("u1", "+447700000001")),
+    ]
+    assert "447700000001" not in sms_recipient("u1", "+447700000001")
 
 
 @pytest.mark.integration
