@@ -633,7 +633,8 @@ def test_sms_fields_come_from_a_stream_of_their_own() -> None:
     assert all(u.phone is None and u.sms_consent is None for u in none.users)
     phones = [u.phone for u in every.users]
     assert len(set(phones)) == len(phones) and all(valid_phone(p) for p in phones)
-    assert any(u.sms_consent is None for u in every.users)
+    assert any(u.sms_consent is None for u in every.users)  # never given
+    assert any((u.sms_consent or {}).get("revoked_at") for u in every.users)  # withdrawn
     assert any(u.sms_opted_out for u in every.users)
     body = preferences_body(every.users[0])
     assert body["phone"] == phones[0]
@@ -653,6 +654,8 @@ def _sms_population() -> Population:
         User(t, "later", "UTC", q, None, "ends_during_run", 1.0, phone="+447700000005",
              sms_consent=CONSENT),
         User(t, "nophone", "UTC", None, None, "none", None, sms_consent=CONSENT),
+        User(t, "revoked", "UTC", None, None, "none", None, phone="+447700000006",
+             sms_consent={**CONSENT, "revoked_at": "2026-06-01T00:00:00+00:00"}),
     ]  # fmt: skip
     followers = tuple(u.user_id for u in users[1:])
     return Population(0, 0.0, PopulationSpec(), users, [], [Author(t, "a", False, followers)])
@@ -672,6 +675,7 @@ def test_oracle_texts_numbers_with_consent_not_opted_out_and_not_quiet_all_run()
     assert never_texted(population) == {
         "+447700000002": "no_sms_consent",
         "+447700000003": "opted_out",
+        "+447700000006": "no_sms_consent",  # withdrawn
     }
 
 
@@ -772,9 +776,11 @@ def test_sms_consumer_texts_once_through_sns_and_never_an_opted_out_number(stack
     t = TenantClient(stack)
     sns_url = stack.info.url("sns")
     base = uuid.uuid4().int % 10**7
-    ok, no_consent, stop = (f"+1555{(base + n) % 10**7:07d}" for n in range(3))
+    ok, no_consent, stop, gone = (f"+1555{(base + n) % 10**7:07d}" for n in range(4))
     _put_user(t, "ok", phone=ok, sms_consent=CONSENT)
     _put_user(t, "nc", phone=no_consent)
+    revoked = {**CONSENT, "revoked_at": "2026-06-01T00:00:00+00:00"}
+    _put_user(t, "gone", phone=gone, sms_consent=revoked)  # SMS consent withdrawn
     _put_user(t, "stop", phone=stop, sms_consent=CONSENT)
     _put_user(t, "nophone", sms_consent=CONSENT)
     with SnsControl(sns_url) as sns:
@@ -797,7 +803,7 @@ def test_sms_consumer_texts_once_through_sns_and_never_an_opted_out_number(stack
         finally:
             sns.stop(throttle["id"])
         assert _sms_ledger(sns_url, t.tenant) == []
-        records = [_record(job(u), f"m-{u}") for u in ("ok", "nc", "stop", "nophone")]
+        records = [_record(job(u), f"m-{u}") for u in ("ok", "nc", "gone", "stop", "nophone")]
         assert consumer({"Records": records}, None) == {"batchItemFailures": []}
         assert consumer({"Records": [_record(job("ok"), "m-again")]}, None) == {
             "batchItemFailures": []

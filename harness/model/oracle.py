@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from harness.model.population import Population, User, connection_id
+from harness.model.population import Population, User, connection_id, sms_consented
 from harness.model.timeline import Timeline
 
 EXPECTED_COLUMNS = ["tenant_id", "notification_id", "token", "user_id", "quiet_until"]
@@ -133,7 +133,7 @@ def sms_expected(user: User) -> bool:
     out at the provider, and not inside a quiet window for the whole run."""
     return bool(
         user.phone
-        and user.sms_consent is not None
+        and sms_consented(user)
         and not user.sms_opted_out
         and user.quiet_state != "whole_run"
     )
@@ -141,15 +141,16 @@ def sms_expected(user: User) -> bool:
 
 def never_texted(population: Population) -> dict[str, str]:
     """Numbers no SMS may ever reach, with why: opted out at the provider, or no SMS consent
-    (a number shared with a consenting user is left out: that user may be texted)."""
-    allowed = {u.phone for u in population.users if u.phone and u.sms_consent is not None}
+    (never given or withdrawn; a number shared with a consenting user is left out: that user
+    may be texted)."""
+    allowed = {u.phone for u in population.users if u.phone and sms_consented(u)}
     why: dict[str, str] = {}
     for user in population.users:
         if not user.phone:
             continue
         if user.sms_opted_out:
             why[user.phone] = "opted_out"
-        elif user.sms_consent is None and user.phone not in allowed:
+        elif not sms_consented(user) and user.phone not in allowed:
             why.setdefault(user.phone, "no_sms_consent")
     return why
 

@@ -250,15 +250,28 @@ def phone_number(index: int) -> str:
 def _sms_fields(
     rng: random.Random, spec: PopulationSpec, index: int
 ) -> tuple[str | None, dict[str, Any] | None, bool]:
-    """(phone, sms_consent, sms_opted_out) of the ``index``-th user: three draws every user, so
-    the stream stays aligned whatever the fractions."""
+    """(phone, sms_consent, sms_opted_out) of the ``index``-th user: four draws every user, so
+    the stream stays aligned whatever the fractions. Of the users without SMS consent, half
+    never gave it (None), half withdrew it (a record with ``revoked_at``)."""
     has_phone = rng.random() < spec.phone_fraction
     consented = rng.random() >= spec.no_sms_consent_fraction
+    withdrawn = rng.random() < 0.5
     opted_out = rng.random() < spec.sms_opted_out_fraction
     if not has_phone:
         return None, None, False
-    consent = {"granted_at": "2026-01-01T00:00:00+00:00", "version": "2026-01"}
-    return phone_number(index), consent if consented else None, opted_out
+    consent: dict[str, Any] | None = {
+        "granted_at": "2026-01-01T00:00:00+00:00",
+        "version": "2026-01",
+    }
+    if not consented:
+        consent = {**consent, "revoked_at": "2026-06-01T00:00:00+00:00"} if withdrawn else None
+    return phone_number(index), consent, opted_out
+
+
+def sms_consented(user: User) -> bool:
+    """The user's SMS consent stands: a record, not withdrawn (the population writes a
+    withdrawal as ``revoked_at``, after ``granted_at``; it never grants again)."""
+    return user.sms_consent is not None and not user.sms_consent.get("revoked_at")
 
 
 def connection_id(tenant_id: str, user_id: str) -> str:
