@@ -32,22 +32,23 @@ visibility timeout that ran out, a lost delete). Every record a consumer writes 
 job it received from SQS names that copy: ``sqs_message_id`` (the message's MessageId) and
 ``receive_count`` (that receive's ApproximateReceiveCount), both from the Lambda event record
 (``messageId``, ``attributes.ApproximateReceiveCount``). Each copy ends in exactly one outcome
-per subject: per device (or per email address / in-app connection) ``sent``, ``deduped``,
-``dead_token``, ``retry``, ``rejected``, ``offline``, ``daily_limited``, ``in_flight`` (another
-copy holds the dedup lease: this one comes back) or ``paused`` (a Retry-After paused the
-provider: not tried, comes back); per job ``denied_consent``, ``opted_out``, ``deferred``,
-``no_device``, ``no_address``, ``rate_limited``, ``digest_empty``, ``dedup_unavailable``,
+per subject: per device (or per email address / phone number / in-app connection) ``sent``,
+``deduped``, ``suppressed`` (an SMS number on the provider's opt-out list), ``dead_token``,
+``retry``, ``rejected``, ``offline``, ``daily_limited``, ``in_flight`` (another copy holds the
+dedup lease: this one comes back) or ``paused`` (a Retry-After paused the provider: not tried,
+comes back); per job ``denied_consent``, ``opted_out``, ``deferred``, ``no_device``,
+``no_address``, ``no_phone``, ``rate_limited``, ``digest_empty``, ``dedup_unavailable``,
 ``failed`` (another error: not acknowledged, comes back) or ``poison``. ``dlq``, ``digest``,
-``digest_scheduled`` and ``rate_limit_unavailable`` accompany an outcome, never replace one.
-The fan-out's ``enqueued`` records name no copy (they precede every copy).
+``digest_scheduled`` and ``rate_limit_unavailable`` accompany an outcome, never replace one. The
+fan-out's ``enqueued`` records name no copy (they precede every copy).
 
 Personal fields are sealed (crypto-shredding, :mod:`reference_impl.audit_keys`): a record is
 stored with the fields of :data:`CLEAR_FIELDS` as they are (the outcome, when, which tenant and
 notification, which copy, the provider's status and reason, ...) and every other field in
 ``sealed``, a list of envelopes, one per person the record names: the recipient's fields
-(``recipient_user_id``, ``device_id``, ``token_sha256``, ``address_sha256``, ``connection_id``,
-whatever else a record carries) under the recipient's data key, ``author_id`` (an ``enqueued``
-record's) under the author's::
+(``recipient_user_id``, ``device_id``, ``token_sha256``, ``address_sha256``, ``phone_sha256``,
+``connection_id``, whatever else a record carries) under the recipient's data key, ``author_id``
+(an ``enqueued`` record's) under the author's::
 
     {"kid": "<key id, 32 hex>", "iv": "<base64url, 12 bytes>", "ct": "<base64url>"}
 

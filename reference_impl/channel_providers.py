@@ -1,15 +1,16 @@
-"""SES v2 and API Gateway Management API clients: one call per recipient, classified.
+"""SES v2, API Gateway Management API and SNS (SMS) clients: one call per recipient, classified.
 
-Both go through boto3 (``sesv2``, ``apigatewaymanagementapi``), as a Lambda on AWS would, with
-the SDK's own retries off: a throttled or failed call leaves the job in its queue, where the
-consumer's backoff, the dead-letter redrive and the dedup lease already govern retries. An SDK
-retry inside the lease would be a second, unaudited attempt.
+All go through boto3 (``sesv2``, ``apigatewaymanagementapi``, ``sns``), as a Lambda on AWS
+would, with the SDK's own retries off: a throttled or failed call leaves the job in its queue,
+where the consumer's backoff, the dead-letter redrive and the dedup lease already govern
+retries. An SDK retry inside the lease would be a second, unaudited attempt.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from botocore.config import Config as BotoConfig
@@ -144,6 +145,80 @@ class InAppClient:
             self.gateway.post_to_connection(ConnectionId=connection, Data=inapp_payload(job))
         except ClientError as exc:
             return _classify(exc, frozenset({"LimitExceededException"}), "GoneException")
+        except BotoCoreError as exc:
+            return SendResult("retry", None, f"transport: {type(exc).__name__}")
+        return SendResult("sent", 200)
+
+
+# SNS errors that clear with time: Publish's throttling (HTTP 400 "Rate exceeded"), the SMS
+# settings calls' (429), and the service's own failures. InvalidParameter (a number SNS cannot
+# publish to), AuthorizationError and the rest are definite for this message.
+_SNS_RETRIABLE = frozenset(
+    {"Throttling", "Throttled", "ThrottledException", "InternalError", "ServiceUnavailable"}
+)
+SMS_TYPE_ATTRIBUTE = "AWS.SNS.SMS.SMSType"
+SMS_SENDER_ATTRIBUTE = "AWS.SNS.SMS.SenderID"
+
+
+def sms_text(job: dict[str, Any]) -> str:
+    """The SMS body: who did what, nothing of the content (read after signing in, as for an
+    email); short and GSM-7 so that it is one part."""
+    return f"{job['author_id']} {job['kind']}. Open the app to see it."
+
+
+def sms_attributes(config: Config, job: dict[str, Any]) -> dict[str, Any]:
+    """Publish's MessageAttributes: the SMS settings SNS reads, and the job's ids (carried as
+    custom attributes, which SNS keeps with the message and its delivery status logs)."""
+    attributes = {
+        SMS_TYPE_ATTRIBUTE: {"DataType": "String", "StringValue": config.sms_type},
+        "tenant_id": {"DataType": "String", "StringValue": job["tenant_id"]},
+        "notification_id": {"DataType": "String", "StringValue": job["notification_id"]},
+    }
+    if config.sms_sender_id:
+        attributes[SMS_SENDER_ATTRIBUTE] = {
+            "DataType": "String",
+            "StringValue": config.sms_sender_id,
+        }
+    return attributes
+
+
+@dataclass(frozen=True)
+class OptOutAnswer:
+    """CheckIfPhoneNumberIsOptedOut's answer: ``opted_out``, or ``error`` when SNS did not say
+    (a retriable or a definite failure, classified as a send's)."""
+
+    opted_out: bool
+    error: SendResult | None = None
+
+
+class SmsClient:
+    """SMS through SNS. SNS accepts a Publish to an opted-out number (it answers a MessageId and
+    delivers nothing), so the sender asks first: :meth:`opted_out`, then :meth:`send`."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.sns = client(config, "sns", _boto_config(config))
+
+    def opted_out(self, number: str) -> OptOutAnswer:
+        try:
+            answer = self.sns.check_if_phone_number_is_opted_out(phoneNumber=number)
+        except ClientError as exc:
+            return OptOutAnswer(False, _classify(exc, _SNS_RETRIABLE, None))
+        except BotoCoreError as exc:
+            return OptOutAnswer(
+                False, SendResult("retry", None, f"transport: {type(exc).__name__}")
+            )
+        return OptOutAnswer(bool(answer.get("isOptedOut")))
+
+    def send(self, number: str, job: dict[str, Any]) -> SendResult:
+        try:
+            self.sns.publish(
+                PhoneNumber=number,
+                Message=sms_text(job),
+                MessageAttributes=sms_attributes(self.config, job),
+            )
+        except ClientError as exc:
+            return _classify(exc, _SNS_RETRIABLE, None)
         except BotoCoreError as exc:
             return SendResult("retry", None, f"transport: {type(exc).__name__}")
         return SendResult("sent", 200)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -25,8 +26,13 @@ DEFAULT_CHANNELS_BY_KIND: dict[str, tuple[str, ...]] = {
     "post": ("push",),
     "like": ("push",),
     "comment": ("push",),
-    "mention": ("push", "email", "in_app"),
+    "mention": ("push", "email", "in_app", "sms"),
 }
+# SNS SMS message types (``AWS.SNS.SMS.SMSType``): Transactional is the one for critical,
+# time-sensitive messages (higher delivery priority); Promotional is for marketing.
+SMS_TYPES = ("Transactional", "Promotional")
+# An SNS sender ID: 1-11 letters or digits, at least one letter (AWS's rule).
+_SENDER_ID = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9]{1,11}$")
 # Deliberate defects, off unless named in config: they exist to prove that the harness catches
 # what a real system gets wrong (each has a test that runs it and expects a failed verdict).
 DEFECTS = (
@@ -49,6 +55,7 @@ DEFECTS = (
     "dead_token_kept",  # a 410 / UNREGISTERED never deactivates the device
     "audit_first_copy_only",  # a redelivered copy (receive count > 1) leaves no audit record
     "erasure_keeps_audit_key",  # erasure leaves the user's audit data key: their trail readable
+    "sms_ignores_opt_out",  # SMS published without asking SNS whether the number opted out
 )
 
 
@@ -130,6 +137,10 @@ class Config:
     ses_from_address: str = "notifications@example.com"
     ses_configuration_set: str | None = None
     inapp_url: str | None = None
+    # SNS (the SMS channel: Publish with PhoneNumber). None: SNS's regional endpoint.
+    sns_endpoint: str | None = None
+    sms_sender_id: str | None = "FANOUT"
+    sms_type: str = "Transactional"
     channels_by_kind: dict[str, tuple[str, ...]] = field(
         default_factory=lambda: dict(DEFAULT_CHANNELS_BY_KIND)
     )
@@ -241,6 +252,13 @@ class Config:
             value = getattr(config, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1")
+        if config.sms_type not in SMS_TYPES:
+            raise ConfigError(f"sms_type must be one of {', '.join(SMS_TYPES)}")
+        sender = config.sms_sender_id
+        if sender is not None and not (isinstance(sender, str) and _SENDER_ID.fullmatch(sender)):
+            raise ConfigError(
+                "sms_sender_id must be null or 1-11 letters or digits with at least one letter"
+            )
         for name in ("audit_flush_before_ack", "aws_lean_client"):
             if not isinstance(getattr(config, name), bool):
                 raise ConfigError(f"{name} must be true or false")

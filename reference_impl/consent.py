@@ -2,8 +2,9 @@
 
 Every push send needs a lawful basis (GDPR Art. 7 / ePrivacy), so the consumer reads the
 ``push_consent`` attribute stored in the preferences record as ``{granted_at, version}`` and
-denies whenever it is absent, malformed, or revoked. Email is a consent-bearing channel too
-(ePrivacy Art. 13): ``email_consent``, same shape, same rules. Pure logic, no I/O, no clock.
+denies whenever it is absent, malformed, or revoked. Email and SMS are consent-bearing channels
+too (ePrivacy Art. 13): ``email_consent`` and ``sms_consent``, same shape, same rules. Pure
+logic, no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -12,7 +13,12 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["consent_granted", "email_consent_granted", "push_consent_granted"]
+__all__ = [
+    "consent_granted",
+    "email_consent_granted",
+    "push_consent_granted",
+    "sms_consent_granted",
+]
 
 
 def _parse_instant(value: object) -> dt.datetime | None:
@@ -40,6 +46,11 @@ def push_consent_granted(preferences: Mapping[str, Any] | None) -> bool:
 def email_consent_granted(preferences: Mapping[str, Any] | None) -> bool:
     """True only for a well-formed, unrevoked email consent record (:func:`consent_granted`)."""
     return consent_granted(preferences, "email_consent")
+
+
+def sms_consent_granted(preferences: Mapping[str, Any] | None) -> bool:
+    """True only for a well-formed, unrevoked SMS consent record (:func:`consent_granted`)."""
+    return consent_granted(preferences, "sms_consent")
 
 
 def consent_granted(preferences: Mapping[str, Any] | None, attribute: str) -> bool:

@@ -16,6 +16,7 @@ __all__ = [
     "dedup_key",
     "email_recipient",
     "inapp_recipient",
+    "sms_recipient",
 ]
 
 DEDUP_KEY_PREFIX = "dedup:"
@@ -64,3 +65,9 @@ def email_recipient(user_id: str, address: str) -> str:
 def inapp_recipient(user_id: str) -> str:
     """The in-app channel's recipient part: one per user (every open connection is the user)."""
     return f"{user_id}#inapp"
+
+
+def sms_recipient(user_id: str, phone: str) -> str:
+    """The SMS channel's recipient part: ``user#sms:<sha256(number)[:16]>``. As for email, a
+    changed number is a new recipient, and the dedup store holds only a hash of it."""
+    return f"{user_id}#sms:{hashlib.sha256(phone.encode()).hexdigest()[:16]}"

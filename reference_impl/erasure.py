@@ -1,12 +1,12 @@
 """GDPR erasure (Art. 17): ``DELETE /v1/tenants/{tenant}/users/{user}``.
 
 Purges the user's inbox rows, read state, preferences, devices, follow edges, cache entries and
-the dedup keys of every push, email and in-app message the user could have been sent. Dedup keys
-are hashes of (tenant, notification, recipient), so no index is needed to find them: the user's
-own inbox (with the followed celebrities' posts merged in, 90 days, longer than the keys' 30)
-names every notification, the user's record (preferences and devices in one item) every device
-and the email address (an address changed within the last 30 days leaves the old one's keys to
-expire on their TTL).
+the dedup keys of every push, email, in-app and SMS message the user could have been sent. Dedup
+keys are hashes of (tenant, notification, recipient), so no index is needed to find them: the
+user's own inbox (with the followed celebrities' posts merged in, 90 days, longer than the keys'
+30) names every notification, the user's record (preferences and devices in one item) every
+device and the email address and phone number (an address or number changed within the last 30
+days leaves the old one's keys to expire on their TTL).
 
 Order matters for a retry: the keys are computed first (they need the inbox and devices), the
 Redis keys go next (a Redis error stops the erasure before anything else is gone, so a retry
@@ -27,7 +27,7 @@ from typing import Any
 from reference_impl.audit_keys import AuditKeys
 from reference_impl.aws import batch_write
 from reference_impl.config import Config
-from reference_impl.dedup_key import dedup_key, email_recipient, inapp_recipient
+from reference_impl.dedup_key import dedup_key, email_recipient, inapp_recipient, sms_recipient
 from reference_impl.ids import preferences_cache_key, user_key
 from reference_impl.inbox import Inbox
 from reference_impl.user_record import devices_of, preferences_of
@@ -74,16 +74,22 @@ def user_dedup_keys(
 
 
 def channel_dedup_keys(
-    tenant: str, user: str, notifications: list[str], email: str | None
+    tenant: str, user: str, notifications: list[str], email: str | None, phone: str | None = None
 ) -> list[str]:
-    """The keys the email and in-app consumers would have set (see channel_consumer)."""
+    """The keys the email, in-app and SMS consumers would have set (see channel_consumer)."""
     recipients = [inapp_recipient(user)] + ([email_recipient(user, email)] if email else [])
+    recipients += [sms_recipient(user, phone)] if phone else []
     return [dedup_key(tenant, n, r) for n in notifications for r in recipients]
 
 
 def _email_of(prefs: dict[str, Any] | None) -> str | None:
     email = prefs.get("email") if isinstance(prefs, dict) else None
     return email if isinstance(email, str) and email else None
+
+
+def _phone_of(prefs: dict[str, Any] | None) -> str | None:
+    phone = prefs.get("phone") if isinstance(prefs, dict) else None
+    return phone if isinstance(phone, str) and phone else None
 
 
 def _delete_rows(ddb: Any, table: str, keys: list[dict[str, Any]]) -> int:
@@ -99,13 +105,14 @@ def erase_user(config: Config, ddb: Any, redis: Any, tenant: str, user: str) -> 
         TableName=config.table("preferences"), Key={"pk": {"S": pk}}, ConsistentRead=True
     ).get("Item")
     try:
-        email = _email_of(preferences_of(record))
+        prefs = preferences_of(record)
+        email, phone = _email_of(prefs), _phone_of(prefs)
     except ValueError:  # an unreadable record: its devices still name their keys
-        email = None
+        email, phone = None, None
     device_ids = [d["device_id"] for d in devices_of(record)]
     notifications = notification_ids(inbox, tenant, user)
     keys = user_dedup_keys(tenant, user, notifications, device_ids)
-    keys += channel_dedup_keys(tenant, user, notifications, email)
+    keys += channel_dedup_keys(tenant, user, notifications, email, phone)
     # The authors the user follows: the per-edge rows kept below the threshold, and the
     # tenant's celebrities whose follower pages hold the user (read before the cache goes).
     following = list(_query_all(ddb, config.table("following"), pk))

@@ -33,7 +33,14 @@ from reference_impl.aws import batch_write, client
 from reference_impl.config import CHANNELS, Config
 from reference_impl.event_registry import REGISTRY_TABLE, EventRegistry, content_sha256
 from reference_impl.follower_pages import FollowerPages, PagesBusy
-from reference_impl.ids import ID_RULE, device_id, preferences_cache_key, user_key, valid_id
+from reference_impl.ids import (
+    ID_RULE,
+    device_id,
+    preferences_cache_key,
+    user_key,
+    valid_id,
+    valid_phone,
+)
 from reference_impl.inbox import MAX_LIMIT, Inbox
 from reference_impl.quiet_hours import parse_window, resolve_zone
 from reference_impl.ulid_window import (
@@ -368,6 +375,9 @@ class EventApi:
         email = body.get("email")
         if email is not None and not (isinstance(email, str) and _EMAIL.fullmatch(email)):
             raise BadRequest("email must be null or one address such as ada@example.com")
+        phone = body.get("phone")
+        if phone is not None and not valid_phone(phone):
+            raise BadRequest("phone must be null or an E.164 number such as +14155550100")
         prefs = {
             "zone": zone,
             # Only the window itself is stored: extra keys are accepted and dropped.
@@ -382,6 +392,10 @@ class EventApi:
             prefs["email"] = email
         if "email_consent" in body:
             prefs["email_consent"] = cls._consent("email_consent", body["email_consent"])
+        if "phone" in body:
+            prefs["phone"] = phone
+        if "sms_consent" in body:
+            prefs["sms_consent"] = cls._consent("sms_consent", body["sms_consent"])
         return prefs
 
     @staticmethod

@@ -20,6 +20,16 @@ def valid_id(value: object) -> bool:
     return isinstance(value, str) and bool(_ID.fullmatch(value))
 
 
+# A phone number the SMS channel sends to: E.164, '+' and up to 15 digits, no leading zero (what
+# SNS's Publish takes as PhoneNumber). The OpenAPI document states the same pattern.
+PHONE_PATTERN = r"^\+[1-9][0-9]{1,14}$"
+_PHONE = re.compile(PHONE_PATTERN)
+
+
+def valid_phone(value: object) -> bool:
+    return isinstance(value, str) and bool(_PHONE.fullmatch(value))
+
+
 def user_key(tenant_id: str, user_id: str) -> str:
     """Partition key of every per-user row: the tenant is the literal leading segment."""
     return f"{tenant_id}#{user_id}"

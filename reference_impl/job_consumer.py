@@ -175,6 +175,8 @@ class PendingRecord:
 
 
 MAX_LATE_MARKS = 10_000
+# SQS's longest message delay: a deferral past it hops again when it comes back.
+MAX_SQS_DELAY_SECONDS = 900
 # What a won claim led to: the provider's answer, or no send (the lease goes back).
 _PAUSED = "paused"
 _DEAD = "dead"
@@ -299,6 +301,22 @@ class JobConsumer:
             ConsistentRead=True,
         ).get("Item")
         return preferences_of(item)
+
+    def defer(self, job: dict[str, Any], release_at: datetime) -> None:
+        """Re-enqueue with a delay (durable: it survives a consumer crash; SQS caps
+        the delay at 15 minutes, a longer wait hops again)."""
+        seconds = math.ceil((release_at - self.clock()).total_seconds())
+        delay = max(1, min(MAX_SQS_DELAY_SECONDS, seconds))
+        if "deferral_acks_without_requeue" in self.defects:
+            return  # the defect: the job is acknowledged and nothing comes back
+        self.sqs.send_message(
+            QueueUrl=self.queue,
+            MessageBody=json.dumps({**job, "deferred_until": release_at.isoformat()}),
+            DelaySeconds=delay,
+            MessageAttributes={
+                "tenant_id": {"DataType": "String", "StringValue": job["tenant_id"]}
+            },
+        )
 
     def preferences(self, tenant_id: str, user_id: str) -> dict[str, Any] | None:
         """Through the Redis cache (5-minute TTL as a backstop; every change through the API

@@ -18,9 +18,7 @@ one push per device under its own deterministic id, deduplicated like any notifi
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -72,7 +70,6 @@ from reference_impl.user_record import device_attribute, devices_of
 from reference_impl.worker_processes import serve_forked
 
 log = logging.getLogger("reference_impl.push_consumer")
-MAX_SQS_DELAY_SECONDS = 900
 __all__ = ["JOB_FIELDS", "PoisonJob", "PushConsumer", "handler", "main", "parse_job"]
 
 
@@ -205,21 +202,6 @@ class PushConsumer(JobConsumer):
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
-
-    def defer(self, job: dict[str, Any], release_at: datetime) -> None:
-        """Re-enqueue with a delay (SQS caps it at 15 minutes; a longer wait hops again)."""
-        seconds = math.ceil((release_at - self.clock()).total_seconds())
-        delay = max(1, min(MAX_SQS_DELAY_SECONDS, seconds))
-        if "deferral_acks_without_requeue" in self.defects:
-            return  # the defect: the job is acknowledged and nothing comes back
-        self.sqs.send_message(
-            QueueUrl=self.queue,
-            MessageBody=json.dumps({**job, "deferred_until": release_at.isoformat()}),
-            DelaySeconds=delay,
-            MessageAttributes={
-                "tenant_id": {"DataType": "String", "StringValue": job["tenant_id"]}
-            },
-        )
 
     def audit(
         self,

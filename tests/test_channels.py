@@ -4,6 +4,8 @@ Management API simulators that answer boto3 as AWS does."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import uuid
 from collections.abc import Iterator
@@ -18,9 +20,14 @@ from botocore.exceptions import ClientError
 from helpers import TenantClient, apns_token, audit_lines
 from sim_process import Sim, run_sim
 
+from emulators.sns.faults import SnsControl
 from harness.checkers import channel_delivery
+from harness.checkers.evidence import evidence_from
+from harness.checkers.registry import run_probe
+from harness.checkers.store import HistoryStore
+from harness.checkers.verdict import SWITCHED_OFF
 from harness.model.history import History
-from harness.model.oracle import expected_channel_deliveries
+from harness.model.oracle import expected_channel_deliveries, never_texted
 from harness.model.population import (
     Author,
     Device,
@@ -30,14 +37,16 @@ from harness.model.population import (
     generate,
     preferences_body,
 )
+from harness.model.system import SystemPolicy
 from harness.run.channel_ledgers import ChannelLedgers, append_channel_rows, register_online_users
 from harness.run.provider_control import SimulatorControl
 from harness.stack.supervisor import Stack, wait_until
-from reference_impl.channel_consumer import EmailConsumer
+from reference_impl.channel_consumer import EmailConsumer, SmsConsumer
 from reference_impl.channel_providers import InAppClient, SesClient
 from reference_impl.config import DEFAULT_CHANNELS_BY_KIND, PAGES_QUEUE, Config, ConfigError
 from reference_impl.fanout import FanoutEvent, follower_jobs
 from reference_impl.fanout_worker import FanoutWorker
+from reference_impl.ids import valid_phone
 
 KEYS = {"region_name": "us-east-1", "aws_access_key_id": "x", "aws_secret_access_key": "y"}
 KEYS_CONFIG = {"aws_access_key_id": "x", "aws_secret_access_key": "y"}
@@ -194,10 +203,10 @@ def test_channel_clients_classify_the_simulators_answers(ses_sim: Sim, inapp_sim
 # -- routing, population, oracle, checker (pure) ------------------------------------------------
 
 
-def test_channels_by_kind_routes_mentions_to_three_channels_and_the_rest_to_push() -> None:
+def test_channels_by_kind_routes_mentions_to_four_channels_and_the_rest_to_push() -> None:
     config = Config()
     assert config.channels_for("post") == ("push",)
-    assert config.channels_for("mention") == ("push", "email", "in_app")
+    assert config.channels_for("mention") == ("push", "email", "in_app", "sms")
     assert config.channels_for("unknown-kind") == ("push",)
     event = FanoutEvent("acme", "a", "mention", "o", NID, "2026-11-22T12:00:00+00:00")
     jobs = follower_jobs(event, ["u1", "u2"], config.channels_for("mention"))
@@ -205,9 +214,11 @@ def test_channels_by_kind_routes_mentions_to_three_channels_and_the_rest_to_push
         ("u1", "push"),
         ("u1", "email"),
         ("u1", "in_app"),
+        ("u1", "sms"),
         ("u2", "push"),
         ("u2", "email"),
         ("u2", "in_app"),
+        ("u2", "sms"),
     ]
     assert Config.from_mapping({"channels_by_kind": {"post": ["email"]}}).channels_for("post") == (
         "email",
@@ -369,7 +380,7 @@ def test_a_mention_is_queued_per_channel_with_the_tenant_attribute(stack: Stack)
     sqs = stack.info.aws_client("sqs")
     urls = {
         c: sqs.create_queue(QueueName=config.queue_name(c))["QueueUrl"]
-        for c in ("push", "email", "in_app")
+        for c in ("push", "email", "in_app", "sms")
     }
     # The page-task queues the worker resolves at start (unused: two followers are one page).
     spare = [
@@ -377,7 +388,7 @@ def test_a_mention_is_queued_per_channel_with_the_tenant_attribute(stack: Stack)
         for suffix in ("", "-poison")
     ]
     event = FanoutEvent(t.tenant, "writer", "mention", "o1", NID, datetime.now(UTC).isoformat())
-    assert FanoutWorker(config).fan_out(event) == {"tier": "write", "jobs": 6}
+    assert FanoutWorker(config).fan_out(event) == {"tier": "write", "jobs": 8}
     post = FanoutEvent(t.tenant, "writer", "post", "o2", NID, datetime.now(UTC).isoformat())
     assert FanoutWorker(config).fan_out(post)["jobs"] == 2
     for channel, url in urls.items():
@@ -527,7 +538,7 @@ def test_a_mention_reaches_ses_and_the_gateway_exactly_once(stack: Stack) -> Non
 
 
 def test_erasure_covers_the_channel_dedup_keys() -> None:
-    from reference_impl.dedup_key import dedup_key, email_recipient
+    from reference_impl.dedup_key import dedup_key, email_recipient, sms_recipient
     from reference_impl.erasure import channel_dedup_keys
 
     keys = channel_dedup_keys("acme", "u1", [NID], "ada@x.example")
@@ -537,6 +548,12 @@ def test_erasure_covers_the_channel_dedup_keys() -> None:
     ]
     assert email_recipient("u1", "ada@x.example").startswith("u1#email:")
     assert "ada" not in email_recipient("u1", "ada@x.example")
+    with_phone = channel_dedup_keys("acme", "u1", [NID], None, "+447700000001")
+    assert with_phone == [
+        dedup_key("acme", NID, "u1#inapp"),
+        dedup_key("acme", NID, sms_recipient("u1", "+447700000001")),
+    ]
+    assert "447700000001" not in sms_recipient("u1", "+447700000001")
 
 
 @pytest.mark.integration
@@ -585,3 +602,264 @@ def test_preferences_body_adds_the_email_fields_only_for_users_who_have_them() -
     mailed = User("acme", "u2", "UTC", None, CONSENT, "none", None, "u2@x.example", CONSENT)
     body = preferences_body(mailed)
     assert (body["email"], body["email_consent"]) == ("u2@x.example", CONSENT)
+
+
+# -- SMS: population, oracle, checker (pure) ----------------------------------------------------
+
+
+PRE_SMS_POPULATION_SHA256 = "02001f0f3332ab58ccb1a726452869b8a6404a1149457884007a9196ffc089f6"
+
+
+def test_sms_fields_come_from_a_stream_of_their_own() -> None:
+    """Populations of existing seeds stay as they were: only the SMS fields depend on the SMS
+    fractions, and every number is unique and E.164."""
+    start = datetime(2026, 11, 22, 12, tzinfo=UTC)
+    spec = PopulationSpec(tenants=2, users_per_tenant=40, celebrity_followers=20)
+    none = generate(7, start, PopulationSpec(**{**spec.__dict__, "phone_fraction": 0.0}))
+    every = generate(7, start, PopulationSpec(**{**spec.__dict__, "phone_fraction": 1.0}))
+    sms_fields = {"phone", "sms_consent", "sms_opted_out"}
+
+    def rest(users: list[User]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in vars(u).items() if k not in sms_fields} for u in users]
+
+    assert rest(none.users) == rest(every.users)
+    # The same seed's population as before SMS existed (a digest taken from the code before
+    # this change: a draw moved to another stream would change it).
+    before = json.dumps([rest(none.users), [vars(d) for d in none.devices],
+                         [vars(a) | {"followers": list(a.followers)} for a in none.authors]],
+                        sort_keys=True)  # fmt: skip
+    assert hashlib.sha256(before.encode()).hexdigest() == PRE_SMS_POPULATION_SHA256
+    assert none.devices == every.devices and none.authors == every.authors
+    assert all(u.phone is None and u.sms_consent is None for u in none.users)
+    phones = [u.phone for u in every.users]
+    assert len(set(phones)) == len(phones) and all(valid_phone(p) for p in phones)
+    assert any(u.sms_consent is None for u in every.users)  # never given
+    assert any((u.sms_consent or {}).get("revoked_at") for u in every.users)  # withdrawn
+    assert any(u.sms_opted_out for u in every.users)
+    body = preferences_body(every.users[0])
+    assert body["phone"] == phones[0]
+    assert "phone" not in preferences_body(none.users[0])
+
+
+def _sms_population() -> Population:
+    t, q = "acme", {"start": "00:00", "end": "23:59"}
+    users = [
+        User(t, "a", "UTC", None, CONSENT, "none", None),
+        User(t, "ok", "UTC", None, None, "none", None, phone="+447700000001", sms_consent=CONSENT),
+        User(t, "nc", "UTC", None, None, "none", None, phone="+447700000002"),
+        User(t, "stop", "UTC", None, None, "none", None, phone="+447700000003",
+             sms_consent=CONSENT, sms_opted_out=True),
+        User(t, "quiet", "UTC", q, None, "whole_run", None, phone="+447700000004",
+             sms_consent=CONSENT),
+        User(t, "later", "UTC", q, None, "ends_during_run", 1.0, phone="+447700000005",
+             sms_consent=CONSENT),
+        User(t, "nophone", "UTC", None, None, "none", None, sms_consent=CONSENT),
+        User(t, "revoked", "UTC", None, None, "none", None, phone="+447700000006",
+             sms_consent={**CONSENT, "revoked_at": "2026-06-01T00:00:00+00:00"}),
+    ]  # fmt: skip
+    followers = tuple(u.user_id for u in users[1:])
+    return Population(0, 0.0, PopulationSpec(), users, [], [Author(t, "a", False, followers)])
+
+
+def test_oracle_texts_numbers_with_consent_not_opted_out_and_not_quiet_all_run() -> None:
+    population = _sms_population()
+    history = History()
+    for nid, kind in (("N1", "mention"), ("N2", "post")):
+        history.append("inject", tenant_id="acme", author_id="a", notification_id=nid, detail=kind)
+    injected = history.frame().query("kind == 'inject'")
+    rows = expected_channel_deliveries(population, injected, DEFAULT_CHANNELS_BY_KIND)
+    assert sorted(r for r in rows.itertuples(index=False, name=None) if r[3] == "sms") == [
+        ("acme", "N1", "+447700000001", "sms"),
+        ("acme", "N1", "+447700000005", "sms"),  # after its window, which ends during the run
+    ]
+    assert never_texted(population) == {
+        "+447700000002": "no_sms_consent",
+        "+447700000003": "opted_out",
+        "+447700000006": "no_sms_consent",  # withdrawn
+    }
+
+
+SMS_EXPECTED = pd.DataFrame(
+    [("acme", "N1", "+447700000001", "sms")],
+    columns=["tenant_id", "notification_id", "token", "channel"],
+)
+
+
+def _sms_history(rows: list[tuple[str, int | None, str | None]]) -> pd.DataFrame:
+    history = History()
+    history.append("inject", tenant_id="acme", notification_id="N1", detail="mention")
+    append_channel_rows(
+        history,
+        [
+            {
+                "provider": "sms",
+                "token": number,
+                "tenant_id": "acme",
+                "notification_id": "N1",
+                "status": status,
+                "reason": reason,
+                "delivered": status == 200,
+                "received_at": 1.0,
+            }
+            for number, status, reason in rows
+        ],  # fmt: skip
+    )
+    return history.frame()
+
+
+def test_channel_checker_judges_sms_exactly_once_and_never_to_barred_numbers() -> None:
+    never = never_texted(_sms_population())
+    ok = _sms_history([("+447700000001", None, "THROTTLED"), ("+447700000001", 200, None)])
+    verdict = channel_delivery.check(SMS_EXPECTED, ok, never=never)
+    assert verdict.valid, verdict
+    assert verdict.counts["sms_delivered"] == 1 and verdict.counts["sms_to_opted_out"] == 0
+
+    twice = _sms_history([("+447700000001", 200, None)] * 2)
+    verdict = channel_delivery.check(SMS_EXPECTED, twice, never=never)
+    assert not verdict.valid and verdict.counts["sms_duplicated"] == 1
+
+    # SNS answers a Publish to an opted-out number with a MessageId and texts nothing: the
+    # ledger's OPTED_OUT row is the only trace, and it fails the run.
+    stop = _sms_history([("+447700000001", 200, None), ("+447700000003", 400, "OPTED_OUT")])
+    verdict = channel_delivery.check(SMS_EXPECTED, stop, never=never)
+    assert not verdict.valid
+    assert (verdict.counts["sms_to_opted_out"], verdict.counts["sms_unexpected"]) == (1, 0)
+    assert verdict.details["channels"]["sms"]["barred_examples"][0]["why"] == "opted_out"
+
+    no_consent = _sms_history([("+447700000001", 200, None), ("+447700000002", 200, None)])
+    verdict = channel_delivery.check(SMS_EXPECTED, no_consent, never=never)
+    assert not verdict.valid
+    assert verdict.counts["sms_without_consent"] == verdict.counts["sms_unexpected"] == 1
+
+
+def test_a_target_without_an_sms_ledger_gets_the_sms_part_switched_off() -> None:
+    """Nothing texted and no ledger to read: not a failure, the SMS part is off and says why,
+    the other channels are judged as ever."""
+    population = _sms_population()
+    history = History()
+    history.append("inject", tenant_id="acme", author_id="a", notification_id="N1",
+                   detail="mention")  # fmt: skip
+    evidence = evidence_from(population, history.frame(), SystemPolicy(
+        channels_by_kind={"mention": ("push", "sms")}))  # fmt: skip
+    off = run_probe("channel_delivery", {}, evidence, frozenset({"queues"}))
+    assert off.valid is True, off
+    assert "no sms_ledger" in off.details["channels"]["sms"][SWITCHED_OFF]
+    assert "sms_lost" not in off.counts
+    on = run_probe("channel_delivery", {}, evidence, frozenset({"sms_ledger"}))
+    assert on.valid is False and on.counts["sms_lost"] == 2
+
+
+# -- SMS on the stack ---------------------------------------------------------------------------
+
+
+def _sms_ledger(sns_url: str, tenant: str) -> list[dict[str, Any]]:
+    rows = httpx.get(f"{sns_url}/_sns/sms", params={"since": 0}, timeout=10).json()["rows"]
+    return [r for r in rows if r["tenant_id"] == tenant]
+
+
+def _record(job: dict[str, Any], message_id: str) -> dict[str, Any]:
+    return {
+        "messageId": message_id,
+        "receiptHandle": "not-a-real-handle",  # a retry's delay cannot be set: logged, not fatal
+        "body": json.dumps(job),
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {"tenant_id": {"stringValue": job["tenant_id"], "dataType": "String"}},
+    }
+
+
+@pytest.mark.integration
+def test_sms_consumer_texts_once_through_sns_and_never_an_opted_out_number(stack: Stack) -> None:
+    """The SMS Lambda against the stack's SNS endpoint: consent, the opt-out list asked before
+    every send, a throttled SNS leaves the job in the queue, a second copy is deduplicated; the
+    sms_ignores_opt_out defect publishes to the opted-out number (SNS texts nothing, its ledger
+    says OPTED_OUT)."""
+    t = TenantClient(stack)
+    sns_url = stack.info.url("sns")
+    base = uuid.uuid4().int % 10**7
+    ok, no_consent, stop, gone = (f"+1555{(base + n) % 10**7:07d}" for n in range(4))
+    _put_user(t, "ok", phone=ok, sms_consent=CONSENT)
+    _put_user(t, "nc", phone=no_consent)
+    revoked = {**CONSENT, "revoked_at": "2026-06-01T00:00:00+00:00"}
+    _put_user(t, "gone", phone=gone, sms_consent=revoked)  # SMS consent withdrawn
+    _put_user(t, "stop", phone=stop, sms_consent=CONSENT)
+    _put_user(t, "nophone", sms_consent=CONSENT)
+    with SnsControl(sns_url) as sns:
+        assert sns.opt_out([stop]) == 1
+        values = {**json.loads(Config.load(stack.info.reference_config).to_json())}
+        consumer = SmsConsumer(Config.from_mapping({**values, "audit_bucket": None}))
+
+        def job(user: str, nid: str = NID) -> dict[str, Any]:
+            return {
+                "tenant_id": t.tenant, "author_id": "a", "kind": "mention", "object_id": "o",
+                "notification_id": nid, "accepted_at": "2026-11-22T12:00:00+00:00",
+                "recipient_user_id": user, "channel": "sms",
+            }  # fmt: skip
+
+        throttle = sns.throttle(p=1.0, targets=["sms"])
+        try:  # the opt-out list cannot be read: no send, the job stays in the queue
+            assert consumer({"Records": [_record(job("ok"), "m-0")]}, None) == {
+                "batchItemFailures": [{"itemIdentifier": "m-0"}]
+            }
+        finally:
+            sns.stop(throttle["id"])
+        assert _sms_ledger(sns_url, t.tenant) == []
+        records = [_record(job(u), f"m-{u}") for u in ("ok", "nc", "gone", "stop", "nophone")]
+        assert consumer({"Records": records}, None) == {"batchItemFailures": []}
+        assert consumer({"Records": [_record(job("ok"), "m-again")]}, None) == {
+            "batchItemFailures": []
+        }  # the second copy: deduplicated
+        rows = _sms_ledger(sns_url, t.tenant)
+        assert [(r["token"], r["status"], r["notification_id"]) for r in rows] == [(ok, 200, NID)]
+        assert (rows[0]["sms_type"], rows[0]["sender_id"]) == ("Transactional", "FANOUT")
+
+        broken = SmsConsumer(
+            Config.from_mapping(
+                {**values, "audit_bucket": None, "defects": ["sms_ignores_opt_out"]}
+            )
+        )
+        other = "01JD5V3KX9B9Q0ZC4S6Y2M8N7Q"
+        assert broken({"Records": [_record(job("stop", other), "m-b")]}, None) == {
+            "batchItemFailures": []
+        }
+        rows = _sms_ledger(sns_url, t.tenant)
+        assert [(r["token"], r["delivered"], r["reason"]) for r in rows[1:]] == [
+            (stop, False, "OPTED_OUT")
+        ]
+
+
+def test_channel_delivery_judges_sms_the_same_with_the_history_on_disk(tmp_path: Any) -> None:
+    """A history past the in-memory limit is read back from the DuckDB store (the kinds the
+    checker reads): the SMS verdict, opted-out publish included, is the same."""
+    population = _sms_population()
+    history = History()
+    history.append("inject", tenant_id="acme", author_id="a", notification_id="N1",
+                   detail="mention")  # fmt: skip
+    append_channel_rows(
+        history,
+        [
+            {
+                "provider": "sms",
+                "token": number,
+                "tenant_id": "acme",
+                "notification_id": "N1",
+                "status": status,
+                "reason": reason,
+                "delivered": status == 200,
+                "received_at": 1.0,
+            }
+            for number, status, reason in (
+                ("+447700000001", 200, None),
+                ("+447700000003", 400, "OPTED_OUT"),
+            )
+        ],  # fmt: skip
+    )
+    frame = history.frame()
+    evidence = evidence_from(population, frame)
+    with HistoryStore.from_frame(frame, evidence.expectation, workdir=tmp_path / "db") as store:
+        on_disk = dataclasses.replace(evidence, store=store)
+        in_memory, out_of_core = (
+            run_probe("channel_delivery", {}, e, frozenset({"sms_ledger"}))
+            for e in (evidence, on_disk)
+        )
+    assert out_of_core.to_dict() == in_memory.to_dict()
+    assert in_memory.valid is False and in_memory.counts["sms_to_opted_out"] == 1

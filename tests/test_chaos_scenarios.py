@@ -202,3 +202,26 @@ def test_a_dead_token_never_deactivated_is_tried_again(tmp_path):
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     assert _failed(summary, "dead_tokens")["sends_after_dead"] > 0
+
+
+def test_a_mention_reaches_push_email_in_app_and_sms_each_checked_against_the_oracle(tmp_path):
+    code, summary, output = _run("mention-channels", tmp_path)
+    assert code == 0, output
+    assert summary["verdict"] == "pass"
+    once = summary["checkers"]["effectively_once"]
+    assert once["expected"] > 0 and once["delivered"] == once["expected"]
+    channels = summary["checkers"]["channel_delivery"]
+    for channel in ("email", "in_app", "sms"):
+        assert channels[f"{channel}_expected"] > 0, channel
+        assert channels[f"{channel}_delivered"] == channels[f"{channel}_expected"], channel
+        assert channels[f"{channel}_duplicated"] == channels[f"{channel}_unexpected"] == 0
+    assert channels["sms_to_opted_out"] == channels["sms_without_consent"] == 0
+
+
+def test_texting_opted_out_numbers_is_caught_by_channel_delivery(tmp_path):
+    path = _variant(tmp_path, "mention-channels", ["sms_ignores_opt_out"])
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    result = _failed(summary, "channel_delivery")
+    # SNS texted none of them (its ledger says OPTED_OUT): only the publishes give it away.
+    assert result["sms_to_opted_out"] > 0 and result["sms_unexpected"] == 0

@@ -23,6 +23,7 @@ SHIPPED = (
     "dedup-failover",
     "dedup-failover-volatile",
     "tenant-collision",
+    "mention-channels",
 )
 
 

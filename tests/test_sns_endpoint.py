@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding
 
 from emulators.ports import free_port
 from emulators.providers.fcm import write_service_account_file
-from emulators.sns.faults import SnsControl
+from emulators.sns.faults import SnsControl, SnsControlError
 from harness.stack.supervisor import ROOT, Stack
 
 pytestmark = pytest.mark.integration
@@ -610,6 +610,20 @@ def test_sms_ledger_attributes_and_opt_out(sns: Any, control: SnsControl) -> Non
     with pytest.raises(sns.exceptions.ThrottledException):
         sns.list_phone_numbers_opted_out()
     control.stop(throttle["id"])
+
+
+def test_many_numbers_opt_out_in_one_control_call(sns: Any, control: SnsControl) -> None:
+    """The harness's population: numbers that replied STOP before the run, told in one call;
+    a bad number refuses the whole call and changes nothing."""
+    numbers = [f"+1555{uuid.uuid4().int % 10**7:07d}" for _ in range(3)]
+    with pytest.raises(SnsControlError, match="400"):
+        control.opt_out([numbers[0], "555-0100"])
+    assert not sns.check_if_phone_number_is_opted_out(phoneNumber=numbers[0])["isOptedOut"]
+    assert control.opt_out(numbers[:2]) == 2
+    assert control.opt_out(numbers[:2]) == 0  # already opted out: nothing new
+    assert [
+        sns.check_if_phone_number_is_opted_out(phoneNumber=n)["isOptedOut"] for n in numbers
+    ] == [True, True, False]
 
 
 def test_topic_publish_reaches_a_raw_and_an_enveloped_subscription(sns: Any, sqs: Any) -> None:

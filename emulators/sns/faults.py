@@ -227,6 +227,12 @@ class SnsControl:
         """A handset's reply to an SMS (``STOP`` and AWS's other keywords opt the number out)."""
         return self._call("POST", "/_sns/sms/replies", {"phoneNumber": phone_number, "text": text})
 
+    def opt_out(self, phone_numbers: list[str]) -> int:
+        """Numbers that replied STOP before now; returns how many were newly opted out."""
+        return int(
+            self._call("POST", "/_sns/sms/opted-out", {"phoneNumbers": phone_numbers})["optedOut"]
+        )
+
     def reset(self) -> None:
         self._call("POST", "/_sns/reset")
 

@@ -17,6 +17,9 @@ Control API (``/_sns/...``, JSON):
   handed to (or refused by) an SQS subscription, with the application event it carried
 * ``POST /_sns/sms/replies`` ``{"phoneNumber": "+1...", "text": "STOP"}`` -> ``{"optedOut"}``: a
   handset's reply; ``STOP`` (and AWS's other opt-out keywords) opts the number out
+* ``POST /_sns/sms/opted-out`` ``{"phoneNumbers": ["+1...", ...]}`` -> ``{"optedOut"}`` (how
+  many were not opted out before): numbers that replied STOP before the run, in one call (a
+  test's or harness's population loads thousands)
 * ``POST /_sns/faults`` ``{"fault": "throttle", "params": {"p"?, "rate"?}, "targets": [...] |
   null, "seed"?, "duration"?}`` -> ``{"id", "window"}`` (:mod:`emulators.sns.faults`);
   ``DELETE /_sns/faults/{id}`` -> ``{"window"}``; ``DELETE /_sns/faults`` -> ``{"stopped"}``;
@@ -50,12 +53,14 @@ from emulators.sns.delivery import ApnsTransport, FcmTransport, SqsTransport
 from emulators.sns.errors import SnsError
 from emulators.sns.faults import ActiveFault, FaultState
 from emulators.sns.ledger import RowLog
-from emulators.sns.model import REGION, SnsModel
+from emulators.sns.model import REGION, SnsModel, valid_phone_number
 from emulators.sns.protocol import SnsProtocol
 from emulators.sns.service import SnsService
 
 CONTROL_PREFIX = "/_sns/"
 MAX_PAGE = 10_000
+# Numbers one POST /_sns/sms/opted-out may name.
+MAX_OPT_OUTS = 100_000
 
 
 class SnsEndpoint:
@@ -126,6 +131,8 @@ class SnsEndpoint:
             )
         if (method, path) == ("POST", "sms/replies"):
             return self._reply(request)
+        if (method, path) == ("POST", "sms/opted-out"):
+            return self._opt_out_all(request)
         if (method, path) == ("GET", "faults/log"):
             return json_response(200, {"windows": self.faults.log()})
         if (method, path) == ("POST", "faults"):
@@ -193,6 +200,24 @@ class SnsEndpoint:
         except SnsError as exc:
             return json_response(400, {"error": exc.message})
         return json_response(200, {"optedOut": opted_out})
+
+    def _opt_out_all(self, request: Request) -> Response:
+        """Opt out many numbers at once; all are checked before any is changed."""
+        try:
+            body = request.json()
+        except ValueError:
+            body = None
+        numbers = body.get("phoneNumbers") if isinstance(body, dict) else None
+        if not isinstance(numbers, list) or len(numbers) > MAX_OPT_OUTS:
+            return json_response(
+                400,
+                {"error": f'body must be {{"phoneNumbers": [...]}}, at most {MAX_OPT_OUTS}'},
+            )
+        try:
+            checked = [valid_phone_number(n) for n in numbers]
+        except SnsError as exc:
+            return json_response(400, {"error": exc.message})
+        return json_response(200, {"optedOut": sum(self.model.opt_out(n) for n in checked)})
 
     def _start_fault(self, request: Request) -> Response:
         try:

@@ -16,14 +16,15 @@ in exactly one outcome record per subject:
 Which outcomes settle what, from the reference's consumers (``reference_impl/job_consumer.py``,
 ``push_consumer.py``, ``channel_consumer.py``):
 
-* per device (push: the device; email: the address; in-app: the connection), the records that
-  name one (``device_id``, ``token_sha256``, ``address_sha256``, ``connection_id``): ``sent``,
+* per device (push: the device; email: the address; SMS: the number; in-app: the connection),
+  the records that name one (``device_id``, ``token_sha256``, ``address_sha256``,
+  ``phone_sha256``, ``connection_id``): ``sent``, ``suppressed`` (SMS: the number opted out),
   ``rejected``, ``offline`` and ``dead_token`` (the provider's definite answer, or a device found
   deactivated), ``retry`` (a 429/5xx/transport error), ``deduped`` (its 'sent' mark was there),
   ``in_flight`` (another copy holds the dedup lease), ``paused`` (a Retry-After paused the
   provider: not tried), ``daily_limited`` (the device's daily cap);
 * per job: ``denied_consent``, ``opted_out``, ``deferred`` (quiet hours, or a digest whose window
-  is still open: re-enqueued as a new message), ``no_device``, ``no_address``, ``rate_limited``,
+  is still open: re-enqueued as a new message), ``no_device``, ``no_address``, ``no_phone``, ``rate_limited``,
   ``digest_empty``, ``dedup_unavailable`` (a Redis error failed the job closed), ``failed``
   (another error), ``poison`` (malformed: parked in the poison queue);
 * not outcomes, they accompany one: ``dlq`` (the job failed on its last allowed receive; its
@@ -65,6 +66,7 @@ DEVICE_OUTCOMES = frozenset(
         "in_flight",
         "paused",
         "daily_limited",
+        "suppressed",
     }
 )
 JOB_OUTCOMES = frozenset(
@@ -74,6 +76,7 @@ JOB_OUTCOMES = frozenset(
         "deferred",
         "no_device",
         "no_address",
+        "no_phone",
         "rate_limited",
         "digest_empty",
         "dedup_unavailable",
@@ -84,7 +87,7 @@ JOB_OUTCOMES = frozenset(
 NOT_OUTCOMES = frozenset(
     {"enqueued", "dlq", "digest", "digest_scheduled", "rate_limit_unavailable", "unreadable"}
 )
-SUBJECT_FIELDS = ("device_id", "token_sha256", "address_sha256", "connection_id")
+SUBJECT_FIELDS = ("device_id", "token_sha256", "address_sha256", "phone_sha256", "connection_id")
 EXAMPLES = 5
 
 Copy = tuple[str, int]  # message id, receive count

@@ -1,13 +1,20 @@
-"""Channel delivery (seed 000's per-channel queues): every expected email and in-app message
-delivered exactly once, per channel.
+"""Channel delivery (seed 000's per-channel queues): every expected email, in-app message and
+SMS delivered exactly once, per channel.
 
-Ground truth is the ``channel`` rows (the SES and in-app simulators' ledgers, pulled in by
-:mod:`harness.run.channel_ledgers`); the expectation is
+Ground truth is the ``channel`` rows (the SES and in-app simulators' ledgers and the SNS
+endpoint's SMS ledger, pulled in by :mod:`harness.run.channel_ledgers`); the expectation is
 :func:`harness.model.oracle.expected_channel_deliveries`. Per channel, over (tenant, notification,
 token): ``expected``, ``delivered`` (expected keys that arrived), ``duplicated`` (every
 delivery of a key beyond its first), ``lost`` (expected keys that never arrived),
 ``unexpected`` (deliveries of keys the oracle did not expect: no consent, no address, offline,
-another tenant's recipient). An email has no collapse id: every duplicate is visible.
+inside quiet hours, another tenant's recipient). An email or SMS has no collapse id: every
+duplicate is visible.
+
+SMS adds what a carrier would never show: ``sms_to_opted_out`` counts every Publish to a number
+on the provider's opt-out list (SNS answers it with a MessageId and texts nothing, so only its
+ledger tells), ``sms_without_consent`` every SMS delivered to a number whose user never gave
+SMS consent. Both must be 0. A target whose SMS ledger the harness cannot read (capability
+``sms_ledger``) gets the SMS part switched off, said so in ``channels.sms``; the rest is judged.
 """
 
 from __future__ import annotations
@@ -21,12 +28,14 @@ import pandas as pd
 
 from harness.checkers.evidence import Evidence
 from harness.checkers.registry import checker
-from harness.checkers.verdict import Verdict
+from harness.checkers.verdict import SWITCHED_OFF, Verdict
 from harness.model.history import CHANNEL_OF_PROVIDER
-from harness.model.oracle import expected_channel_deliveries
+from harness.model.oracle import expected_channel_deliveries, never_texted
 
-CHANNELS = ("email", "in_app")
+CHANNELS = ("email", "in_app", "sms")
 KEY = ["tenant_id", "notification_id", "token"]
+# The capability the SMS part needs: the SMS ledger of the SNS endpoint the system texts through.
+SMS_LEDGER = "sms_ledger"
 EXAMPLES = 5
 Key = tuple[str, str, str]
 
@@ -42,26 +51,59 @@ def _channel_of(provider: Any, detail: Any) -> str | None:
     return channel
 
 
+def _sms_barred(
+    history: pd.DataFrame, never: Mapping[str, str]
+) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """SMS publishes to numbers no SMS may reach: to opted-out numbers (any publish, delivered
+    or not), and delivered to numbers without SMS consent; with a few examples."""
+    counts = {"sms_to_opted_out": 0, "sms_without_consent": 0}
+    examples: list[dict[str, Any]] = []
+    if not never:
+        return counts, examples
+    rows = history[(history["kind"] == "channel") & (history["provider"] == "sms")]
+    columns = [*KEY, "delivered", "reason"]
+    for tenant, nid, token, delivered, reason in rows[columns].itertuples(index=False, name=None):
+        why = never.get(str(token))
+        if why == "opted_out":
+            counts["sms_to_opted_out"] += 1
+        elif why == "no_sms_consent" and not pd.isna(delivered) and bool(delivered):
+            counts["sms_without_consent"] += 1
+        else:
+            continue
+        if len(examples) < EXAMPLES:
+            examples.append(
+                {"tenant_id": tenant, "notification_id": nid, "token": token, "why": why,
+                 "provider_reason": None if pd.isna(reason) else reason}
+            )  # fmt: skip
+    return counts, examples
+
+
 def check(
     expected_rows: pd.DataFrame,
     history: pd.DataFrame,
     max_lost: int = 0,
     max_duplicated: int = 0,
+    never: Mapping[str, str] | None = None,
+    sms_off: str | None = None,
 ) -> Verdict:
     """``expected_rows``: tenant_id, notification_id, token, channel. Tolerances apply to each
-    channel's figure (a scenario may accept a residual and still see it reported)."""
-    expected: dict[str, set[Key]] = {c: set() for c in CHANNELS}
+    channel's figure (a scenario may accept a residual and still see it reported). ``never``:
+    number -> why no SMS may reach it (:func:`harness.model.oracle.never_texted`); ``sms_off``:
+    why the SMS part cannot be judged on this target (then it is left out, and said so)."""
+    skipped = {"sms"} if sms_off else set()
+    expected: dict[str, set[Key]] = {c: set() for c in CHANNELS if c not in skipped}
     for tenant, nid, token, channel in expected_rows[KEY + ["channel"]].itertuples(
         index=False, name=None
     ):
-        expected.setdefault(str(channel), set()).add((str(tenant), str(nid), str(token)))
+        if str(channel) not in skipped:
+            expected.setdefault(str(channel), set()).add((str(tenant), str(nid), str(token)))
     rows = history[(history["kind"] == "channel") & (history["delivered"].fillna(False))]
     delivered: dict[str, Counter[Key]] = {c: Counter() for c in expected}
     for tenant, nid, token, provider, detail in rows[KEY + ["provider", "detail"]].itertuples(
         index=False, name=None
     ):
         channel = _channel_of(provider, detail)
-        if channel is None:
+        if channel is None or channel in skipped:
             continue
         delivered.setdefault(channel, Counter())[(str(tenant), str(nid), str(token))] += 1
         expected.setdefault(channel, set())
@@ -103,8 +145,16 @@ def check(
             "unexpected_examples": records(unexpected_keys, with_n=True),
         }
     counts.update(dict(totals))
+    channels: dict[str, Any] = dict(examples)
+    if sms_off:
+        channels["sms"] = {SWITCHED_OFF: sms_off}
+    else:
+        barred, barred_examples = _sms_barred(history, never or {})
+        counts.update(barred)
+        valid = valid and not any(barred.values())
+        channels.setdefault("sms", {})["barred_examples"] = barred_examples
     details = {
-        "channels": examples,
+        "channels": channels,
         "tolerance": {"max_lost": max_lost, "max_duplicated": max_duplicated},
     }
     return Verdict("channel_delivery", valid, counts, details)
@@ -112,7 +162,10 @@ def check(
 
 @checker(
     "channel_delivery",
-    summary="email and in-app deliveries effectively once, per channel, against the oracle",
+    summary=(
+        "email, in-app and SMS deliveries effectively once, per channel, against the oracle; "
+        "no SMS to an opted-out number or without SMS consent"
+    ),
     tolerances={"max_lost": 0, "max_duplicated": 0},
     # With the history on disk these kinds come as a frame (see registry.in_memory_for).
     reads=("inject", "channel"),
@@ -122,9 +175,17 @@ def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     expected = expected_channel_deliveries(
         evidence.population, history[history["kind"] == "inject"], evidence.policy.channels_by_kind
     )
+    capabilities = evidence.capabilities
+    sms_off = (
+        None
+        if capabilities is None or SMS_LEDGER in capabilities
+        else f"not available on this target: it has no {SMS_LEDGER}"
+    )
     return check(
         expected,
         history,
         max_lost=int(tolerance["max_lost"]),
         max_duplicated=int(tolerance["max_duplicated"]),
+        never=never_texted(evidence.population),
+        sms_off=sms_off,
     )

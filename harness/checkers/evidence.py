@@ -28,6 +28,9 @@ class Evidence:
     # A history larger than memory, on disk: checkers that can run out of core query it
     # (``history`` then holds only what the others read: see ``registry.run_probe``).
     store: HistoryStore | None = None
+    # What the system exposes (``SystemContract.capabilities``; None: everything), for a
+    # checker that switches off only a part of itself (channel_delivery's SMS part).
+    capabilities: frozenset[str] | None = None
 
 
 def expectation_from(

@@ -139,6 +139,8 @@ def run_probe(
             name, f"not available on this target: it has no {', '.join(sorted(missing))}"
         )
     try:
+        if capabilities is not None:
+            evidence = dataclasses.replace(evidence, capabilities=capabilities)
         verdict = spec.probe(in_memory_for(spec, evidence), tolerance_for(name, tolerance))
     except Exception as exc:  # a crashing checker must never read as a pass
         return unknown_verdict(

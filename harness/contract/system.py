@@ -69,6 +69,9 @@ class SystemContract:
     table_writer: Callable[[str, str, dict[str, Any]], None] | None = None
     # The SQS endpoint's own log of what it handed out (the harness's SQS endpoint only).
     sqs_log_url: str | None = None
+    # The SNS endpoint the system sends SMS through, when it is the harness's own: its SMS
+    # ledger is what the SMS part of channel_delivery reads (capability ``sms_ledger``).
+    sms_ledger_url: str | None = None
     extra: set[str] = field(default_factory=set)
 
     def operations(self) -> set[str]:
@@ -105,4 +108,6 @@ class SystemContract:
             caps.add("table_writes")
         if self.sqs_log_url:
             caps.add("sqs_log")
+        if self.sms_ledger_url:
+            caps.add("sms_ledger")
         return frozenset(caps)

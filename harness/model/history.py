@@ -46,9 +46,9 @@ COLUMNS = {
 }
 
 
-# The email and in-app simulators' provider names, and the channel each delivers (history rows of
-# those ledgers carry the provider name).
-CHANNEL_OF_PROVIDER = {"ses": "email", "inapp": "in_app"}
+# The email and in-app simulators' provider names and the SNS endpoint's SMS ledger's, and the
+# channel each delivers (history rows of those ledgers carry the provider name).
+CHANNEL_OF_PROVIDER = {"ses": "email", "inapp": "in_app", "sms": "sms"}
 
 _ARROW_TYPES = {
     "int64": pa.int64(),

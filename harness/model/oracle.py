@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from harness.model.population import Population, connection_id
+from harness.model.population import Population, User, connection_id, sms_consented
 from harness.model.timeline import Timeline
 
 EXPECTED_COLUMNS = ["tenant_id", "notification_id", "token", "user_id", "quiet_until"]
@@ -128,24 +128,54 @@ def expected_deliveries(
 CHANNEL_EXPECTED_COLUMNS = ["tenant_id", "notification_id", "token", "channel"]
 
 
+def sms_expected(user: User) -> bool:
+    """The user must be texted a notification of an SMS kind: a number, SMS consent, not opted
+    out at the provider, and not inside a quiet window for the whole run."""
+    return bool(
+        user.phone
+        and sms_consented(user)
+        and not user.sms_opted_out
+        and user.quiet_state != "whole_run"
+    )
+
+
+def never_texted(population: Population) -> dict[str, str]:
+    """Numbers no SMS may ever reach, with why: opted out at the provider, or no SMS consent
+    (never given or withdrawn; a number shared with a consenting user is left out: that user
+    may be texted)."""
+    allowed = {u.phone for u in population.users if u.phone and sms_consented(u)}
+    why: dict[str, str] = {}
+    for user in population.users:
+        if not user.phone:
+            continue
+        if user.sms_opted_out:
+            why[user.phone] = "opted_out"
+        elif not sms_consented(user) and user.phone not in allowed:
+            why.setdefault(user.phone, "no_sms_consent")
+    return why
+
+
 def expected_channel_deliveries(
     population: Population,
     injected: pd.DataFrame,
     channels_by_kind: Mapping[str, Sequence[str]],
 ) -> pd.DataFrame:
-    """One row per (notification, recipient) the email and in-app channels must deliver exactly
-    once: ``token`` is the address (email) or the connection id ``<tenant>:<user>`` (in-app).
+    """One row per (notification, recipient) the email, in-app and SMS channels must deliver
+    exactly once: ``token`` is the address (email), the connection id ``<tenant>:<user>``
+    (in-app) or the phone number (SMS).
 
     ``injected``: the accepted events; their kind in ``detail`` (history ``inject`` rows, whose
     own ``kind`` column says "inject"), else in ``kind``. A kind ``channels_by_kind`` does not
     name goes to push only. Email needs an address and an
-    email consent; in-app needs the user online (connection registered with the gateway). Push
-    stays with :func:`expected_deliveries`."""
+    email consent; in-app needs the user online (connection registered with the gateway); SMS
+    needs a number, SMS consent, a number not on the provider's opt-out list, and a quiet window
+    that ends during the run if there is one (SMS buzzes: quiet hours hold it, as for push).
+    Push stays with :func:`expected_deliveries`."""
     rows: list[tuple[str, str, str, str]] = []
     kind_column = "detail" if "detail" in injected.columns else "kind"
     for event in injected.itertuples(index=False):
         channels = channels_by_kind.get(str(getattr(event, kind_column)), ("push",))
-        if "email" not in channels and "in_app" not in channels:
+        if not set(channels) & {"email", "in_app", "sms"}:
             continue
         author = population.author(event.tenant_id, event.author_id)
         for follower in author.followers:
@@ -155,4 +185,7 @@ def expected_channel_deliveries(
             if "in_app" in channels and user.online:
                 token = connection_id(event.tenant_id, follower)
                 rows.append((event.tenant_id, event.notification_id, token, "in_app"))
+            if "sms" in channels and sms_expected(user):
+                assert user.phone is not None
+                rows.append((event.tenant_id, event.notification_id, user.phone, "sms"))
     return pd.DataFrame(rows, columns=CHANNEL_EXPECTED_COLUMNS)

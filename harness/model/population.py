@@ -66,6 +66,12 @@ class PopulationSpec:
     email_fraction: float = 0.7
     no_email_consent_fraction: float = 0.15
     online_fraction: float = 0.5
+    # SMS (a stream of its own: the users, devices and emails above are drawn as before): a
+    # number, SMS consent, and the numbers that replied STOP before the run (on the SMS
+    # provider's opt-out list: never texted, whatever the consent says).
+    phone_fraction: float = 0.6
+    no_sms_consent_fraction: float = 0.2
+    sms_opted_out_fraction: float = 0.1
     # The share of users who ever registered anything (preferences, devices, an address). The
     # rest follow and read but have nothing the delivery path reads: the population holds no
     # record for them and nothing is loaded for them (consent is default-deny, so the system
@@ -126,6 +132,10 @@ class User:
     email_consent: dict[str, Any] | None = None
     # An open in-app (WebSocket) connection for the whole run.
     online: bool = False
+    phone: str | None = None  # E.164
+    sms_consent: dict[str, Any] | None = None
+    # The number replied STOP before the run: on the SMS provider's opt-out list.
+    sms_opted_out: bool = False
 
 
 @dataclass(frozen=True)
@@ -212,8 +222,8 @@ class Population:
 
 def preferences_body(user: User) -> dict[str, Any]:
     """The user's preferences as the Event API takes them (the loader and every mid-run save
-    send the same values, so the oracle's expectation holds). The email fields only when the
-    user has them: a system without the email channel sees the body it always saw."""
+    send the same values, so the oracle's expectation holds). The email and SMS fields only when
+    the user has them: a system without those channels sees the body it always saw."""
     prefs: dict[str, Any] = {
         "zone": user.zone,
         "quiet_hours": user.quiet_hours,
@@ -224,7 +234,44 @@ def preferences_body(user: User) -> dict[str, Any]:
         prefs["email"] = user.email
     if user.email_consent:
         prefs["email_consent"] = user.email_consent
+    if user.phone:
+        prefs["phone"] = user.phone
+    if user.sms_consent:
+        prefs["sms_consent"] = user.sms_consent
     return prefs
+
+
+def phone_number(index: int) -> str:
+    """The ``index``-th user's number: unique in the population, E.164 (+44 77 and nine digits,
+    room for a billion users)."""
+    return f"+4477{index:09d}"
+
+
+def _sms_fields(
+    rng: random.Random, spec: PopulationSpec, index: int
+) -> tuple[str | None, dict[str, Any] | None, bool]:
+    """(phone, sms_consent, sms_opted_out) of the ``index``-th user: four draws every user, so
+    the stream stays aligned whatever the fractions. Of the users without SMS consent, half
+    never gave it (None), half withdrew it (a record with ``revoked_at``)."""
+    has_phone = rng.random() < spec.phone_fraction
+    consented = rng.random() >= spec.no_sms_consent_fraction
+    withdrawn = rng.random() < 0.5
+    opted_out = rng.random() < spec.sms_opted_out_fraction
+    if not has_phone:
+        return None, None, False
+    consent: dict[str, Any] | None = {
+        "granted_at": "2026-01-01T00:00:00+00:00",
+        "version": "2026-01",
+    }
+    if not consented:
+        consent = {**consent, "revoked_at": "2026-06-01T00:00:00+00:00"} if withdrawn else None
+    return phone_number(index), consent, opted_out
+
+
+def sms_consented(user: User) -> bool:
+    """The user's SMS consent stands: a record, not withdrawn (the population writes a
+    withdrawal as ``revoked_at``, after ``granted_at``; it never grants again)."""
+    return user.sms_consent is not None and not user.sms_consent.get("revoked_at")
 
 
 def connection_id(tenant_id: str, user_id: str) -> str:
@@ -296,6 +343,7 @@ def generate(
         raise ValueError("push_enabled_fraction must be between 0 and 1")
     rng = random.Random(seed)
     channel_rng = random.Random(f"channels:{seed}")
+    sms_rng = random.Random(f"sms:{seed}")
     # A stream of its own: at 1.0 every user is drawn exactly as before the fraction existed.
     enabled_rng = random.Random(f"enabled:{seed}")
     # Every user's window is one of (state, zone): computed once per pair, not per user.
@@ -358,6 +406,7 @@ def generate(
                     email,
                     email_consent,
                     online,
+                    *_sms_fields(sms_rng, spec, len(population.users)),
                 )
             )
             if rng.random() < spec.no_device_fraction:

@@ -89,6 +89,9 @@ class Load:
     # The same event id (ULID) for the same author id in every tenant: two tenants minting
     # the same ULID, which tenant-prefixed keys must keep apart.
     shared_event_ids: bool = False
+    # The kind of every event of the load: "post", or e.g. "mention" (which the policy's
+    # channels_by_kind routes to email, in-app and SMS too).
+    kind: str = "post"
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,11 @@ def _dataclass_from(cls: type, values: dict[str, Any], where: str) -> Any:
         raise ScenarioError(f"{where}: {exc}") from exc
 
 
+def valid_kind(kind: str) -> bool:
+    """An event kind the load may post (the Event API's own rule is the system's to state)."""
+    return 0 < len(kind) <= 64 and all(c.isascii() and (c.isalnum() or c in "_-") for c in kind)
+
+
 def _number(step: dict[str, Any], key: str, where: str, default: float | None = None) -> float:
     value = step.get(key, default)
     if not isinstance(value, int | float) or value < 0:
@@ -240,6 +248,10 @@ def parse(data: Any, name: str) -> Scenario:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                     raise ScenarioError(f"{where}: {key} must be a whole number >= 0")
             _number(values, "spread_s", where, 0.0)
+            if not isinstance(load.kind, str) or not valid_kind(load.kind):
+                raise ScenarioError(
+                    f"{where}: kind must be an event kind of 1-64 letters, digits, _ or -"
+                )
         elif kind == "locust":
             locust = _locust_step(step, where)
         elif kind == "fault":

@@ -1,13 +1,16 @@
-"""The email and in-app simulators' side of a run: online users in, ledgers out.
+"""The email, in-app and SMS side of a run: online users and opted-out numbers in, ledgers out.
 
 * :func:`register_online_users`: the population's online users get a live connection at the
   in-app gateway simulator (call it when the population is loaded, before events go in).
-* :class:`ChannelLedgers`: pulls the SES and in-app ledgers into the history as kind
-  ``channel`` rows. Not ``provider`` rows: the push checkers read every ``provider`` row as a
-  push and would count these as unexpected deliveries. A row carries ``provider`` (``ses`` /
-  ``inapp``), ``token`` (address / connection id), ``tenant_id``, ``notification_id``,
-  ``status``, ``reason``, ``delivered``, ``time`` (the simulator's receive time) and
-  ``detail`` ``{"channel": "email" | "in_app", "fault": ...}``.
+* :func:`opt_out_numbers`: the population's numbers that replied STOP before the run go on the
+  SNS endpoint's opt-out list (the handset's side, which only the SMS provider sees).
+* :class:`ChannelLedgers`: pulls the SES and in-app ledgers and the SNS endpoint's SMS ledger
+  (``GET /_sns/sms``) into the history as kind ``channel`` rows. Not ``provider`` rows: the push
+  checkers read every ``provider`` row as a push and would count these as unexpected deliveries.
+  A row carries ``provider`` (``ses`` / ``inapp`` / ``sms``), ``token`` (address / connection id
+  / phone number), ``tenant_id``, ``notification_id``, ``status``, ``reason``, ``delivered``,
+  ``time`` (the simulator's receive time) and ``detail`` ``{"channel": "email" | "in_app" |
+  "sms", "fault": ...}``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import httpx
 import pandas as pd
 
+from emulators.sns.faults import SnsControl
 from harness.model.history import CHANNEL_OF_PROVIDER, History
 from harness.model.population import Population, connection_id
 from harness.run.provider_control import SimulatorControl
@@ -26,6 +30,9 @@ from harness.run.provider_control import SimulatorControl
 # Simulator (ledger provider) -> channel.
 PART_OF_PROVIDER = {"ses": "ses", "inapp": "inapp"}
 REGISTER_BATCH = 5_000
+# Rows one GET /_sns/sms answers at most (the endpoint's own page limit).
+SMS_PAGE = 10_000
+MAX_SMS_PAGES = 10_000
 
 DeliveryKey = tuple[str, str, str, str]  # tenant, notification, token, channel
 
@@ -43,6 +50,40 @@ def register_online_users(inapp_url: str, population: Population) -> int:
                 "/_sim/connections", json={"connections": ids[start : start + REGISTER_BATCH]}
             ).raise_for_status()
     return len(ids)
+
+
+def opt_out_numbers(sns_url: str, population: Population) -> int:
+    """Put the population's opted-out numbers on the SNS endpoint's opt-out list; returns how
+    many numbers that is."""
+    numbers = [u.phone for u in population.users if u.phone and u.sms_opted_out]
+    with SnsControl(sns_url, timeout=30) as sns:
+        for start in range(0, len(numbers), REGISTER_BATCH):
+            sns.opt_out(numbers[start : start + REGISTER_BATCH])
+    return len(numbers)
+
+
+class SmsLedger:
+    """The SNS endpoint's SMS ledger, read on from where the last call stopped (the ledger
+    source :class:`ChannelLedgers` polls, like a simulator's)."""
+
+    def __init__(self, sns_url: str) -> None:
+        self.http = httpx.Client(base_url=sns_url, timeout=10)
+        self.next = 0
+
+    def new_rows(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for _ in range(MAX_SMS_PAGES):
+            response = self.http.get("/_sns/sms", params={"since": self.next, "limit": SMS_PAGE})
+            response.raise_for_status()
+            page = response.json()
+            rows += page["rows"]
+            self.next = page["next"]
+            if len(page["rows"]) < SMS_PAGE:
+                break
+        return rows
+
+    def close(self) -> None:
+        self.http.close()
 
 
 def append_channel_rows(history: History, rows: Iterable[dict[str, Any]]) -> int:
@@ -71,20 +112,28 @@ def append_channel_rows(history: History, rows: Iterable[dict[str, Any]]) -> int
 
 
 class ChannelLedgers:
-    """Pulls the SES and in-app ledgers into the history; ``delivered`` holds the
-    (tenant, notification, token, channel) keys delivered so far."""
+    """Pulls the SES and in-app ledgers and the SMS ledger into the history; ``delivered``
+    holds the (tenant, notification, token, channel) keys delivered so far."""
 
-    def __init__(self, history: History, controls: list[SimulatorControl]) -> None:
+    def __init__(self, history: History, controls: list[SimulatorControl | SmsLedger]) -> None:
         self.history = history
         self.controls = controls
         self.delivered: set[DeliveryKey] = set()
         self.rows = 0
 
     @classmethod
-    def for_stack(cls, history: History, urls: dict[str, str]) -> ChannelLedgers:
-        """``urls``: simulator name (``ses``, ``inapp``) -> its URL; the absent ones are
-        skipped (a stack or target without that channel)."""
-        return cls(history, [SimulatorControl(urls[p]) for p in PART_OF_PROVIDER if p in urls])
+    def for_stack(
+        cls, history: History, urls: dict[str, str], sms_url: str | None = None
+    ) -> ChannelLedgers:
+        """``urls``: simulator name (``ses``, ``inapp``) -> its URL; ``sms_url``: the SNS
+        endpoint whose SMS ledger to read. The absent ones are skipped (a stack or target
+        without that channel)."""
+        sources: list[SimulatorControl | SmsLedger] = [
+            SimulatorControl(urls[p]) for p in PART_OF_PROVIDER if p in urls
+        ]
+        if sms_url:
+            sources.append(SmsLedger(sms_url))
+        return cls(history, sources)
 
     def poll(self) -> int:
         added = 0

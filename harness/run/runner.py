@@ -46,7 +46,7 @@ from harness.model.scenarios import Scenario
 from harness.run.actions import ActionContext
 from harness.run.actions import unavailable as action_unavailable
 from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
-from harness.run.channel_ledgers import ChannelLedgers, register_online_users
+from harness.run.channel_ledgers import ChannelLedgers, opt_out_numbers, register_online_users
 from harness.run.dlq import redrive_all
 from harness.run.provider_control import SimulatorControl
 from harness.run.python_steps import action_of, fault_of, judge
@@ -531,8 +531,8 @@ def _inject(
                 history,
                 author.tenant_id,
                 author.user_id,
-                "post",
-                f"post-{author.user_id}-{n}-{rng.randrange(10**6)}",
+                scenario.load.kind,
+                f"{scenario.load.kind}-{author.user_id}-{n}-{rng.randrange(10**6)}",
                 event_id,
                 driver,
             )
@@ -642,7 +642,7 @@ def read_injected(path: Path) -> list[dict[str, Any]]:
 def _wait_for_channels(
     channels: ChannelLedgers, expected: pd.DataFrame, deadline: float, progress: Progress
 ) -> None:
-    """Email and in-app deliveries of the run, on a condition: all seen, or quiet for 5 s
+    """Email, in-app and SMS deliveries of the run, on a condition: all seen, or quiet for 5 s
     (a lost one never comes), or the run's deadline."""
     seen, last_change, last_report = -1, time.monotonic(), 0.0
     while time.monotonic() < deadline:
@@ -653,10 +653,10 @@ def _wait_for_channels(
         if seen == len(expected) or time.monotonic() - last_change >= 5:
             break
         if time.monotonic() - last_report >= 5:
-            progress("wait", f"{seen}/{len(expected)} email and in-app deliveries seen")
+            progress("wait", f"{seen}/{len(expected)} email, in-app and SMS deliveries seen")
             last_report = time.monotonic()
         time.sleep(0.2)
-    progress("collect", f"{seen}/{len(expected)} email and in-app deliveries seen")
+    progress("collect", f"{seen}/{len(expected)} email, in-app and SMS deliveries seen")
 
 
 @dataclass
@@ -788,6 +788,9 @@ def _load_population(state: RunState) -> None:
     calls = load_population(state.contract.api_url, population, driver=state.contract.driver)
     if "inapp" in info.parts:
         register_online_users(info.url("inapp"), population)
+    if state.contract.sms_ledger_url:
+        # Before any event: these numbers replied STOP before the run.
+        opt_out_numbers(state.contract.sms_ledger_url, population)
     history.append("phase", detail="population_loaded")
     progress(
         "load",
@@ -839,7 +842,9 @@ def _inject_load(state: RunState) -> None:
             contract.driver,
         )  # fmt: skip
     state.channel_urls = {p: info.url(p) for p in ("ses", "inapp") if p in info.parts}
-    state.channels = ChannelLedgers.for_stack(state.history, state.channel_urls)
+    state.channels = ChannelLedgers.for_stack(
+        state.history, state.channel_urls, contract.sms_ledger_url
+    )
     state.deadline = time.monotonic() + scenario.timeout_seconds
     # The schedule's actions (erasures, changes, probes posted again) belong to the load.
     nemesis.wait(max(0.0, state.deadline - time.monotonic()))
@@ -884,7 +889,7 @@ def _await_outcome(state: RunState) -> None:
     channel_expected = expected_channel_deliveries(
         state.population, injected, policy.channels_by_kind
     )
-    if state.channel_urls and len(channel_expected):
+    if (state.channel_urls or state.contract.sms_ledger_url) and len(channel_expected):
         _wait_for_channels(state.channels, channel_expected, state.deadline, progress)
 
 

@@ -27,6 +27,7 @@ WORKERS: dict[str, tuple[str, ...]] = {
     "push-consumer": ("reference_impl.push_consumer",),
     "email-consumer": ("reference_impl.channel_consumer", "--channel", "email"),
     "in-app-consumer": ("reference_impl.channel_consumer", "--channel", "in_app"),
+    "sms-consumer": ("reference_impl.channel_consumer", "--channel", "sms"),
     "stream-invalidator": ("reference_impl.stream_invalidator",),
 }
 
@@ -58,6 +59,8 @@ def config_values(urls: Mapping[str, str | None], extra: Mapping[str, Any]) -> d
         "fcm_projects": ["fanout-sender-0", "fanout-sender-1"],
         "ses_url": url("ses"),
         "inapp_url": url("inapp"),
+        # SMS goes out through the SNS endpoint (Publish with PhoneNumber).
+        "sns_endpoint": url("sns"),
         "celebrity_threshold": 50,
         # Small pages and short walks, so that a run at demo scale already goes through the
         # fan-out of fan-out (walk tasks handing on, page tasks in parallel).
@@ -170,7 +173,7 @@ def contract(info: Any, durable: bool) -> SystemContract:
             },
         )
 
-    sqs = info.parts.get("sqs")
+    sqs, sns = info.parts.get("sqs"), info.parts.get("sns")
     return SystemContract(
         name="reference",
         api_url=info.url("event-api"),
@@ -180,4 +183,6 @@ def contract(info: Any, durable: bool) -> SystemContract:
         audit=audit,
         table_writer=write_preferences,
         sqs_log_url=sqs.url if sqs is not None else None,
+        # The reference texts through the stack's SNS endpoint (sns_endpoint in its config).
+        sms_ledger_url=sns.url if sns is not None and config.sns_endpoint else None,
     )

@@ -65,6 +65,7 @@ PARTS = (
     "push-consumer",
     "email-consumer",
     "in-app-consumer",
+    "sms-consumer",
     "stream-invalidator",
 )
 WORKER_PARTS = (
@@ -73,16 +74,21 @@ WORKER_PARTS = (
     "push-consumer",
     "email-consumer",
     "in-app-consumer",
+    "sms-consumer",
     "stream-invalidator",
 )
 # Parts that need other parts' URLs (and the APNs CA) at start: a tier of their own.
 DEPENDENT_PARTS = ("sns",)
-# Parts a stack starts only when asked for by name: the reference does not publish through SNS
-# yet, so a default stack does without it.
-OPTIONAL_PARTS = ("sns",)
+# Parts a stack starts only when asked for by name (none today: the reference sends SMS through
+# the SNS endpoint, so a default stack has it).
+OPTIONAL_PARTS: tuple[str, ...] = ()
 INFRA_PARTS = tuple(p for p in PARTS if p not in WORKER_PARTS and p not in DEPENDENT_PARTS)
 # Worker part -> the channel its reference_impl.channel_consumer process drains.
-CHANNEL_CONSUMERS = {"email-consumer": "email", "in-app-consumer": "in_app"}
+CHANNEL_CONSUMERS = {
+    "email-consumer": "email",
+    "in-app-consumer": "in_app",
+    "sms-consumer": "sms",
+}
 # Workers that serve nothing: they poll, and say they are ready with a ready file.
 POLLER_PARTS = ("fanout-worker", "push-consumer", *CHANNEL_CONSUMERS, "stream-invalidator")
 # Where the harness's own clients reach a service: the first of these parts the stack has.
