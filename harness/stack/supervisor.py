@@ -751,14 +751,47 @@ def stop_process(proc: subprocess.Popen[Any] | int, timeout: float = 5.0) -> Non
 
 
 def stop_processes(procs: Sequence[subprocess.Popen[Any]], timeout: float = 5.0) -> None:
-    """SIGTERM every process group at once, then wait for each (SIGKILL past the timeout)."""
+    """SIGTERM every process group at once, then wait for them all within one ``timeout``
+    (not one each: a stack of slow stoppers would otherwise take their sum), SIGKILL for
+    those still there."""
     for proc in procs:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
+    deadline = time.monotonic() + timeout
     for proc in procs:
-        stop_process(proc, timeout)
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in procs:
+        # Also when the leader has gone: its group (forked workers) goes with it.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for proc in procs:
+        try:
+            proc.wait(5.0)
+        except subprocess.TimeoutExpired:  # unkillable (D state): nothing more to do here
+            pass
+    # A killed group's other members (forked workers, reparented once their leader died) are
+    # gone only once reaped: wait for that, so that "stopped" means no process is left.
+    try:
+        wait_until(lambda: not any(_group_alive(p.pid) for p in procs), 5.0, "groups to end")
+    except TimeoutError:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def stop_from_file(path: Path) -> list[str]:
