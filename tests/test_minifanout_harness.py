@@ -133,6 +133,7 @@ def run(target: Path, scenario: str, out: Path) -> tuple[int, dict, str]:
     return result.returncode, json.loads((runs[-1] / "summary.json").read_text()), output
 
 
+@pytest.mark.wholerun
 def test_shipped_scenarios_pass_on_minifanout_run_after_run(deps, tmp_path):
     """smoke, memorydb-outage and sqs-redelivery, one after another on the same long-lived
     system: each run's tenants are its own, so what an earlier run left is never judged again."""
@@ -151,6 +152,7 @@ def test_shipped_scenarios_pass_on_minifanout_run_after_run(deps, tmp_path):
     assert len(prefixes) == 3
 
 
+@pytest.mark.wholerun
 @pytest.mark.parametrize(
     ("bug", "scenario", "checker", "count"),
     [
