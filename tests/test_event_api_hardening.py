@@ -36,7 +36,7 @@ from reference_impl.ids import ID_PATTERN
 from reference_impl.inbox import MAX_LIMIT
 from reference_impl.ulid_window import ULID_PATTERN
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 READ_TIMEOUT = 1.0
 

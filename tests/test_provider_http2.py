@@ -19,7 +19,7 @@ from reference_impl.config import Config
 from reference_impl.http2 import Http2Client, Http2Error, PlainEncoder
 from reference_impl.providers import ApnsClient, FcmClient
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 TOKEN = "ab" * 32
 
 

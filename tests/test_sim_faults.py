@@ -34,7 +34,7 @@ from emulators.providers.fcm import FcmSimulator, write_service_account_file
 from emulators.providers.ledger import ProviderState
 from emulators.providers.loadcheck import H2ClientConnection
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 FCM_ERROR = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 N = 40  # requests per certainty check (p=1 / p=0)

@@ -36,7 +36,7 @@ from chaos.toxiproxy.toxics import Chunk, LimitDataToxic, SlicerToxic, Toxic
 from emulators.ports import LOOPBACK, free_port
 from harness.stack.supervisor import require_redis_server, stop_process, wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 ROOT = Path(__file__).resolve().parent.parent
 # Toxiproxy's tests allow 10 ms (plus jitter) around every expected time. On a machine busy with
