@@ -37,6 +37,7 @@ DEFECTS = (
     "ignore_retry_after",  # 429s retried on the queue's own schedule, the scope never paused
     "fallback_no_recheck",  # after recovery, Redis alone decides (fallback keys forgotten)
     "quiet_hours_in_utc",  # the classic bug: the window compared with UTC wall-clock time
+    "unknown_zone_sent",  # a zone no tz database knows is taken as UTC: quiet hours fail open
     "dedup_key_without_tenant",  # two tenants' same ULID and device suppress each other
     "rate_limit_counts_redeliveries",  # the limits count receives, not notification ids
     "partition_key_per_event",  # Kinesis key = event id: one author's posts spread over shards

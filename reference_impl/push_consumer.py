@@ -52,7 +52,7 @@ from reference_impl.providers import (
     SendResult,
     fcm_project_for,
 )
-from reference_impl.quiet_hours import decide, parse_window
+from reference_impl.quiet_hours import decide, parse_window, resolve_zone
 from reference_impl.rate_limit import (
     DIGEST_AUTHOR,
     DIGEST_KIND,
@@ -315,6 +315,8 @@ class PushConsumer(JobConsumer):
         state.zone = zone
         if "quiet_hours_in_utc" in self.defects and zone is not None:
             zone = "UTC"
+        if "unknown_zone_sent" in self.defects and zone and resolve_zone(zone) is None:
+            zone = "UTC"  # the defect: "Mars/Olympus_Mons" read as UTC, sent when no window
         decision = decide(self.clock(), zone, window)
         if not decision.send:
             assert decision.release_at is not None

@@ -82,6 +82,14 @@ def test_a_change_written_to_the_table_that_leaves_the_cache_is_caught(tmp_path)
     assert _failed(code, summary, "preference_changes")["violations"] > 0
 
 
+def test_a_zone_no_tz_database_knows_taken_as_utc_is_caught(tmp_path):
+    # The run writes "Mars/Olympus_Mons" to a few users' records (the API refuses it): every
+    # push to them after the bound must be held, and the defect sends it as if in UTC.
+    path = _variant(tmp_path, "preference-changes", ["unknown_zone_sent"])
+    code, summary, _ = _run(path, tmp_path / "o")
+    assert _failed(code, summary, "preference_changes")["to_an_unknown_zone"] > 0
+
+
 def test_an_erasure_that_deletes_rows_first_leaves_a_dedup_key_behind(tmp_path):
     path = _variant(tmp_path, "gdpr-erasure", ["erasure_rows_first"])
     code, summary, _ = _run(path, tmp_path / "o")
