@@ -34,6 +34,7 @@ DEFECTS = (
     "delete_before_send",  # acknowledge the whole batch on receipt
     "skip_dedup",  # no dedup check at all ("send and pray")
     "no_collapse_id",  # pushes carry no collapse id
+    "collapse_id_per_author",  # collapse id = author: an author's next push replaces the last
     "ignore_retry_after",  # 429s retried on the queue's own schedule, the scope never paused
     "fallback_no_recheck",  # after recovery, Redis alone decides (fallback keys forgotten)
     "quiet_hours_in_utc",  # the classic bug: the window compared with UTC wall-clock time

@@ -256,6 +256,8 @@ class PushConsumer(JobConsumer):
         """``digest``: the (text, collapse id) of a digest push instead of the job's own."""
         nid = job["notification_id"]
         text, collapse_id = digest or (f"{job['author_id']} {job['kind']}", nid)
+        if digest is None and "collapse_id_per_author" in self.defects:
+            collapse_id = f"author-{job['author_id']}"  # the defect: one author's pushes replace
         if device["platform"] == "apns":
             payload = {
                 "aps": {"alert": {"title": "New activity", "body": text}},

@@ -90,6 +90,15 @@ def test_a_zone_no_tz_database_knows_taken_as_utc_is_caught(tmp_path):
     assert _failed(code, summary, "preference_changes")["to_an_unknown_zone"] > 0
 
 
+@pytest.mark.slow  # keeps make test's whole runs few; both engines' unit tests fail on it too
+def test_a_collapse_id_per_author_hides_the_authors_earlier_posts(tmp_path):
+    # The celebrity posts three times: each push replaces the last on every follower's device.
+    path = _variant(tmp_path, "preference-changes", ["collapse_id_per_author"])
+    code, summary, _ = _run(path, tmp_path / "o")
+    result = _failed(code, summary, "effectively_once")
+    assert result["hidden_by_collapse"] > 0 and result["lost"] == 0
+
+
 def test_an_erasure_that_deletes_rows_first_leaves_a_dedup_key_behind(tmp_path):
     path = _variant(tmp_path, "gdpr-erasure", ["erasure_rows_first"])
     code, summary, _ = _run(path, tmp_path / "o")

@@ -150,7 +150,9 @@ def preference_change(kind: str, user: User, now: float, horizon: float) -> dict
     if kind == "change_zone" and user.consent is not None and user.quiet_state == "outside":
         zone = zone_covering(user.quiet_hours or {}, now, horizon)
         return None if zone is None else {**body, "zone": zone}
-    if kind == "unknown_zone" and user.consent is not None and calm:
+    # A user with no window at all: only failing closed on the zone holds their pushes, so any
+    # system that fails open (sends now, reads the zone as UTC) shows it on every push.
+    if kind == "unknown_zone" and user.consent is not None and user.quiet_state == "none":
         return {**body, "zone": UNKNOWN_ZONE}
     return None
 
