@@ -41,6 +41,7 @@ DEFECTS = (
     "unknown_zone_sent",  # a zone no tz database knows is taken as UTC: quiet hours fail open
     "dedup_key_without_tenant",  # two tenants' same ULID and device suppress each other
     "rate_limit_counts_redeliveries",  # the limits count receives, not notification ids
+    "rate_limit_per_tenant",  # one sliding window per (tenant, channel), not per user
     "partition_key_per_event",  # Kinesis key = event id: one author's posts spread over shards
     "inbox_cursor_skips",  # next cursor = the oldest row any source fetched: a merge gap
     "unread_ignores_item_reads",  # the unread count forgets items read one by one

@@ -137,6 +137,7 @@ class PushConsumer(JobConsumer):
             self.redis,
             self.limits,
             count_receives="rate_limit_counts_redeliveries" in self.defects,
+            per_tenant="rate_limit_per_tenant" in self.defects,
         )
 
     def parse(self, record: dict[str, Any]) -> dict[str, Any]:

@@ -185,6 +185,17 @@ def test_like_storm_collapses_the_excess_into_digests(tmp_path):
     assert limit["over_limit_sent"] == 0 and limit["redeliveries_counted"] == 0
 
 
+@pytest.mark.slow  # make test-all runs it; the checker's counts are unit-tested over histories
+def test_one_window_per_tenant_holds_users_under_their_own_limit(tmp_path):
+    # Seed 000: a sliding window per (user, channel). A window shared by the tenant holds a
+    # user who had fewer than per_window of their own, and digests count other users' likes.
+    path = _variant(tmp_path, "like-storm", ["rate_limit_per_tenant"])
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    result = _failed(summary, "rate_limit")
+    assert result["redeliveries_counted"] > 0 and result["digest_overcount"] > 0
+
+
 def test_a_deferral_that_is_never_requeued_is_caught_by_quiet_hours(tmp_path):
     path = _variant(tmp_path, "smoke", ["deferral_acks_without_requeue"])
     code, summary, _ = _run(str(path), tmp_path / "out")
