@@ -196,6 +196,16 @@ def test_one_window_per_tenant_holds_users_under_their_own_limit(tmp_path):
     assert result["redeliveries_counted"] > 0 and result["digest_overcount"] > 0
 
 
+@pytest.mark.slow  # make test-all runs it; channel_delivery's duplicate count is unit-tested
+def test_email_and_in_app_without_a_dedup_claim_duplicate_under_redelivery(tmp_path):
+    # sqs-redelivery posts mentions: every queue, not only push, hands messages out twice.
+    path = _variant(tmp_path, "sqs-redelivery", ["channel_dedup_skipped"])
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    result = _failed(summary, "channel_delivery")
+    assert result["email_duplicated"] > 0 and result["in_app_duplicated"] > 0
+
+
 def test_a_deferral_that_is_never_requeued_is_caught_by_quiet_hours(tmp_path):
     path = _variant(tmp_path, "smoke", ["deferral_acks_without_requeue"])
     code, summary, _ = _run(str(path), tmp_path / "out")

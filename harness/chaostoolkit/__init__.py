@@ -39,6 +39,7 @@ def load(
     celebrity_posts: int = 1,
     spread_s: float = 0.0,
     shared_event_ids: bool = False,
+    kind: str = "post",
 ) -> dict[str, Any]:
     """The harness's own load (posts per author): starts the run; returns where it runs."""
     return SESSION.current().describe()

@@ -89,6 +89,9 @@ class Load:
     # The same event id (ULID) for the same author id in every tenant: two tenants minting
     # the same ULID, which tenant-prefixed keys must keep apart.
     shared_event_ids: bool = False
+    # The event kind posted: which channels it reaches is the system's policy (channels_by_kind;
+    # on the reference a mention reaches push, email and in-app).
+    kind: str = "post"
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,8 @@ def parse(data: Any, name: str) -> Scenario:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                     raise ScenarioError(f"{where}: {key} must be a whole number >= 0")
             _number(values, "spread_s", where, 0.0)
+            if not isinstance(load.kind, str) or not load.kind:
+                raise ScenarioError(f"{where}: kind must be an event kind such as post or mention")
         elif kind == "locust":
             locust = _locust_step(step, where)
         elif kind == "fault":

@@ -531,8 +531,8 @@ def _inject(
                 history,
                 author.tenant_id,
                 author.user_id,
-                "post",
-                f"post-{author.user_id}-{n}-{rng.randrange(10**6)}",
+                scenario.load.kind,
+                f"{scenario.load.kind}-{author.user_id}-{n}-{rng.randrange(10**6)}",
                 event_id,
                 driver,
             )
