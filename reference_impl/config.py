@@ -33,6 +33,7 @@ DEFECTS = (
     "dedup_fail_open",  # a Redis error sends anyway
     "delete_before_send",  # acknowledge the whole batch on receipt
     "skip_dedup",  # no dedup check at all ("send and pray")
+    "dedup_window_one_hour",  # 'sent' marks live an hour, not 30 days (EX 3600)
     "channel_dedup_skipped",  # email and in-app send with no dedup claim (push alone guarded)
     "no_collapse_id",  # pushes carry no collapse id
     "collapse_id_per_author",  # collapse id = author: an author's next push replaces the last

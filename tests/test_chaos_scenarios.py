@@ -206,6 +206,18 @@ def test_email_and_in_app_without_a_dedup_claim_duplicate_under_redelivery(tmp_p
     assert result["email_duplicated"] > 0 and result["in_app_duplicated"] > 0
 
 
+@pytest.mark.slow  # make test-all runs it; the checker is unit-tested over histories
+def test_a_dedup_window_of_an_hour_is_caught_though_no_duplicate_shows(tmp_path):
+    # Seed 000's classic bug: the window shorter than a provider's retry horizon. A run lasts
+    # minutes, so only the keys' TTLs show it; every other checker passes.
+    path = _variant(tmp_path, "smoke", ["dedup_window_one_hour"])
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    result = _failed(summary, "dedup_window")
+    assert result["missing_full_window"] == result["required"] > 0
+    assert [n for n, c in summary["checkers"].items() if c["valid"] is False] == ["dedup_window"]
+
+
 def test_a_deferral_that_is_never_requeued_is_caught_by_quiet_hours(tmp_path):
     path = _variant(tmp_path, "smoke", ["deferral_acks_without_requeue"])
     code, summary, _ = _run(str(path), tmp_path / "out")

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pandas as pd
+import redis
 from ulid import ULID
 
 from chaos.faults import DEDUP_PROXY, ChaosTargets
@@ -47,6 +48,7 @@ from harness.run.actions import ActionContext
 from harness.run.actions import unavailable as action_unavailable
 from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
 from harness.run.channel_ledgers import ChannelLedgers, register_online_users
+from harness.run.dedup_keys import record_sample, sample_ttls
 from harness.run.dlq import redrive_all
 from harness.run.provider_control import SimulatorControl
 from harness.run.python_steps import action_of, fault_of, judge
@@ -686,6 +688,8 @@ class RunState:
     deadline: float = 0.0
     injected: pd.DataFrame | None = None
     outcome: str = ""
+    # When the run began (monotonic): before any dedup key of it was set.
+    began: float = field(default_factory=time.monotonic)
 
 
 def execute(
@@ -926,6 +930,15 @@ def _collect(state: RunState) -> None:
         state.stack.stop_parts(["fanout-worker", *WORKER_PARTS[2:]])
     state.channels.poll()
     state.channels.close()
+    pattern = contract.policy.dedup_key_pattern
+    if contract.dedup_store_url and pattern:
+        try:
+            sample = sample_ttls(contract.dedup_store_url, pattern)
+        except redis.RedisError as exc:
+            progress("collect", f"the dedup store's keys could not be read: {exc}")
+        else:
+            record_sample(history, sample, pattern, time.monotonic() - state.began)
+            progress("collect", f"{sample.keys} dedup key TTL(s) read")
     if contract.audit is not None:
         audited = contract.audit.read(history)
         progress("collect", f"{audited} audit record(s) read from the system's trail")

@@ -180,4 +180,6 @@ def contract(info: Any, durable: bool) -> SystemContract:
         audit=audit,
         table_writer=write_preferences,
         sqs_log_url=sqs.url if sqs is not None else None,
+        # Straight to redis-server, not through the fault proxy: read after the faults.
+        dedup_store_url=info.redis_url if "redis" in info.parts else None,
     )
