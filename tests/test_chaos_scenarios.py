@@ -218,6 +218,19 @@ def test_a_dedup_window_of_an_hour_is_caught_though_no_duplicate_shows(tmp_path)
     assert [n for n, c in summary["checkers"].items() if c["valid"] is False] == ["dedup_window"]
 
 
+@pytest.mark.slow  # make test-all runs it; the checker is unit-tested over histories
+def test_queues_that_redrive_after_ten_receives_are_caught(tmp_path):
+    # Seed 004: a DLQ "after 3 receives". A system provisioned with 10 keeps retrying a failing
+    # job seven more times before anyone sees it.
+    path = _variant(tmp_path, "sqs-redelivery")
+    data = yaml.safe_load(path.read_text())
+    data["configuration"].setdefault("reference", {})["max_receive_count"] = 10
+    path.write_text(yaml.safe_dump(data))
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    assert _failed(summary, "redrive")["wrong_max_receives"] == 4  # push, email, in-app, sms
+
+
 def test_a_deferral_that_is_never_requeued_is_caught_by_quiet_hours(tmp_path):
     path = _variant(tmp_path, "smoke", ["deferral_acks_without_requeue"])
     code, summary, _ = _run(str(path), tmp_path / "out")

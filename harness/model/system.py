@@ -36,6 +36,8 @@ class SystemPolicy:
     # Seed 000: a delivery's dedup key lives 30 days; the keys match this pattern (Redis
     # SCAN MATCH syntax) in the dedup store. None: the harness cannot tell them apart.
     dedup_window_seconds: float = 2_592_000.0
+    # Seed 004: a job goes to its channel's dead-letter queue after this many receives.
+    max_receives: int = 3
     dedup_key_pattern: str | None = "dedup:*"
 
     @classmethod
@@ -65,5 +67,6 @@ class SystemPolicy:
             "durable_dedup_store": self.durable_dedup_store,
             "fcm_projects": list(self.fcm_projects),
             "dedup_window_seconds": self.dedup_window_seconds,
+            "max_receives": self.max_receives,
             "dedup_key_pattern": self.dedup_key_pattern,
         }

@@ -503,6 +503,36 @@ def _record_dlqs(info: StackInfo, history: History, queues: Queues) -> int:
     return recorded
 
 
+def _record_redrive_policies(info: StackInfo, history: History, queues: Queues) -> int:
+    """Each delivery queue's redrive policy as SQS states it (GetQueueAttributes), one
+    ``queue_policy`` row each: where its failed jobs go, after how many receives."""
+    sqs = info.aws_client("sqs")
+    recorded = 0
+    for channel in queues.delivery_channels:
+        name = queues.work[channel]
+        try:
+            url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+            attributes = sqs.get_queue_attributes(
+                QueueUrl=url, AttributeNames=["RedrivePolicy"]
+            ).get("Attributes", {})
+        except sqs.exceptions.QueueDoesNotExist:
+            continue
+        policy = json.loads(attributes.get("RedrivePolicy") or "null")
+        history.append(
+            "queue_policy",
+            detail=json.dumps(
+                {
+                    "queue": name,
+                    "dead": queues.dead.get(channel),
+                    "dead_letter_target": (policy or {}).get("deadLetterTargetArn"),
+                    "max_receive_count": (policy or {}).get("maxReceiveCount"),
+                }
+            ),
+        )
+        recorded += 1
+    return recorded
+
+
 def _inject(
     scenario: Scenario,
     population: Population,
@@ -923,6 +953,8 @@ def _collect(state: RunState) -> None:
         state.errors.append(f"stack part {part} died during the run: {why}")
         progress("stack", f"{part} died during the run")
     parked = _record_dlqs(info, history, queues) if queues is not None else 0
+    if queues is not None:
+        _record_redrive_policies(info, history, queues)
     if parked:
         progress("collect", f"{parked} message(s) left in dead-letter queues")
     if state.target is None:
