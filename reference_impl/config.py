@@ -41,6 +41,7 @@ DEFECTS = (
     "fallback_no_recheck",  # after recovery, Redis alone decides (fallback keys forgotten)
     "quiet_hours_in_utc",  # the classic bug: the window compared with UTC wall-clock time
     "unknown_zone_sent",  # a zone no tz database knows is taken as UTC: quiet hours fail open
+    "unreadable_quiet_hours_sent",  # a window that does not parse is taken as no window
     "dedup_key_without_tenant",  # two tenants' same ULID and device suppress each other
     "rate_limit_counts_redeliveries",  # the limits count receives, not notification ids
     "rate_limit_per_tenant",  # one sliding window per (tenant, channel), not per user

@@ -314,7 +314,8 @@ class PushConsumer(JobConsumer):
             window = parse_window(prefs.get("quiet_hours") if prefs else None)
         except ValueError:
             window = None
-            zone = None  # an unreadable preference fails closed, like an unknown zone
+            if "unreadable_quiet_hours_sent" not in self.defects:  # the defect: no window
+                zone = None  # an unreadable preference fails closed, like an unknown zone
         state.zone = zone
         if "quiet_hours_in_utc" in self.defects and zone is not None:
             zone = "UTC"

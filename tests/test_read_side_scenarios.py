@@ -90,6 +90,13 @@ def test_a_zone_no_tz_database_knows_taken_as_utc_is_caught(tmp_path):
     assert _failed(code, summary, "preference_changes")["to_an_unknown_zone"] > 0
 
 
+@pytest.mark.slow  # make test-all runs it; the unknown zone above proves the same path
+def test_a_quiet_window_no_clock_can_read_taken_as_none_is_caught(tmp_path):
+    path = _variant(tmp_path, "preference-changes", ["unreadable_quiet_hours_sent"])
+    code, summary, _ = _run(path, tmp_path / "o")
+    assert _failed(code, summary, "preference_changes")["despite_unreadable_quiet_hours"] > 0
+
+
 @pytest.mark.slow  # keeps make test's whole runs few; both engines' unit tests fail on it too
 def test_a_collapse_id_per_author_hides_the_authors_earlier_posts(tmp_path):
     # The celebrity posts three times: each push replaces the last on every follower's device.

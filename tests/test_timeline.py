@@ -22,6 +22,7 @@ from harness.model.population import PopulationSpec, generate, preferences_body
 from harness.model.timeline import from_history
 from harness.run.actions import (
     UNKNOWN_ZONE,
+    UNREADABLE_WINDOW,
     ActionError,
     kinds_for,
     preference_change,
@@ -165,8 +166,25 @@ def test_a_zone_no_tz_database_knows_defers_every_push_whatever_the_window():
     assert not verdict.valid and verdict.counts["to_an_unknown_zone"] == 1
 
 
+def test_a_window_no_clock_can_read_defers_every_push():
+    # Seed 004: quiet hours fail closed "when the preference cannot be resolved".
+    population, author, user, device = _scene()
+    body = preference_change("unreadable_quiet_hours", user, T0, T0 + 3600)
+    assert body == {**preferences_body(user), "quiet_hours": UNREADABLE_WINDOW}
+    assert not local_time.readable(UNREADABLE_WINDOW) and local_time.readable(None)
+    history = History()
+    _change(history, user, T0 + 10, T0 + 10.1, change="preferences", via="table",
+            what="unreadable_quiet_hours", preferences=body)  # fmt: skip
+    _inject(history, author, "after", T0 + 30)
+    evidence = evidence_from(population, history.frame(), bound_s=5)
+    assert evidence.expectation.changed_suppressed["unreadable_quiet_hours"] >= 1
+    _deliver(history, device, "after", T0 + 31)  # read as "no window"
+    verdict = preference_changes.check(evidence_from(population, history.frame(), bound_s=5))
+    assert not verdict.valid and verdict.counts["despite_unreadable_quiet_hours"] == 1
+
+
 def test_an_unknown_zone_is_written_to_the_table_only():
-    assert "unknown_zone" not in kinds_for({"via": "api"})
+    assert not {"unknown_zone", "unreadable_quiet_hours"} & set(kinds_for({"via": "api"}))
     assert "unknown_zone" in kinds_for({"via": "mixed"})
     validate("change-preferences", {"via": "mixed"})
     with pytest.raises(ActionError, match="table"):

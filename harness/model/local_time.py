@@ -43,6 +43,21 @@ def known_zone(name: object) -> bool:
     return isinstance(name, str) and name in _known_zones()
 
 
+def readable(window: dict[str, str] | None) -> bool:
+    """Whether a window (None: no window) names two wall-clock times a clock can show. One that
+    does not ("25:00", written straight to a system's table) cannot be resolved: the design
+    defers such a user's pushes (seed 004: quiet hours fail closed when the preference cannot
+    be resolved)."""
+    if window is None:
+        return True
+    try:
+        parse_clock(window["start"])
+        parse_clock(window["end"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    return True
+
+
 def inside(window: dict[str, str] | None, zone: str, instant: float) -> bool:
     """Whether ``instant`` (epoch seconds) falls inside the window, in the zone's local time."""
     if not window:

@@ -114,6 +114,8 @@ class Timeline:
             # Fails closed whatever the window (none at all included): deferred until the zone
             # is known again, which no run sees.
             return ("suppress", "unknown_zone")
+        if not local_time.readable(state.quiet_hours):
+            return ("suppress", "unreadable_quiet_hours")
         if state.planned is not None:
             if state.planned == "whole_run":
                 return ("suppress", "quiet_hours_pending")

@@ -6,8 +6,9 @@ acknowledged it, so that the oracle knows what should hold from when.
 * ``change-preferences``: some users withdraw or grant push consent, move their quiet hours
   over the present, or move to a zone where their window covers the present; through the API,
   or written straight to the system's preferences table (``via``: api, table, mixed); and
-  some get a zone no tz database knows (``unknown_zone``), which only a table write can give
-  (an API refuses it), the case where quiet hours must fail closed;
+  some get a zone no tz database knows (``unknown_zone``) or a quiet window no clock can read
+  (``unreadable_quiet_hours``, 25:00), which only a table write can give (an API refuses
+  them), the cases where quiet hours must fail closed;
 * ``post-probes``: one event per chosen author, remembered for ``reregister-users``;
 * ``erase-users``: erase some followers of the probe authors (retrying while the system cannot
   finish, e.g. with its dedup store cut), then read their inbox and unread count;
@@ -46,10 +47,13 @@ PREFERENCE_CHANGES = (
     "enter_quiet_hours",
     "change_zone",
     "unknown_zone",
+    "unreadable_quiet_hours",
 )
-# Changes an API refuses (a zone no tz database knows): written to the table whatever ``via``.
-TABLE_ONLY = frozenset({"unknown_zone"})
+# Changes an API refuses (a zone no tz database knows, a window no clock has): written to the
+# table whatever ``via``.
+TABLE_ONLY = frozenset({"unknown_zone", "unreadable_quiet_hours"})
 UNKNOWN_ZONE = "Mars/Olympus_Mons"
+UNREADABLE_WINDOW = {"start": "25:00", "end": "07:00"}
 CONSENT = {"granted_at": "2026-11-01T00:00:00+00:00", "version": "2026-11"}
 MAX_RETRY_S = 120.0
 
@@ -154,6 +158,8 @@ def preference_change(kind: str, user: User, now: float, horizon: float) -> dict
     # system that fails open (sends now, reads the zone as UTC) shows it on every push.
     if kind == "unknown_zone" and user.consent is not None and user.quiet_state == "none":
         return {**body, "zone": UNKNOWN_ZONE}
+    if kind == "unreadable_quiet_hours" and user.consent is not None and calm:
+        return {**body, "quiet_hours": dict(UNREADABLE_WINDOW)}
     return None
 
 
