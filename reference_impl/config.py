@@ -40,6 +40,8 @@ DEFECTS = (
     "ignore_retry_after",  # 429s retried on the queue's own schedule, the scope never paused
     "fallback_no_recheck",  # after recovery, Redis alone decides (fallback keys forgotten)
     "quiet_hours_in_utc",  # the classic bug: the window compared with UTC wall-clock time
+    "quiet_hours_ignore_dst",  # the zone's standard offset all year: an hour off in summer
+    "quiet_hours_end_minute_early",  # the window's last minute counts as outside (07:59 sends)
     "unknown_zone_sent",  # a zone no tz database knows is taken as UTC: quiet hours fail open
     "unreadable_quiet_hours_sent",  # a window that does not parse is taken as no window
     "dedup_key_without_tenant",  # two tenants' same ULID and device suppress each other

@@ -24,7 +24,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import redis as redis_lib
@@ -52,7 +52,7 @@ from reference_impl.providers import (
     SendResult,
     fcm_project_for,
 )
-from reference_impl.quiet_hours import decide, parse_window, resolve_zone
+from reference_impl.quiet_hours import QuietDecision, decide, parse_window, resolve_zone
 from reference_impl.rate_limit import (
     DIGEST_AUTHOR,
     DIGEST_KIND,
@@ -321,7 +321,15 @@ class PushConsumer(JobConsumer):
             zone = "UTC"
         if "unknown_zone_sent" in self.defects and zone and resolve_zone(zone) is None:
             zone = "UTC"  # the defect: "Mars/Olympus_Mons" read as UTC, sent when no window
-        decision = decide(self.clock(), zone, window)
+        now = self.clock()
+        decision = decide(now, zone, window, standard_time="quiet_hours_ignore_dst" in self.defects)
+        if (
+            "quiet_hours_end_minute_early" in self.defects
+            and decision.reason == "inside_window"
+            and decision.release_at is not None
+            and decision.release_at - now <= timedelta(minutes=1)
+        ):  # the defect: a 22:00-08:00 window already over at 07:59
+            decision = QuietDecision(True, None, "outside_window")
         if not decision.send:
             assert decision.release_at is not None
             self.defer(job, decision.release_at)

@@ -231,6 +231,26 @@ def test_queues_that_redrive_after_ten_receives_are_caught(tmp_path):
     assert _failed(summary, "redrive")["wrong_max_receives"] == 4  # push, email, in-app, sms
 
 
+@pytest.mark.slow  # make test-all runs it; quiet_hours' early count is unit-tested
+def test_a_window_whose_last_minute_counts_as_outside_is_caught(tmp_path):
+    # 07:59 for a 22:00-08:00 window: the population's windows end at the second they name.
+    path = _variant(tmp_path, "smoke", ["quiet_hours_end_minute_early"])
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    assert _failed(summary, "quiet_hours")["delivered_inside_window"] > 0
+
+
+@pytest.mark.slow  # make test-all runs it
+def test_quiet_hours_on_standard_time_all_year_are_caught(tmp_path):
+    # Whatever the date, some of the population's zones (New York, London, St John's, Lord
+    # Howe, Chatham) are on summer time: their windows end an hour (Lord Howe: 30 min) late.
+    path = _variant(tmp_path, "smoke", ["quiet_hours_ignore_dst"])
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    result = _failed(summary, "quiet_hours")
+    assert result["deferred_never_released"] + result["delivered_inside_window"] > 0
+
+
 def test_a_deferral_that_is_never_requeued_is_caught_by_quiet_hours(tmp_path):
     path = _variant(tmp_path, "smoke", ["deferral_acks_without_requeue"])
     code, summary, _ = _run(str(path), tmp_path / "out")
