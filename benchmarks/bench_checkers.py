@@ -450,7 +450,7 @@ def _nids(rng: np.random.Generator, count: int) -> np.ndarray:
 # Expected pairs per chunk: a history of any size is generated, and written, a chunk of events
 # at a time (100M rows in about this many rows' worth of arrays at once).
 CHUNK_PAIRS = 4_000_000
-KINDS = ["inject", "fault", "phase", "action", "sample", "provider", "dlq"]
+KINDS = ["inject", "fault", "phase", "action", "sample", "provider", "dlq", "dedup_sample"]
 # The history as the generator writes it: the runner's columns, strings as large_string (a
 # chunk's token column passes 2 GB).
 BENCH_SCHEMA = pa.schema(
@@ -880,7 +880,7 @@ def _finish(
     n_events = len(run.time)
     n_dlq = len(park_key) + poison
     fault_rows = sum(2 if stop is not None else 1 for _, _, stop, _ in FAULTS)
-    n_sample = rows - sink.rows - n_events - fault_rows - 4 - n_dlq
+    n_sample = rows - sink.rows - n_events - fault_rows - 5 - n_dlq
     if n_sample < 0:
         raise OverflowError(rows - n_sample)
 
@@ -895,6 +895,20 @@ def _finish(
         (S0 - 1.0, "phase", "population_loaded"),
         (S0 + 540.0, "action", "redrive-dlq"),
         (S0 + RUN_S, "phase", "settled"),
+        # The dedup store read at the end: a 'sent' key with the whole window left for every
+        # provider request made (at least one per notification and user delivered).
+        (
+            S0 + RUN_S + 1.0,
+            "dedup_sample",
+            json.dumps(
+                {
+                    "pattern": "dedup:*",
+                    "elapsed_s": RUN_S + 60.0,
+                    "complete": True,
+                    "ttls": {str(int(POLICY.dedup_window_seconds - RUN_S - 60.0)): sink.rows},
+                }
+            ),
+        ),
     ]
     queues = ("fanout-push", "fanout-push-dlq", "fanout-push-poison")
     samples = [

@@ -50,6 +50,7 @@ from reference_impl.channel_providers import InAppClient, SesClient, SmsClient, 
 from reference_impl.config import Config, ConfigError
 from reference_impl.consent import email_consent_granted, sms_consent_granted
 from reference_impl.dead_tokens import DeadTokens
+from reference_impl.dedup import Claim
 from reference_impl.dedup_key import email_recipient, inapp_recipient, sms_recipient
 from reference_impl.ids import valid_phone
 from reference_impl.job_consumer import Delivery, JobConsumer, JobState, serve
@@ -107,6 +108,11 @@ class ChannelConsumer(JobConsumer):
         state.deliveries.append(
             Delivery(target.recipient, self.scope, target.send, target.audit_fields)
         )
+
+    def claim_many(self, keys: Sequence[str]) -> list[Claim | Exception]:
+        if "channel_dedup_skipped" in self.defects:
+            return ["won"] * len(keys)  # the defect: only push was given the dedup claim
+        return super().claim_many(keys)
 
 
 class EmailConsumer(ChannelConsumer):

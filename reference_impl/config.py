@@ -39,12 +39,20 @@ DEFECTS = (
     "dedup_fail_open",  # a Redis error sends anyway
     "delete_before_send",  # acknowledge the whole batch on receipt
     "skip_dedup",  # no dedup check at all ("send and pray")
+    "dedup_window_one_hour",  # 'sent' marks live an hour, not 30 days (EX 3600)
+    "channel_dedup_skipped",  # email and in-app send with no dedup claim (push alone guarded)
     "no_collapse_id",  # pushes carry no collapse id
+    "collapse_id_per_author",  # collapse id = author: an author's next push replaces the last
     "ignore_retry_after",  # 429s retried on the queue's own schedule, the scope never paused
     "fallback_no_recheck",  # after recovery, Redis alone decides (fallback keys forgotten)
     "quiet_hours_in_utc",  # the classic bug: the window compared with UTC wall-clock time
+    "quiet_hours_ignore_dst",  # the zone's standard offset all year: an hour off in summer
+    "quiet_hours_end_minute_early",  # the window's last minute counts as outside (07:59 sends)
+    "unknown_zone_sent",  # a zone no tz database knows is taken as UTC: quiet hours fail open
+    "unreadable_quiet_hours_sent",  # a window that does not parse is taken as no window
     "dedup_key_without_tenant",  # two tenants' same ULID and device suppress each other
     "rate_limit_counts_redeliveries",  # the limits count receives, not notification ids
+    "rate_limit_per_tenant",  # one sliding window per (tenant, channel), not per user
     "partition_key_per_event",  # Kinesis key = event id: one author's posts spread over shards
     "inbox_cursor_skips",  # next cursor = the oldest row any source fetched: a merge gap
     "unread_ignores_item_reads",  # the unread count forgets items read one by one

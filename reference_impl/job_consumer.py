@@ -220,7 +220,9 @@ class JobConsumer:
         self.queue = queue_url(self.sqs, config.queue_name(self.channel))
         self.poison_queue = queue_url(self.sqs, config.queue_name(self.channel, "-poison"))
         self.redis = redis_client or connect_redis(config)
-        primary = DedupStore(self.redis, config.dedup_lease_seconds)
+        # The defect dedup_window_one_hour: EX 3600, shorter than a provider's retry horizon.
+        ttl = 3600 if "dedup_window_one_hour" in config.defects else DEDUP_TTL_SECONDS
+        primary = DedupStore(self.redis, config.dedup_lease_seconds, ttl)
         self.dedup: DedupStore | FallbackDedup = primary
         if config.dedup_fallback and self.durable_fallback:
             self.dedup = FallbackDedup(

@@ -22,7 +22,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import redis as redis_lib
@@ -50,7 +50,7 @@ from reference_impl.providers import (
     SendResult,
     fcm_project_for,
 )
-from reference_impl.quiet_hours import decide, parse_window
+from reference_impl.quiet_hours import QuietDecision, decide, parse_window, resolve_zone
 from reference_impl.rate_limit import (
     DIGEST_AUTHOR,
     DIGEST_KIND,
@@ -134,6 +134,7 @@ class PushConsumer(JobConsumer):
             self.redis,
             self.limits,
             count_receives="rate_limit_counts_redeliveries" in self.defects,
+            per_tenant="rate_limit_per_tenant" in self.defects,
         )
 
     def parse(self, record: dict[str, Any]) -> dict[str, Any]:
@@ -238,6 +239,8 @@ class PushConsumer(JobConsumer):
         """``digest``: the (text, collapse id) of a digest push instead of the job's own."""
         nid = job["notification_id"]
         text, collapse_id = digest or (f"{job['author_id']} {job['kind']}", nid)
+        if digest is None and "collapse_id_per_author" in self.defects:
+            collapse_id = f"author-{job['author_id']}"  # the defect: one author's pushes replace
         if device["platform"] == "apns":
             payload = {
                 "aps": {"alert": {"title": "New activity", "body": text}},
@@ -293,11 +296,22 @@ class PushConsumer(JobConsumer):
             window = parse_window(prefs.get("quiet_hours") if prefs else None)
         except ValueError:
             window = None
-            zone = None  # an unreadable preference fails closed, like an unknown zone
+            if "unreadable_quiet_hours_sent" not in self.defects:  # the defect: no window
+                zone = None  # an unreadable preference fails closed, like an unknown zone
         state.zone = zone
         if "quiet_hours_in_utc" in self.defects and zone is not None:
             zone = "UTC"
-        decision = decide(self.clock(), zone, window)
+        if "unknown_zone_sent" in self.defects and zone and resolve_zone(zone) is None:
+            zone = "UTC"  # the defect: "Mars/Olympus_Mons" read as UTC, sent when no window
+        now = self.clock()
+        decision = decide(now, zone, window, standard_time="quiet_hours_ignore_dst" in self.defects)
+        if (
+            "quiet_hours_end_minute_early" in self.defects
+            and decision.reason == "inside_window"
+            and decision.release_at is not None
+            and decision.release_at - now <= timedelta(minutes=1)
+        ):  # the defect: a 22:00-08:00 window already over at 07:59
+            decision = QuietDecision(True, None, "outside_window")
         if not decision.send:
             assert decision.release_at is not None
             self.defer(job, decision.release_at)

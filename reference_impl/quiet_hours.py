@@ -166,7 +166,7 @@ def _load_zone(zone: str) -> ZoneInfo | None:
         return None
 
 
-def _wall_to_utc(day: dt.date, wall: dt.time, tz: ZoneInfo) -> dt.datetime:
+def _wall_to_utc(day: dt.date, wall: dt.time, tz: dt.tzinfo) -> dt.datetime:
     """Resolve a local wall-clock time on ``day`` to a UTC instant.
 
     Ambiguous (fall-back) -> first occurrence (fold=0). Non-existent (spring-forward gap) ->
@@ -193,7 +193,7 @@ def _wall_to_utc(day: dt.date, wall: dt.time, tz: ZoneInfo) -> dt.datetime:
 
 
 def _intervals(
-    today: dt.date, window: QuietWindow, tz: ZoneInfo
+    today: dt.date, window: QuietWindow, tz: dt.tzinfo
 ) -> list[tuple[dt.datetime, dt.datetime]]:
     """The window's real-time intervals for nights starting around ``today``, merged."""
     raw: list[tuple[dt.datetime, dt.datetime]] = []
@@ -219,6 +219,7 @@ def decide(
     zone: str | None,
     window: QuietWindow | None,
     unknown_zone_retry: dt.timedelta = DEFAULT_UNKNOWN_ZONE_RETRY,
+    standard_time: bool = False,
 ) -> QuietDecision:
     """Quiet-hours gate for one push delivery.
 
@@ -245,9 +246,13 @@ def decide(
         raise ValueError(f"unknown_zone_retry must be positive, got {unknown_zone_retry!r}")
     now = now_utc.astimezone(_UTC)
 
-    tz = resolve_zone(zone)
+    tz: dt.tzinfo | None = resolve_zone(zone)
     if tz is None:
         return QuietDecision(False, now + unknown_zone_retry, REASON_UNKNOWN_ZONE)
+    if standard_time:  # the deliberate defect quiet_hours_ignore_dst: the offset without DST
+        local = now.astimezone(tz)
+        offset = local.utcoffset() or dt.timedelta(0)
+        tz = dt.timezone(offset - (local.dst() or dt.timedelta(0)))
     if window is None or window.is_empty:
         return QuietDecision(True, None, REASON_NO_WINDOW)
 

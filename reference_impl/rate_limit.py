@@ -429,18 +429,25 @@ class RateLimiter:
         limits: RateLimits,
         count_receives: bool = False,
         retention_seconds: int = DECISION_RETENTION_SECONDS,
+        per_tenant: bool = False,
     ) -> None:
         self.redis = redis
         self.limits = limits
         self.count_receives = count_receives
+        # The deliberate defect rate_limit_per_tenant: one window for a whole tenant's users.
+        self.per_tenant = per_tenant
         self.retention_ms = retention_seconds * 1000
 
     def _event(self, notification_id: str) -> str:
         return f"{notification_id}~{uuid.uuid4().hex}" if self.count_receives else notification_id
 
+    def _window_keys(self, request: WindowRequest | DigestClose) -> WindowKeys:
+        user = "*" if self.per_tenant else request.user_id
+        return window_keys(request.tenant_id, user, request.channel)
+
     def _command(self, request: LimitRequest) -> Command:
         if isinstance(request, WindowRequest):
-            keys = window_keys(request.tenant_id, request.user_id, request.channel)
+            keys = self._window_keys(request)
             event = self._event(request.notification_id)
             now_ms = to_ms(request.now)
             return script_command(
@@ -458,7 +465,7 @@ class RateLimiter:
                 ],
             )
         if isinstance(request, DigestClose):
-            keys = window_keys(request.tenant_id, request.user_id, request.channel)
+            keys = self._window_keys(request)
             return script_command(_CLOSE, [keys.held, keys.open], [str(request.start_ms)])
         today = local_day(request.now, request.zone)
         keys = [  # today's set, then yesterday's

@@ -270,6 +270,32 @@ def test_a_redelivery_without_collapse_id_is_a_visible_duplicate():
     assert verdict.counts["visible_duplicates"] == 1
 
 
+def test_notifications_sharing_a_collapse_id_on_one_device_hide_all_but_the_last():
+    # Two posts of one author, each delivered once, under the author's id as collapse id: the
+    # second replaces the first on the device, which the user never sees.
+    population = _population()
+    history = _history_with_injection(population)
+    author = next(a for a in population.authors if a.tenant_id == "tenant-0" and a.celebrity)
+    history.append("inject", tenant_id="tenant-0", author_id=author.user_id,
+                   notification_id="01JNOTIFICATION0000000001")  # fmt: skip
+    expectation = _expectation(population, history)
+    rows = list(expectation.deliveries.itertuples())
+    devices = {r.token for r in rows}
+    _deliver_with_collapse(history, rows, lambda r: r.notification_id)
+    fair = effectively_once.check(expectation, history.frame())
+    assert fair.valid and fair.counts["hidden_by_collapse"] == 0
+    history = _history_with_injection(population)
+    history.append("inject", tenant_id="tenant-0", author_id=author.user_id,
+                   notification_id="01JNOTIFICATION0000000001")  # fmt: skip
+    _deliver_with_collapse(history, rows, lambda r: f"author-{author.user_id}")
+    verdict = effectively_once.check(expectation, history.frame())
+    assert not verdict.valid
+    assert verdict.counts["hidden_by_collapse"] == len(devices)
+    assert verdict.counts["lost"] == 0 and verdict.counts["duplicated"] == 0
+    example = verdict.details["hidden_by_collapse_examples"][0]
+    assert example["collapse_id"] == f"author-{author.user_id}" and example["notifications"] == 2
+
+
 def _deliver_at(history, row, at, status=200, delivered=None, collapse_id=None):
     history.extend_provider(
         [

@@ -82,6 +82,22 @@ def test_a_change_written_to_the_table_that_leaves_the_cache_is_caught(tmp_path)
     assert _failed(code, summary, "preference_changes")["violations"] > 0
 
 
+def test_unknown_zones_unreadable_windows_and_a_collapse_id_per_author_are_all_caught(tmp_path):
+    """Three independent defects in one preference-changes run (a run each would cost the
+    suite two minutes), each asserted by a count no other of them can make: the run writes
+    "Mars/Olympus_Mons" to some users' records and a 25:00 window to others' (the API refuses
+    both), and every push to them after the bound must be held, which the first two defects
+    send anyway (the zone read as UTC, the window as none); the celebrity posts three times,
+    and a collapse id per author makes each push replace the last on every follower's device."""
+    defects = ["unknown_zone_sent", "unreadable_quiet_hours_sent", "collapse_id_per_author"]
+    path = _variant(tmp_path, "preference-changes", defects)
+    code, summary, _ = _run(path, tmp_path / "o")
+    changes = _failed(code, summary, "preference_changes")
+    assert changes["to_an_unknown_zone"] > 0
+    assert changes["despite_unreadable_quiet_hours"] > 0
+    assert _failed(code, summary, "effectively_once")["hidden_by_collapse"] > 0
+
+
 def test_erasures_that_delete_rows_first_or_keep_the_audit_key_are_both_caught(tmp_path):
     """Two independent defects of the erasure in one run: rows deleted before the dedup keys
     (a re-registered user who reuses the id loses a notification) and the audit key kept (the

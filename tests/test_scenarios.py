@@ -115,6 +115,17 @@ def test_a_bad_scenario_file_is_a_clear_cli_error(tmp_path):
     assert "not valid YAML" in result.stderr
 
 
+def test_a_load_posts_the_kind_it_names_and_refuses_an_empty_one():
+    from harness.model.scenarios import get, parse
+
+    assert get("sqs-redelivery").load.kind == "mention"  # push, email and in-app redelivered
+    assert get("smoke").load.kind == "post"
+    step = {"type": "load", "regular_posts": 1, "celebrity_posts": 1}
+    assert parse({**BASE, "method": [{**step, "kind": "like"}]}, "x").load.kind == "like"
+    with pytest.raises(ScenarioError, match="kind"):
+        parse({**BASE, "method": [{**step, "kind": ""}]}, "x")
+
+
 def test_scale_grows_every_count_together():
     from harness.model.scenarios import get, scaled
 

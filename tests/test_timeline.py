@@ -20,7 +20,15 @@ from harness.model import local_time
 from harness.model.history import History
 from harness.model.population import PopulationSpec, generate, preferences_body
 from harness.model.timeline import from_history
-from harness.run.actions import preference_change, zone_covering
+from harness.run.actions import (
+    UNKNOWN_ZONE,
+    UNREADABLE_WINDOW,
+    ActionError,
+    kinds_for,
+    preference_change,
+    validate,
+    zone_covering,
+)
 
 START = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 T0 = START.timestamp()
@@ -133,6 +141,54 @@ def test_a_granted_consent_makes_later_notifications_due():
     _inject(history, author, "after", T0 + 30)
     verdict = preference_changes.check(evidence_from(population, history.frame(), bound_s=5))
     assert not verdict.valid and verdict.counts["missed"] >= 1
+
+
+def test_a_zone_no_tz_database_knows_defers_every_push_whatever_the_window():
+    # Seed 000: "if the user's timezone ... is unavailable, we defer rather than send". The
+    # user has no window at all: only the unknown zone can hold their pushes.
+    population, author, user, device = _scene()
+    body = preference_change("unknown_zone", user, T0, T0 + 3600)
+    assert body == {**preferences_body(user), "zone": UNKNOWN_ZONE} and not body["quiet_hours"]
+    assert not local_time.known_zone(UNKNOWN_ZONE) and local_time.known_zone(user.zone)
+    history = History()
+    _change(history, user, T0 + 10, T0 + 10.1, change="preferences", via="table",
+            what="unknown_zone", preferences=body)  # fmt: skip
+    _inject(history, author, "before", T0 + 5)  # the old zone may still be acted on
+    _inject(history, author, "after", T0 + 30)
+    evidence = evidence_from(population, history.frame(), bound_s=5)
+    mine = evidence.expectation.deliveries["user_id"] == user.user_id
+    assert not mine.any()
+    assert evidence.expectation.changed_suppressed["unknown_zone"] >= 1
+    _deliver(history, device, "before", T0 + 12)  # within the bound: allowed
+    assert preference_changes.check(evidence_from(population, history.frame(), bound_s=5)).valid
+    _deliver(history, device, "after", T0 + 31)  # sent now, or as if the zone were UTC
+    verdict = preference_changes.check(evidence_from(population, history.frame(), bound_s=5))
+    assert not verdict.valid and verdict.counts["to_an_unknown_zone"] == 1
+
+
+def test_a_window_no_clock_can_read_defers_every_push():
+    # Seed 004: quiet hours fail closed "when the preference cannot be resolved".
+    population, author, user, device = _scene()
+    body = preference_change("unreadable_quiet_hours", user, T0, T0 + 3600)
+    assert body == {**preferences_body(user), "quiet_hours": UNREADABLE_WINDOW}
+    assert not local_time.readable(UNREADABLE_WINDOW) and local_time.readable(None)
+    history = History()
+    _change(history, user, T0 + 10, T0 + 10.1, change="preferences", via="table",
+            what="unreadable_quiet_hours", preferences=body)  # fmt: skip
+    _inject(history, author, "after", T0 + 30)
+    evidence = evidence_from(population, history.frame(), bound_s=5)
+    assert evidence.expectation.changed_suppressed["unreadable_quiet_hours"] >= 1
+    _deliver(history, device, "after", T0 + 31)  # read as "no window"
+    verdict = preference_changes.check(evidence_from(population, history.frame(), bound_s=5))
+    assert not verdict.valid and verdict.counts["despite_unreadable_quiet_hours"] == 1
+
+
+def test_an_unknown_zone_is_written_to_the_table_only():
+    assert not {"unknown_zone", "unreadable_quiet_hours"} & set(kinds_for({"via": "api"}))
+    assert "unknown_zone" in kinds_for({"via": "mixed"})
+    validate("change-preferences", {"via": "mixed"})
+    with pytest.raises(ActionError, match="table"):
+        validate("change-preferences", {"via": "api", "kinds": ["unknown_zone"]})
 
 
 def test_a_refused_change_never_happened():

@@ -16,6 +16,12 @@ the duplicates, ``collapsed`` carried the same collapse id as the first (APNs
 (default none) and may also gate on the raw count (``max_duplicated``); every figure is always
 reported so the raw rate stays honest.
 
+A collapse id is the device's own dedup: a push replaces the one still shown under the same id.
+``hidden_by_collapse`` counts notifications replaced by *another* notification carrying their
+collapse id on the same device (every distinct notification of a (device, collapse id) but
+one): each reached the provider yet not the user, so any fails the verdict, whatever the
+system's reason (an id per author, per kind, per thread, a constant).
+
 Deliveries to a device whose user was erased and registered again are judged by the
 ``erasure`` checker from the registration on (the same ids, a new person in law).
 """
@@ -77,6 +83,24 @@ def reregistered_mask(history: pd.DataFrame, expectation: Expectation) -> pd.Ser
     return pd.Series(mask, index=history.index)
 
 
+def hidden_by_collapse(history: pd.DataFrame, rows: np.ndarray) -> tuple[int, list[dict]]:
+    """Notifications replaced on a device by another sharing their collapse id (``rows``: the
+    deliveries judged), and the first (tenant, token, collapse id) groups, sorted."""
+    frame = history[["tenant_id", "token", "collapse_id", "notification_id"]].iloc[rows]
+    frame = frame[frame["collapse_id"].notna() & frame["notification_id"].notna()]
+    if frame.empty:
+        return 0, []
+    per_id = frame.groupby(["tenant_id", "token", "collapse_id"], sort=True)[
+        "notification_id"
+    ].nunique()
+    shared = per_id[per_id > 1]
+    examples = [
+        {"tenant_id": t, "token": k, "collapse_id": c, "notifications": int(n)}
+        for (t, k, c), n in shared.head(EXAMPLES).items()
+    ]
+    return int((shared - 1).sum()), examples
+
+
 def check(
     expectation: Expectation,
     history: pd.DataFrame,
@@ -119,6 +143,7 @@ def check(
     unattributed = int(by_cause.get(duplicate_causes.UNATTRIBUTED, 0))
     collapsed = int(collapsed_per_key[expected_hit].sum())
     visible_duplicates = duplicated - collapsed
+    hidden, hidden_examples = hidden_by_collapse(history, rows)
     counts = {
         "expected": int(len(expected)),
         "delivered": delivered,
@@ -130,6 +155,7 @@ def check(
         "optional_delivered": int(optional_hit.sum()),
         "optional_expected": int(len(optional)),
         "unattributed_duplicates": unattributed,
+        "hidden_by_collapse": hidden,
         **{f"duplicates_{c}": int(by_cause.get(c, 0)) for c in duplicate_causes.ADMITTED},
     }
     duplicate_rate = duplicated / delivered * 1_000_000 if delivered else 0.0
@@ -161,9 +187,11 @@ def check(
         .head(EXAMPLES)
         .astype(object)
         .to_dict("records"),
+        "hidden_by_collapse_examples": hidden_examples,
     }
     valid = (
         visible_duplicates <= max_visible_duplicates
+        and hidden == 0
         and lost <= max_lost
         and unexpected == 0
         and unattributed <= max_unattributed
@@ -202,7 +230,8 @@ def check_store(
         # Deliveries less those to a re-registered device from its registration on.
         store.run(
             """CREATE OR REPLACE TABLE once_rows AS
-            SELECT p.pos, p.key, p.col, p.time, p.status, p.seq FROM prov p
+            SELECT p.pos, p.key, p.col, p.time, p.status, p.seq, p.tenant, p.tok, p.nid
+            FROM prov p
             WHERE p.got AND NOT EXISTS (
                 SELECT 1 FROM rereg r JOIN tenants t ON t.value = r.tenant_id
                 JOIN tokens k ON k.value = r.token
@@ -259,6 +288,7 @@ def check_store(
     by_cause = causes["cause"].value_counts()
     unattributed = int(by_cause.get(duplicate_causes.UNATTRIBUTED, 0))
     visible_duplicates = duplicated - int(collapsed)
+    hidden, hidden_examples = _hidden_by_collapse_store(store, rows)
     counts = {
         "expected": int(expected),
         "delivered": int(delivered),
@@ -270,6 +300,7 @@ def check_store(
         "optional_delivered": int(optional_hit),
         "optional_expected": int(optional),
         "unattributed_duplicates": unattributed,
+        "hidden_by_collapse": hidden,
         **{f"duplicates_{c}": int(by_cause.get(c, 0)) for c in duplicate_causes.ADMITTED},
     }
     duplicate_rate = duplicated / delivered * 1_000_000 if delivered else 0.0
@@ -301,15 +332,40 @@ def check_store(
         .head(EXAMPLES)
         .astype(object)
         .to_dict("records"),
+        "hidden_by_collapse_examples": hidden_examples,
     }
     valid = (
         visible_duplicates <= max_visible_duplicates
+        and hidden == 0
         and lost <= max_lost
         and unexpected == 0
         and unattributed <= max_unattributed
         and (max_duplicated is None or duplicated <= max_duplicated)
     )
     return Verdict("effectively_once", valid, {**counts, **suppressed}, examples)
+
+
+def _hidden_by_collapse_store(store: HistoryStore, rows: str) -> tuple[int, list[dict]]:
+    """:func:`hidden_by_collapse` over the store's deliveries ``rows`` (a table or subquery)."""
+    no_id = store.null_code("nids")
+    store.run(
+        f"""CREATE OR REPLACE TABLE shared_collapse AS
+        SELECT tenant, tok, col, count(DISTINCT nid) AS n FROM {rows}
+        WHERE col IS NOT NULL AND nid IS NOT NULL AND nid <> {no_id}
+        GROUP BY tenant, tok, col HAVING count(DISTINCT nid) > 1"""
+    )
+    (hidden,) = store.one("SELECT coalesce(sum(n - 1), 0) FROM shared_collapse")
+    first = store.sql(
+        f"SELECT tenant, tok, col, n FROM shared_collapse ORDER BY tenant, tok, col LIMIT {EXAMPLES}"
+    ).fetchall()
+    tenants = store.decode("tenants", [r[0] for r in first])
+    tokens = store.decode("tokens", [r[1] for r in first])
+    ids = store.decode("nids", [r[2] for r in first])
+    examples = [
+        {"tenant_id": t, "token": k, "collapse_id": c, "notifications": int(r[3])}
+        for t, k, c, r in zip(tenants, tokens, ids, first, strict=True)
+    ]
+    return int(hidden), examples
 
 
 @checker(

@@ -31,6 +31,8 @@ REASONS = {
     "no_consent": "after_withdrawal",
     "quiet_hours_pending": "inside_quiet_hours",
     "quiet_hours": "inside_quiet_hours",
+    "unknown_zone": "to_an_unknown_zone",
+    "unreadable_quiet_hours": "despite_unreadable_quiet_hours",
     "erased": "after_erasure",
     "not_following": "not_following",
     "dead_token": "to_a_dead_token",

@@ -13,6 +13,8 @@ the checkers and faults that need it, with a line saying so.
 * ``audit``: a reader of its audit trail, if it has one, in the trail's own format;
 * ``table_writer``: a direct write of a user's preferences to its store, bypassing its API, if
   the target offers one (the change stream must then do the invalidating);
+* ``dedup_store_url``: the Redis its dedup store is, read-only, if the target says: the
+  harness reads its keys' remaining TTLs at the end of a run (:mod:`harness.run.dedup_keys`);
 * where its provider traffic goes (the harness's simulators) and its dedup store's fault proxy
   are the stack's business (``StackInfo``), not the system's.
 """
@@ -72,6 +74,7 @@ class SystemContract:
     # The SNS endpoint the system sends SMS through, when it is the harness's own: its SMS
     # ledger is what the SMS part of channel_delivery reads (capability ``sms_ledger``).
     sms_ledger_url: str | None = None
+    dedup_store_url: str | None = None
     extra: set[str] = field(default_factory=set)
 
     def operations(self) -> set[str]:
@@ -110,4 +113,6 @@ class SystemContract:
             caps.add("sqs_log")
         if self.sms_ledger_url:
             caps.add("sms_ledger")
+        if self.dedup_store_url and self.policy.dedup_key_pattern:
+            caps.add("dedup_store")
         return frozenset(caps)

@@ -23,7 +23,7 @@ import pyarrow as pa
 COLUMNS = {
     "seq": "int64",
     # inject | inject_info | provider | fault | action | dlq | phase | sample | alarm | audit |
-    # receive | read | change | channel
+    # receive | read | change | channel | dedup_sample | queue_policy
     "kind": "string",
     "time": "float64",
     # When the operation completed (its answer came back): inject, read and change rows.

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from datetime import datetime, time, timedelta
 from functools import cache
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, available_timezones
 
 # Bounded: a window's end is at most a day and a DST shift away.
 _MAX_DAYS_AHEAD = 3
+# Names the tz database may hold that are no place's zone: a user naming one has no known zone.
+_NOT_A_PLACE = frozenset({"Factory", "localtime", "posixrules"})
 
 
 def parse_clock(value: str) -> time:
@@ -27,6 +29,33 @@ def parse_clock(value: str) -> time:
 @cache
 def _zone(name: str) -> ZoneInfo:
     return ZoneInfo(name)
+
+
+@cache
+def _known_zones() -> frozenset[str]:
+    return frozenset(available_timezones()) - _NOT_A_PLACE
+
+
+def known_zone(name: object) -> bool:
+    """Whether ``name`` is an IANA zone of this machine's tz database. A user whose zone is not
+    (a name written straight to a system's table, say "Mars/Olympus_Mons") has no local time:
+    the design defers their pushes (seed 000: quiet hours fail closed)."""
+    return isinstance(name, str) and name in _known_zones()
+
+
+def readable(window: dict[str, str] | None) -> bool:
+    """Whether a window (None: no window) names two wall-clock times a clock can show. One that
+    does not ("25:00", written straight to a system's table) cannot be resolved: the design
+    defers such a user's pushes (seed 004: quiet hours fail closed when the preference cannot
+    be resolved)."""
+    if window is None:
+        return True
+    try:
+        parse_clock(window["start"])
+        parse_clock(window["end"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    return True
 
 
 def inside(window: dict[str, str] | None, zone: str, instant: float) -> bool:

@@ -33,6 +33,12 @@ class SystemPolicy:
     durable_dedup_store: bool = True
     # FCM sender projects, in the order ``recipient_user_id mod K`` indexes them.
     fcm_projects: tuple[str, ...] = ()
+    # Seed 000: a delivery's dedup key lives 30 days; the keys match this pattern (Redis
+    # SCAN MATCH syntax) in the dedup store. None: the harness cannot tell them apart.
+    dedup_window_seconds: float = 2_592_000.0
+    # Seed 004: a job goes to its channel's dead-letter queue after this many receives.
+    max_receives: int = 3
+    dedup_key_pattern: str | None = "dedup:*"
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> SystemPolicy:
@@ -60,4 +66,7 @@ class SystemPolicy:
             "dedup_fallback": self.dedup_fallback,
             "durable_dedup_store": self.durable_dedup_store,
             "fcm_projects": list(self.fcm_projects),
+            "dedup_window_seconds": self.dedup_window_seconds,
+            "max_receives": self.max_receives,
+            "dedup_key_pattern": self.dedup_key_pattern,
         }

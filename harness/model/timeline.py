@@ -110,6 +110,12 @@ class Timeline:
             return ("suppress", "no_device")
         if not state.consent:
             return ("suppress", "no_consent")
+        if not local_time.known_zone(state.zone):
+            # Fails closed whatever the window (none at all included): deferred until the zone
+            # is known again, which no run sees.
+            return ("suppress", "unknown_zone")
+        if not local_time.readable(state.quiet_hours):
+            return ("suppress", "unreadable_quiet_hours")
         if state.planned is not None:
             if state.planned == "whole_run":
                 return ("suppress", "quiet_hours_pending")

@@ -5,7 +5,10 @@ acknowledged it, so that the oracle knows what should hold from when.
 * ``redrive-dlq``: the runbook's DLQ redrive (every channel queue and the page queue);
 * ``change-preferences``: some users withdraw or grant push consent, move their quiet hours
   over the present, or move to a zone where their window covers the present; through the API,
-  or written straight to the system's preferences table (``via``: api, table, mixed);
+  or written straight to the system's preferences table (``via``: api, table, mixed); and
+  some get a zone no tz database knows (``unknown_zone``) or a quiet window no clock can read
+  (``unreadable_quiet_hours``, 25:00), which only a table write can give (an API refuses
+  them), the cases where quiet hours must fail closed;
 * ``post-probes``: one event per chosen author, remembered for ``reregister-users``;
 * ``erase-users``: erase some followers of the probe authors (retrying while the system cannot
   finish, e.g. with its dedup store cut), then read their inbox and unread count;
@@ -38,7 +41,19 @@ from harness.model.history import History
 from harness.model.population import Author, Population, User, preferences_body
 from harness.model.timeline import PENDING_AFTER_S
 
-PREFERENCE_CHANGES = ("withdraw_consent", "grant_consent", "enter_quiet_hours", "change_zone")
+PREFERENCE_CHANGES = (
+    "withdraw_consent",
+    "grant_consent",
+    "enter_quiet_hours",
+    "change_zone",
+    "unknown_zone",
+    "unreadable_quiet_hours",
+)
+# Changes an API refuses (a zone no tz database knows, a window no clock has): written to the
+# table whatever ``via``.
+TABLE_ONLY = frozenset({"unknown_zone", "unreadable_quiet_hours"})
+UNKNOWN_ZONE = "Mars/Olympus_Mons"
+UNREADABLE_WINDOW = {"start": "25:00", "end": "07:00"}
 CONSENT = {"granted_at": "2026-11-01T00:00:00+00:00", "version": "2026-11"}
 MAX_RETRY_S = 120.0
 
@@ -139,11 +154,26 @@ def preference_change(kind: str, user: User, now: float, horizon: float) -> dict
     if kind == "change_zone" and user.consent is not None and user.quiet_state == "outside":
         zone = zone_covering(user.quiet_hours or {}, now, horizon)
         return None if zone is None else {**body, "zone": zone}
+    # A user with no window at all: only failing closed on the zone holds their pushes, so any
+    # system that fails open (sends now, reads the zone as UTC) shows it on every push.
+    if kind == "unknown_zone" and user.consent is not None and user.quiet_state == "none":
+        return {**body, "zone": UNKNOWN_ZONE}
+    if kind == "unreadable_quiet_hours" and user.consent is not None and calm:
+        return {**body, "quiet_hours": dict(UNREADABLE_WINDOW)}
     return None
 
 
+def kinds_for(params: dict[str, Any]) -> list[str]:
+    """The changes ``change-preferences`` makes: those named, else every one the ``via`` can
+    write (through the API alone, not the table-only ones)."""
+    if params.get("kinds"):
+        return list(params["kinds"])
+    via = params.get("via", "mixed")
+    return [k for k in PREFERENCE_CHANGES if via != "api" or k not in TABLE_ONLY]
+
+
 def change_preferences(ctx: ActionContext, params: dict[str, Any]) -> str:
-    kinds = list(params.get("kinds") or PREFERENCE_CHANGES)
+    kinds = kinds_for(params)
     count = int(params.get("count", 8))
     via = str(params.get("via", "mixed"))
     spread = float(params.get("spread_s", 0.0))
@@ -173,7 +203,13 @@ def change_preferences(ctx: ActionContext, params: dict[str, Any]) -> str:
         for i, (user, kind, body) in enumerate(plan):
             if ctx.stop.wait(gap if i else 0.0):
                 break
-            how = via if via != "mixed" else ("api" if i % 2 == 0 else "table")
+            how = (
+                "table"
+                if kind in TABLE_ONLY
+                else via
+                if via != "mixed"
+                else ("api" if i % 2 == 0 else "table")
+            )
             sent = time.time()
             ok = True
             try:
@@ -389,7 +425,7 @@ def validate(name: str, params: dict[str, Any]) -> None:
     if name not in ACTIONS:
         raise ActionError(f"unknown action {name!r}; known: {', '.join(sorted(ACTIONS))}")
     if name == "change-preferences":
-        kinds = params.get("kinds") or PREFERENCE_CHANGES
+        kinds = kinds_for(params)
         unknown = sorted(set(kinds) - set(PREFERENCE_CHANGES))
         if unknown:
             raise ActionError(
@@ -398,6 +434,12 @@ def validate(name: str, params: dict[str, Any]) -> None:
             )
         if params.get("via", "mixed") not in ("api", "table", "mixed"):
             raise ActionError("via must be api, table or mixed")
+        table_only = sorted(set(kinds) & TABLE_ONLY)
+        if params.get("via") == "api" and table_only:
+            raise ActionError(
+                f"{', '.join(table_only)} can only be written to the preferences table "
+                "(an API refuses it): use via table or mixed"
+            )
         if params.get("of", "any") not in ("any", "celebrity", "regular"):
             raise ActionError("of must be any, celebrity or regular (whose followers change)")
     for key in ("count",):

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pandas as pd
+import redis
 from ulid import ULID
 
 from chaos.faults import DEDUP_PROXY, ChaosTargets
@@ -47,6 +48,7 @@ from harness.run.actions import ActionContext
 from harness.run.actions import unavailable as action_unavailable
 from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
 from harness.run.channel_ledgers import ChannelLedgers, opt_out_numbers, register_online_users
+from harness.run.dedup_keys import record_sample, sample_ttls
 from harness.run.dlq import redrive_all
 from harness.run.provider_control import SimulatorControl
 from harness.run.python_steps import action_of, fault_of, judge
@@ -501,6 +503,36 @@ def _record_dlqs(info: StackInfo, history: History, queues: Queues) -> int:
     return recorded
 
 
+def _record_redrive_policies(info: StackInfo, history: History, queues: Queues) -> int:
+    """Each delivery queue's redrive policy as SQS states it (GetQueueAttributes), one
+    ``queue_policy`` row each: where its failed jobs go, after how many receives."""
+    sqs = info.aws_client("sqs")
+    recorded = 0
+    for channel in queues.delivery_channels:
+        name = queues.work[channel]
+        try:
+            url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+            attributes = sqs.get_queue_attributes(
+                QueueUrl=url, AttributeNames=["RedrivePolicy"]
+            ).get("Attributes", {})
+        except sqs.exceptions.QueueDoesNotExist:
+            continue
+        policy = json.loads(attributes.get("RedrivePolicy") or "null")
+        history.append(
+            "queue_policy",
+            detail=json.dumps(
+                {
+                    "queue": name,
+                    "dead": queues.dead.get(channel),
+                    "dead_letter_target": (policy or {}).get("deadLetterTargetArn"),
+                    "max_receive_count": (policy or {}).get("maxReceiveCount"),
+                }
+            ),
+        )
+        recorded += 1
+    return recorded
+
+
 def _inject(
     scenario: Scenario,
     population: Population,
@@ -686,6 +718,8 @@ class RunState:
     deadline: float = 0.0
     injected: pd.DataFrame | None = None
     outcome: str = ""
+    # When the run began (monotonic): before any dedup key of it was set.
+    began: float = field(default_factory=time.monotonic)
 
 
 def execute(
@@ -924,6 +958,8 @@ def _collect(state: RunState) -> None:
         state.errors.append(f"stack part {part} died during the run: {why}")
         progress("stack", f"{part} died during the run")
     parked = _record_dlqs(info, history, queues) if queues is not None else 0
+    if queues is not None:
+        _record_redrive_policies(info, history, queues)
     if parked:
         progress("collect", f"{parked} message(s) left in dead-letter queues")
     if state.target is None:
@@ -931,6 +967,15 @@ def _collect(state: RunState) -> None:
         state.stack.stop_parts(["fanout-worker", *WORKER_PARTS[2:]])
     state.channels.poll()
     state.channels.close()
+    pattern = contract.policy.dedup_key_pattern
+    if contract.dedup_store_url and pattern:
+        try:
+            sample = sample_ttls(contract.dedup_store_url, pattern)
+        except redis.RedisError as exc:
+            progress("collect", f"the dedup store's keys could not be read: {exc}")
+        else:
+            record_sample(history, sample, pattern, time.monotonic() - state.began)
+            progress("collect", f"{sample.keys} dedup key TTL(s) read")
     if contract.audit is not None:
         audited = contract.audit.read(history)
         progress("collect", f"{audited} audit record(s) read from the system's trail")

@@ -185,4 +185,6 @@ def contract(info: Any, durable: bool) -> SystemContract:
         sqs_log_url=sqs.url if sqs is not None else None,
         # The reference texts through the stack's SNS endpoint (sns_endpoint in its config).
         sms_ledger_url=sns.url if sns is not None and config.sns_endpoint else None,
+        # Straight to redis-server, not through the fault proxy: read after the faults.
+        dedup_store_url=info.redis_url if "redis" in info.parts else None,
     )

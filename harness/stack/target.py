@@ -80,6 +80,12 @@ class Target:
             policy=policy,
             queues=self._queues() if self.sqs_endpoint else None,
             sqs_log_url=self.sqs_control,
+            # Its keys' TTLs are read only when the target says which keys are its dedup keys.
+            dedup_store_url=(
+                f"redis://{self.dedup_redis}/0"
+                if self.dedup_redis and "dedup_key_pattern" in (self.policy or {})
+                else None
+            ),
         )
 
     def _queues(self) -> Queues:
