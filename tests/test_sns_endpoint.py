@@ -356,6 +356,18 @@ def test_a_dead_token_disables_the_endpoint_and_the_events_reach_sqs(
     sns.set_endpoint_attributes(EndpointArn=arn, Attributes={"Token": fresh, "Enabled": "true"})
     sns.publish(TargetArn=arn, Message="welcome back")
     assert [r["status"] for r in sim_ledger(urls["apns"], ca, sent) if r["token"] == fresh] == [200]
+    # The endpoint log tells who changed what: the API created it, SNS turned it off on the
+    # provider's dead answer, the API turned it back on with the new token.
+    changes = [
+        (e["event"], e["by"], e["enabled"], e["changed"], e["token"])
+        for e in control.endpoint_events()["rows"]
+        if e["endpoint_arn"] == arn
+    ]
+    assert changes == [
+        ("created", "api", True, {}, dead),
+        ("updated", "sns", False, {"Enabled": "false"}, dead),
+        ("updated", "api", True, {"Token": fresh, "Enabled": "true"}, fresh),
+    ]
 
 
 def test_fcm_unregistered_disables_the_endpoint(

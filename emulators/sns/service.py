@@ -143,6 +143,9 @@ class SnsService:
         self.ledger = RowLog()
         self.sms_ledger = RowLog()
         self.deliveries = RowLog()
+        # Every change to an endpoint, by the API or by a provider's dead answer: what a
+        # checker needs to tell "SNS turned it off" from "the publisher turned it back on".
+        self.endpoint_events = RowLog()
         self.signer = NotificationSigner()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -513,9 +516,23 @@ class SnsService:
         )
 
     def endpoint_changed(self, change: EndpointChange | None, reason: str | None = None) -> None:
-        """Tell the application's event topic about a created / updated / deleted endpoint."""
+        """Record a created / updated / deleted endpoint in the endpoint log and tell the
+        application's event topic. ``reason`` set: SNS itself changed it (a provider's dead
+        answer), else a caller of the API did."""
         if change is None or (change.event == "EventEndpointUpdated" and not change.changed):
             return
+        endpoint = change.endpoint
+        self.endpoint_events.append(
+            provider="sns",
+            event=change.event[len("EventEndpoint") :].lower(),
+            by="sns" if reason is not None else "api",
+            reason=reason,
+            endpoint_arn=endpoint.arn,
+            application_arn=endpoint.application_arn,
+            token=endpoint.token,
+            enabled=endpoint.enabled,
+            changed=dict(change.changed),
+        )
         app = self.model.applications.get(change.endpoint.application_arn)
         if app is None:
             return
@@ -596,6 +613,7 @@ class SnsService:
         self.ledger.reset()
         self.sms_ledger.reset()
         self.deliveries.reset()
+        self.endpoint_events.reset()
 
     async def close(self) -> None:
         for task in list(self._tasks):
