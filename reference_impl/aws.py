@@ -9,7 +9,9 @@ from typing import Any
 
 import boto3
 from botocore.config import Config as BotoConfig
+from botocore.credentials import ReadOnlyCredentials
 
+from reference_impl.aws_json import HOT_OPERATIONS, lean
 from reference_impl.config import Config
 
 # No client-side parameter validation: the service validates every request anyway, and
@@ -22,7 +24,9 @@ _BOTO = BotoConfig(
 
 
 def client(config: Config, service: str, boto_config: BotoConfig | None = None) -> Any:
-    """``boto_config`` replaces the default (retries, pool size) for this client."""
+    """``boto_config`` replaces the default (retries, pool size) for this client. SQS and
+    DynamoDB clients make their delivery-path calls through :mod:`reference_impl.aws_json`
+    (``aws_lean_client``, on by default), everything else through boto3."""
     endpoint = {
         "dynamodb": config.dynamodb_endpoint,
         # The Streams API is served where the table is (moto serves both on one port).
@@ -42,7 +46,18 @@ def client(config: Config, service: str, boto_config: BotoConfig | None = None) 
     if config.aws_access_key_id:
         kwargs["aws_access_key_id"] = config.aws_access_key_id
         kwargs["aws_secret_access_key"] = config.aws_secret_access_key
-    return new_client(service, **kwargs)
+    boto = new_client(service, **kwargs)
+    if not config.aws_lean_client or service not in HOT_OPERATIONS:
+        return boto
+    if config.aws_access_key_id:
+        frozen = ReadOnlyCredentials(
+            config.aws_access_key_id, config.aws_secret_access_key or "", None
+        )
+        return lean(boto, service, lambda: frozen)
+    credentials = _session().get_credentials()  # the chain the boto3 client itself uses
+    if credentials is None:
+        return boto  # boto3 says what is missing on the first call
+    return lean(boto, service, credentials.get_frozen_credentials)
 
 
 def new_client(service: str, **kwargs: Any) -> Any:
@@ -95,17 +110,23 @@ def batch_get(ddb: Any, table: str, keys: Sequence[dict[str, Any]]) -> list[dict
 
 
 def batch_get_tables(
-    ddb: Any, keys: Mapping[str, Sequence[dict[str, Any]]]
+    ddb: Any,
+    keys: Mapping[str, Sequence[dict[str, Any]]],
+    projections: Mapping[str, str] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """:func:`batch_get` over several tables at once: one BatchGetItem reads up to
     BATCH_GET_MAX keys of any tables, so two small reads of one batch cost one call. The items
-    found, by table."""
+    found, by table; ``projections``: the attributes to bring of a table's items (a
+    ProjectionExpression, which must name the key to tell the items apart)."""
     found: dict[str, list[dict[str, Any]]] = {table: [] for table in keys}
     flat = [(table, key) for table, table_keys in keys.items() for key in table_keys]
     for start in range(0, len(flat), BATCH_GET_MAX):
         pending: dict[str, Any] = {}
         for table, key in flat[start : start + BATCH_GET_MAX]:
-            pending.setdefault(table, {"Keys": [], "ConsistentRead": True})["Keys"].append(key)
+            request = pending.setdefault(table, {"Keys": [], "ConsistentRead": True})
+            if projections and table in projections:
+                request["ProjectionExpression"] = projections[table]
+            request["Keys"].append(key)
         for _ in range(20):
             result = ddb.batch_get_item(RequestItems=pending)
             for table, items in result.get("Responses", {}).items():

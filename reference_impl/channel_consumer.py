@@ -40,6 +40,7 @@ from reference_impl.audit import AuditSink
 from reference_impl.channel_providers import InAppClient, SesClient, connection_id
 from reference_impl.config import Config, ConfigError
 from reference_impl.consent import email_consent_granted
+from reference_impl.dead_tokens import DeadTokens
 from reference_impl.dedup_key import email_recipient, inapp_recipient
 from reference_impl.job_consumer import Delivery, JobConsumer, JobState, serve
 from reference_impl.providers import ProviderGate, SendResult
@@ -109,8 +110,9 @@ class EmailConsumer(ChannelConsumer):
         redis_client: Any = None,
         gate: ProviderGate | None = None,
         audit_sink: AuditSink | None = None,
+        dead_tokens: DeadTokens | None = None,
     ) -> None:
-        super().__init__(config, clock, redis_client, gate, audit_sink)
+        super().__init__(config, clock, redis_client, gate, audit_sink, dead_tokens)
         self.ses = SesClient(config)
 
     def target(self, job: dict[str, Any], prefs: dict[str, Any] | None) -> Target | None:
@@ -143,10 +145,11 @@ class InAppConsumer(ChannelConsumer):
         redis_client: Any = None,
         gate: ProviderGate | None = None,
         audit_sink: AuditSink | None = None,
+        dead_tokens: DeadTokens | None = None,
     ) -> None:
         # First: a config without the gateway's URL fails before any AWS call is made.
         self.gateway = InAppClient(config)
-        super().__init__(config, clock, redis_client, gate, audit_sink)
+        super().__init__(config, clock, redis_client, gate, audit_sink, dead_tokens)
 
     def target(self, job: dict[str, Any], prefs: dict[str, Any] | None) -> Target | None:
         if self.switched_off(job, prefs):
@@ -200,9 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     cls = CONSUMERS[args.channel]
     gate = ProviderGate(config.provider_max_in_flight, config.provider_max_rate_per_s)
     sink = AuditSink.from_config(config, cls.component)
+    dead = DeadTokens()  # shared by the process's pollers
     try:
         consumers = [
-            cls(config, gate=gate, audit_sink=sink) for _ in range(config.consumer_threads)
+            cls(config, gate=gate, audit_sink=sink, dead_tokens=dead)
+            for _ in range(config.consumer_threads)
         ]
     except ValueError as exc:  # e.g. no inapp_url
         print(f"error: {exc}", file=sys.stderr)

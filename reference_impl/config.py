@@ -85,6 +85,9 @@ class Config:
     s3_endpoint: str | None = None
     aws_access_key_id: str | None = None
     aws_secret_access_key: str | None = None
+    # The delivery path's SQS and DynamoDB calls through the lean JSON client
+    # (reference_impl/aws_json.py, a fraction of botocore's CPU per call); false: boto3 for all.
+    aws_lean_client: bool = True
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_timeout_seconds: float = 1.0
     # MemoryDB cluster mode / Redis Cluster: redis_url names any one node.
@@ -136,6 +139,11 @@ class Config:
     provider_max_rate_per_s: float | None = None
     retry_backoff_max_seconds: int = 30
     consumer_threads: int = 4
+    # Push consumer processes (Lambda's concurrent instances), each with consumer_threads
+    # pollers: one Python process is one core at most. More than one: a supervisor forks them
+    # (reference_impl/worker_processes.py); the back-pressure gate is per process, a rate cap
+    # is shared out among them.
+    push_consumer_processes: int = 1
     # Rate limits (seed 000: a sliding window per (user, channel), the excess collapsed into one
     # digest; seed 002: a cap per (user device, notification kind, local day)). 0 = off, the
     # default, so the scenarios that do not ask for limits are never limited.
@@ -225,14 +233,17 @@ class Config:
             "fanout_page_threads",
             "page_task_visibility_seconds",
             "event_api_processes",
+            "push_consumer_processes",
+            "consumer_threads",
             "event_api_max_connections",
             "event_api_threads",
         ):
             value = getattr(config, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1")
-        if not isinstance(config.audit_flush_before_ack, bool):
-            raise ConfigError("audit_flush_before_ack must be true or false")
+        for name in ("audit_flush_before_ack", "aws_lean_client"):
+            if not isinstance(getattr(config, name), bool):
+                raise ConfigError(f"{name} must be true or false")
         for name in ("audit_flush_seconds", "stream_poll_interval_seconds"):
             value = getattr(config, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:

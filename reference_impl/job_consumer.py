@@ -11,8 +11,9 @@ The jobs of a batch go through each phase together, so that every phase that tou
 one pipeline, one round trip per node (a cluster client splits it by slot), however many jobs
 the batch holds (:meth:`JobConsumer.deliver_batch`):
 
-1. preferences (:meth:`JobConsumer.load_preferences`): the cached ones in one read; the misses
-   from DynamoDB, written back in one write;
+1. preferences (:meth:`JobConsumer.load_preferences`): the cached ones in one read; the misses'
+   user records from DynamoDB in one BatchGetItem (the batch's audit keys, and for push the
+   devices, in the same call), written back to the cache in one write;
 2. the channel's gates (:meth:`JobConsumer.plan`): consent, switches, quiet hours and, for push,
    the rate limits (the windows in one pipeline, the daily caps in another). Each job ends with
    an outcome or with its deliveries (a recipient, and how to send to it);
@@ -37,10 +38,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -51,8 +50,9 @@ from ulid import ULID
 
 from reference_impl.audit import AuditSink, seal_record, sealing_for
 from reference_impl.audit_keys import AuditKeys, DataKey
-from reference_impl.aws import client, queue_url, to_poison
+from reference_impl.aws import batch_get_tables, client, queue_url, to_poison
 from reference_impl.config import Config
+from reference_impl.dead_tokens import DeadTokens
 from reference_impl.dedup import Claim, DedupStore, FallbackDedup
 from reference_impl.dedup_key import DEDUP_TTL_SECONDS, dedup_key
 from reference_impl.event_source import SqsPoller, run_pollers
@@ -180,29 +180,6 @@ _PAUSED = "paused"
 _DEAD = "dead"
 
 
-class KnownDead:
-    """Recipients whose token answered dead, remembered by every thread of this process: a
-    thread that read the device before another's deactivation landed must not send to it after
-    the answer came back (the record's deactivation tells the next process; this tells the next
-    thread at once). Bounded: the oldest are forgotten first (the record still says)."""
-
-    def __init__(self, capacity: int = 100_000) -> None:
-        self.capacity = capacity
-        self._known: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def add(self, recipient: tuple[str, str]) -> None:
-        with self._lock:
-            self._known[recipient] = None
-            self._known.move_to_end(recipient)
-            while len(self._known) > self.capacity:
-                self._known.popitem(last=False)
-
-    def __contains__(self, recipient: object) -> bool:
-        with self._lock:
-            return recipient in self._known
-
-
 class JobConsumer:
     """Base of the channel consumers: subclasses set ``channel`` and ``component`` and
     implement :meth:`plan` (each job's outcome, or its deliveries).
@@ -216,6 +193,9 @@ class JobConsumer:
     component: ClassVar[str] = ""
     durable_fallback: ClassVar[bool] = True
     state_type: ClassVar[type[JobState]] = JobState
+    # What of a user record the batch read brings: the preferences (and the key). A channel
+    # that reads more of the record in the same batch (push: the devices) reads it whole.
+    record_projection: ClassVar[str | None] = "pk, prefs"
     log: ClassVar[logging.Logger] = logging.getLogger("reference_impl.job_consumer")
 
     def __init__(
@@ -225,10 +205,13 @@ class JobConsumer:
         redis_client: Any = None,
         gate: ProviderGate | None = None,
         audit_sink: AuditSink | None = None,
+        dead_tokens: DeadTokens | None = None,
     ) -> None:
         """``audit_sink``: shared by the consumers of one process (``main``); without one, a
-        consumer makes its own when the config names an audit bucket."""
+        consumer makes its own when the config names an audit bucket. ``dead_tokens``: shared
+        by every poller of the consumer (threads and forked processes); else its own."""
         self.config = config
+        self.dead_tokens = dead_tokens or DeadTokens()
         self.clock = clock
         self.ddb = client(config, "dynamodb")
         self.sqs = client(config, "sqs")
@@ -252,9 +235,10 @@ class JobConsumer:
         )
         self.owner = uuid.uuid4().hex[:12]
         self.defects = frozenset(config.defects)
-        self.known_dead = KnownDead()
         # Preferences of the batch in hand (cache key -> JSON), loaded for all its jobs at once.
         self._batch_prefs: dict[str, bytes] = {}
+        # User records the batch in hand read (pk -> item, {} for none): one read per batch.
+        self._batch_records: dict[str, dict[str, Any]] = {}
         # 'sent' marks a failed settlement left behind (key -> monotonic deadline). Marks wait
         # for the end of a batch, so a store that dies mid-batch leaves every send of it
         # unmarked, not one; the next settlement writes them, before the leases run out and a
@@ -339,10 +323,12 @@ class JobConsumer:
 
     def load_preferences(self, jobs: Sequence[dict[str, Any]]) -> None:
         """The preferences of every job of the batch: the cached ones in one pipelined read per
-        node, the misses from DynamoDB, written back in one pipelined write per node. A cache
-        error falls through to DynamoDB; an entry whose read failed is not written back (its
-        node just failed: a write would wait out the same timeout). A DynamoDB error leaves the
-        job to read for itself, and fail on its own."""
+        node; the misses' user records in one consistent BatchGetItem per 100 (which also brings
+        the batch's audit keys, and the whole records a channel reads more of, e.g. the push
+        devices: :attr:`record_projection`), written back to the cache in one pipelined write
+        per node. A cache error falls through to DynamoDB; an entry whose read failed is not
+        written back (its node just failed: a write would wait out the same timeout). A
+        DynamoDB error leaves the jobs to read for themselves, and fail on their own."""
         users = list(dict.fromkeys((j["tenant_id"], j["recipient_user_id"]) for j in jobs))
         keys = [preferences_cache_key(tenant, user) for tenant, user in users]
         try:
@@ -350,23 +336,52 @@ class JobConsumer:
         except Exception as exc:  # e.g. a cluster without a node for a slot
             replies = [exc] * len(keys)
         loaded: dict[str, bytes] = {}
-        fills = []
-        for (tenant, user), key, reply in zip(users, keys, replies, strict=True):
+        misses = []
+        for user, key, reply in zip(users, keys, replies, strict=True):
             if reply is not None and not isinstance(reply, Exception):
                 loaded[key] = reply
-                continue
+            else:
+                misses.append((user, key, reply))
+        if misses:
             try:
-                value = json.dumps(self.stored_preferences(tenant, user)).encode()
+                records = self.read_records([user for user, _, _ in misses], key_users=users)
             except Exception:
-                continue
-            loaded[key] = value
-            if reply is None:
-                fills.append(Command("set", (key, value), (("ex", PREFERENCES_CACHE_SECONDS),)))
-        try:
-            pipelined(self.redis, fills)
-        except Exception:
-            pass  # the cache is never the authority: the next read goes to DynamoDB again
+                records = None
+            fills = []
+            for (tenant, user), key, reply in misses if records is not None else ():
+                value = json.dumps(preferences_of(records.get(user_key(tenant, user)))).encode()
+                loaded[key] = value
+                if reply is None:
+                    fills.append(Command("set", (key, value), (("ex", PREFERENCES_CACHE_SECONDS),)))
+            try:
+                pipelined(self.redis, fills)
+            except Exception:
+                pass  # the cache is never the authority: the next read goes to DynamoDB again
         self._batch_prefs = loaded
+
+    def read_records(
+        self, users: Sequence[tuple[str, str]], key_users: Sequence[tuple[str, str]] = ()
+    ) -> dict[str, dict[str, Any]]:
+        """The user records of ``users`` (consistent BatchGetItems, one per 100 keys), by pk,
+        kept for the rest of the batch (:attr:`_batch_records`); the audit keys of
+        ``key_users`` not read yet in this batch ride in the same calls. Raises what the
+        read raised."""
+        table = self.config.table("preferences")
+        requests: dict[str, list[dict[str, Any]]] = {
+            table: [{"pk": {"S": user_key(t, u)}} for t, u in users]
+        }
+        projections = {table: self.record_projection} if self.record_projection else {}
+        wanted_keys = [u for u in dict.fromkeys(key_users) if u not in self._keys_read]
+        if self.audit_keys is not None and wanted_keys:
+            requests[self.audit_keys.table] = self.audit_keys.requests(wanted_keys)
+        tables = batch_get_tables(self.ddb, requests, projections)
+        if self.audit_keys is not None and wanted_keys:
+            self._batch_keys.update(self.audit_keys.found(tables.get(self.audit_keys.table, [])))
+            self._keys_read.update(wanted_keys)
+        records = {user_key(t, u): {} for t, u in users}  # found or not: read
+        records.update({item["pk"]["S"]: item for item in tables[table]})
+        self._batch_records.update(records)
+        return records
 
     def prefetch_preferences(self, records: list[dict[str, Any]]) -> None:
         """:meth:`load_preferences` for the parseable records of a batch."""
@@ -572,19 +587,22 @@ class JobConsumer:
         if paused > 0:  # Retry-After from an answer earlier in this batch: do not even try
             state.later(paused)
             return _PAUSED
-        recipient = (state.job["tenant_id"], delivery.recipient)
-        if recipient in dead:
+        tenant = state.job["tenant_id"]
+        # Dead earlier in this batch, or (another poller's answer) since this batch read it.
+        if (tenant, delivery.recipient) in dead or self.dead_tokens.dead(
+            tenant, delivery.recipient
+        ):
             return _DEAD
         with self.gate.slot(delivery.scope):
             # Asked once the slot is ours: waiting for it can outlast another thread's dead
             # answer for the same token.
-            if recipient in self.known_dead:
+            if self.dead_tokens.dead(tenant, delivery.recipient):
                 return _DEAD
             result = delivery.send()
         if result.outcome == "dead_token":
-            dead.add(recipient)
-            if "dead_token_kept" not in self.defects:
-                self.known_dead.add(recipient)
+            dead.add((tenant, delivery.recipient))
+            if "dead_token_kept" not in self.defects:  # the defect: nothing remembers it
+                self.dead_tokens.add(tenant, delivery.recipient)
         if result.outcome == "retry":
             retry_in = 0.0
             if result.retry_after and "ignore_retry_after" not in self.defects:
@@ -618,6 +636,7 @@ class JobConsumer:
             self.send_all(states)
         finally:
             self._batch_prefs = {}
+            self._batch_records = {}
 
     def deliver(self, job: dict[str, Any]) -> float | None:
         """One job as a batch of its own: None when it may be acknowledged, else the seconds

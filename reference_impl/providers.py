@@ -1,9 +1,9 @@
-"""APNs and FCM clients: one HTTP request per device, classified into what to do next."""
+"""APNs and FCM clients: one HTTP/2 request per device (:mod:`reference_impl.http2`),
+classified into what to do next."""
 
 from __future__ import annotations
 
 import json
-import ssl
 import threading
 import time
 import zlib
@@ -11,10 +11,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
-
-import httpx
+from urllib.parse import urlsplit
 
 from reference_impl.config import Config
+from reference_impl.http2 import Http2Client, Http2Error, Http2Response
+from reference_impl.shared_deadlines import SharedDeadlines
 
 # "offline": the in-app channel's 410 Gone (no live connection; the inbox row holds it).
 Outcome = Literal["sent", "dead_token", "rejected", "retry", "offline"]
@@ -28,7 +29,7 @@ class SendResult:
     retry_after: float | None = None
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def _retry_after(response: Http2Response) -> float | None:
     value = response.headers.get("retry-after")
     try:
         return float(value) if value is not None else None
@@ -36,12 +37,11 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None
 
 
-def _client(url: str, ca_file: str | None, timeout: float) -> httpx.Client:
-    if url.startswith("http://"):
-        # Plaintext HTTP/2 with prior knowledge (the simulator's h2c mode).
-        return httpx.Client(http1=False, http2=True, timeout=timeout)
-    verify: Any = ssl.create_default_context(cafile=ca_file) if ca_file else True
-    return httpx.Client(http2=True, verify=verify, timeout=timeout)
+def _json(response: Http2Response) -> Any:
+    try:
+        return json.loads(response.body)
+    except ValueError:
+        return None
 
 
 def fcm_project_for(recipient_user_id: str, projects: tuple[str, ...]) -> str:
@@ -54,7 +54,10 @@ def fcm_project_for(recipient_user_id: str, projects: tuple[str, ...]) -> str:
 class ApnsClient:
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.http = _client(config.apns_url, config.apns_ca_file, config.provider_timeout_seconds)
+        self.http = Http2Client(
+            config.apns_url, config.apns_ca_file, config.provider_timeout_seconds
+        )
+        self.base_path = urlsplit(config.apns_url).path.rstrip("/")
 
     def send(
         self, token: str, payload: dict[str, Any], apns_id: str, collapse_id: str | None = None
@@ -72,19 +75,17 @@ class ApnsClient:
             headers["authorization"] = f"bearer {self.config.apns_auth_token}"
         try:
             response = self.http.post(
-                f"{self.config.apns_url}/3/device/{token}",
-                content=json.dumps(payload, separators=(",", ":")).encode(),
-                headers=headers,
+                f"{self.base_path}/3/device/{token}",
+                headers,
+                json.dumps(payload, separators=(",", ":")).encode(),
             )
-        except httpx.HTTPError as exc:
+        except Http2Error as exc:
             return SendResult("retry", None, f"transport: {type(exc).__name__}")
-        status = response.status_code
+        status = response.status
         reason = None
         if status != 200:
-            try:
-                reason = response.json().get("reason")
-            except ValueError:
-                reason = None
+            answer = _json(response)
+            reason = answer.get("reason") if isinstance(answer, dict) else None
         if status == 200:
             return SendResult("sent", status)
         if status == 410 or reason in ("BadDeviceToken", "Unregistered", "DeviceTokenNotForTopic"):
@@ -100,7 +101,8 @@ class ApnsClient:
 class FcmClient:
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.http = _client(config.fcm_url, None, config.provider_timeout_seconds)
+        self.http = Http2Client(config.fcm_url, None, config.provider_timeout_seconds)
+        self.base_path = urlsplit(config.fcm_url).path.rstrip("/")
 
     def send(self, project: str, message: dict[str, Any]) -> SendResult:
         headers = {"content-type": "application/json"}
@@ -108,21 +110,21 @@ class FcmClient:
             headers["authorization"] = f"Bearer {self.config.fcm_access_token}"
         try:
             response = self.http.post(
-                f"{self.config.fcm_url}/v1/projects/{project}/messages:send",
-                content=json.dumps({"message": message}).encode(),
-                headers=headers,
+                f"{self.base_path}/v1/projects/{project}/messages:send",
+                headers,
+                json.dumps({"message": message}).encode(),
             )
-        except httpx.HTTPError as exc:
+        except Http2Error as exc:
             return SendResult("retry", None, f"transport: {type(exc).__name__}")
-        status = response.status_code
+        status = response.status
         if status == 200:
             return SendResult("sent", status)
         code = None
         try:
-            error = response.json().get("error", {})
+            error = _json(response).get("error", {})
             details = error.get("details") or [{}]
             code = details[0].get("errorCode") or error.get("status")
-        except (ValueError, AttributeError):
+        except (AttributeError, IndexError, TypeError):
             code = None
         if code == "UNREGISTERED" or status == 404:
             return SendResult("dead_token", status, code)
@@ -136,31 +138,30 @@ class FcmClient:
 
 class ProviderGate:
     """Shared by a consumer process's threads: honours Retry-After per provider scope (APNs, or
-    one FCM project), caps requests in flight, and optionally paces the send rate."""
+    one FCM project), caps requests in flight, and optionally paces the send rate. ``pauses``:
+    where the Retry-After pauses are kept, shared with the consumer's other worker processes
+    (made before they fork), so a scope throttled for one is paused for all."""
 
     def __init__(
         self,
         max_in_flight: int,
         max_rate_per_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        pauses: SharedDeadlines | None = None,
     ) -> None:
         self.max_in_flight = max_in_flight
         self.max_rate_per_s = max_rate_per_s
         self.clock = clock
+        self.pauses = pauses or SharedDeadlines(slots=1024, clock=clock)
         self._lock = threading.Lock()
-        self._paused_until: dict[str, float] = {}
         self._slots: dict[str, threading.BoundedSemaphore] = {}
         self._next_send: dict[str, float] = {}
 
     def paused_for(self, scope: str) -> float:
-        with self._lock:
-            return max(0.0, self._paused_until.get(scope, 0.0) - self.clock())
+        return self.pauses.left(scope)
 
     def pause(self, scope: str, seconds: float) -> None:
-        with self._lock:
-            until = self.clock() + seconds
-            if until > self._paused_until.get(scope, 0.0):
-                self._paused_until[scope] = until
+        self.pauses.extend(scope, self.clock() + seconds)
 
     @contextmanager
     def slot(self, scope: str) -> Iterator[None]:

@@ -32,9 +32,9 @@ from botocore.exceptions import ClientError
 from ulid import ULID
 
 from reference_impl.audit import AuditSink, token_sha256
-from reference_impl.aws import batch_get_tables
 from reference_impl.config import Config
 from reference_impl.consent import push_consent_granted
+from reference_impl.dead_tokens import REMEMBER_SECONDS, DeadTokens
 from reference_impl.ids import user_key
 from reference_impl.job_consumer import (
     JOB_FIELDS,
@@ -67,7 +67,9 @@ from reference_impl.rate_limit import (
     digest_text,
     to_ms,
 )
+from reference_impl.shared_deadlines import SharedDeadlines
 from reference_impl.user_record import device_attribute, devices_of
+from reference_impl.worker_processes import serve_forked
 
 log = logging.getLogger("reference_impl.push_consumer")
 MAX_SQS_DELAY_SECONDS = 900
@@ -108,6 +110,7 @@ class PushConsumer(JobConsumer):
     channel = "push"
     component = "push-consumer"
     state_type = PushJob
+    record_projection = None  # the whole record: the preferences and the devices
     log: ClassVar[logging.Logger] = log
 
     def __init__(
@@ -117,10 +120,12 @@ class PushConsumer(JobConsumer):
         redis_client: Any = None,
         gate: ProviderGate | None = None,
         audit_sink: AuditSink | None = None,
+        dead_tokens: DeadTokens | None = None,
     ) -> None:
         """``audit_sink``: shared by the consumers of one process (``main``); without one, a
-        consumer makes its own when the config names an audit bucket."""
-        super().__init__(config, clock, redis_client, gate, audit_sink)
+        consumer makes its own when the config names an audit bucket. ``dead_tokens``: shared
+        by all the consumer's pollers, forked processes included."""
+        super().__init__(config, clock, redis_client, gate, audit_sink, dead_tokens)
         self.apns = ApnsClient(config)
         self.fcm = FcmClient(config)
         self.limits = RateLimits(
@@ -143,30 +148,28 @@ class PushConsumer(JobConsumer):
         self, states: Sequence[PushJob], key_users: Sequence[tuple[str, str]] = ()
     ) -> None:
         """The devices of every job's recipient, deactivated ones included (``active``
-        False): the recipients' records in consistent BatchGetItems (one per 100). Never cached:
-        a token that answered dead is not tried again by the next job. A read error fails the
-        jobs it leaves without devices. The audit keys of ``key_users`` (the whole batch's
-        recipients) ride in the same BatchGetItems."""
+        False), from the recipients' records: those the batch read with the preferences (a
+        cache miss), the rest in consistent BatchGetItems (one per 100) now. Never cached
+        past the batch: a token that answered dead is not tried again by the next job. A read
+        error fails the jobs it leaves without devices. The audit keys of ``key_users`` (the
+        whole batch's recipients) ride in the same BatchGetItems when not read yet."""
         users = list(
             dict.fromkeys((s.job["tenant_id"], s.job["recipient_user_id"]) for s in states)
         )
-        prefs_table = self.config.table("preferences")
-        requests = {prefs_table: [{"pk": {"S": user_key(t, u)}} for t, u in users]}
-        if self.audit_keys is not None and key_users:
-            requests[self.audit_keys.table] = self.audit_keys.requests(key_users)
-        try:
-            tables = batch_get_tables(self.ddb, requests)
-        except Exception as exc:
-            for state in states:
-                state.fail(exc)
-            return
-        if self.audit_keys is not None and key_users:
-            self._batch_keys = self.audit_keys.found(tables.get(self.audit_keys.table, []))
-            self._keys_read = set(key_users)
-        items = {item["pk"]["S"]: item for item in tables[prefs_table]}
+        unread = [u for u in users if user_key(*u) not in self._batch_records]
+        wanted_keys = [u for u in key_users if u not in self._keys_read]
+        error: Exception | None = None
+        if unread or (self.audit_keys is not None and wanted_keys):
+            try:
+                self.read_records(unread, key_users=key_users)
+            except Exception as exc:
+                error = exc
         for state in states:
-            item = items.get(user_key(state.job["tenant_id"], state.job["recipient_user_id"]))
-            state.registered = devices_of(item)
+            pk = user_key(state.job["tenant_id"], state.job["recipient_user_id"])
+            if pk in self._batch_records:
+                state.registered = devices_of(self._batch_records[pk])
+            else:
+                state.fail(error or RuntimeError(f"the record of {pk} was not read"))
 
     def active_devices(self, state: PushJob) -> list[dict[str, Any]] | None:
         """The devices to send to; None (after auditing why) when there are none. A device
@@ -522,13 +525,38 @@ def main(argv: list[str] | None = None) -> int:
     config = Config.load_for_main(args.config)
     if config is None:
         return 2
+    # Made before the fork: a dead answer or a Retry-After in one worker process holds for the
+    # others' next sends too.
+    dead_tokens = DeadTokens(max(REMEMBER_SECONDS, 2.0 * config.visibility_timeout_seconds))
+    pauses = SharedDeadlines(slots=1024)
+    return serve_forked(
+        config.push_consumer_processes,
+        lambda ready_file: serve_process(config, ready_file, dead_tokens, pauses),
+        args.ready_file,
+        PushConsumer.component,
+    )
+
+
+def serve_process(
+    config: Config,
+    ready_file: str | None,
+    dead_tokens: DeadTokens | None = None,
+    pauses: SharedDeadlines | None = None,
+) -> int:
+    """One consumer process: ``consumer_threads`` pollers. The provider gate is the process's;
+    a configured send-rate cap is the whole consumer's, shared out among its processes."""
+    rate = config.provider_max_rate_per_s
+    if rate:
+        rate = rate / config.push_consumer_processes
     # One consumer per poller thread: its HTTP/2 connections are not shared across threads.
-    gate = ProviderGate(config.provider_max_in_flight, config.provider_max_rate_per_s)
+    gate = ProviderGate(config.provider_max_in_flight, rate, pauses=pauses)
     sink = AuditSink.from_config(config, PushConsumer.component)
+    dead_tokens = dead_tokens or DeadTokens()
     consumers = [
-        PushConsumer(config, gate=gate, audit_sink=sink) for _ in range(config.consumer_threads)
+        PushConsumer(config, gate=gate, audit_sink=sink, dead_tokens=dead_tokens)
+        for _ in range(config.consumer_threads)
     ]
-    return serve(consumers, args.ready_file)
+    return serve(consumers, ready_file)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError, EndpointConnectionError
+from engines import engine  # noqa: F401 - the fixture, pandas and DuckDB
 from helpers import TenantClient, apns_token, audit_lines, fcm_token
 from ulid import ULID
 
@@ -339,6 +340,7 @@ def _check(history: pd.DataFrame, **tolerance: int) -> audit_complete.Verdict:
     return audit_complete.check(expectation, history, population, **tolerance)
 
 
+@pytest.mark.usefixtures("engine")
 def test_checker_passes_a_complete_trail():
     verdict = _check(_history())
     assert verdict.valid, verdict
@@ -359,6 +361,7 @@ def test_checker_passes_a_complete_trail():
         (("enqueued", "quiet"), "unaudited_enqueues"),
     ],
 )
+@pytest.mark.usefixtures("engine")
 def test_checker_fails_a_missing_record(skip, count):
     verdict = _check(_history(skip=skip))
     assert not verdict.valid
@@ -366,6 +369,7 @@ def test_checker_fails_a_missing_record(skip, count):
     assert verdict.details["examples"]
 
 
+@pytest.mark.usefixtures("engine")
 def test_checker_matches_the_device_not_just_the_notification():
     history = _history(skip=("sent", "live"))
     wrong = History()
@@ -380,6 +384,7 @@ def test_checker_matches_the_device_not_just_the_notification():
     assert not verdict.valid and verdict.counts["unaudited_sends"] == 1
 
 
+@pytest.mark.usefixtures("engine")
 def test_an_email_record_does_not_stand_in_for_the_push_job():
     history = _history(skip=("denied_consent", "denied"))
     email = History()
@@ -394,6 +399,7 @@ def test_an_email_record_does_not_stand_in_for_the_push_job():
     assert not verdict.valid and verdict.counts["unaudited_no_consent"] == 1
 
 
+@pytest.mark.usefixtures("engine")
 def test_checker_tolerates_sent_records_lost_in_a_crash_only_when_told_and_only_those():
     """kill -9 loses the sink's buffer: the redelivered job is audited 'deduped' instead."""
     history = _history(skip=("sent", "live"))
@@ -413,6 +419,7 @@ def test_checker_tolerates_sent_records_lost_in_a_crash_only_when_told_and_only_
     assert not _check(history, max_lost_sent_records=1).valid  # no record at all: never
 
 
+@pytest.mark.usefixtures("engine")
 def test_checker_wants_a_record_for_a_dead_lettered_job_unless_tolerated():
     history = _history(skip=("sent", "live"), dlq=True)
     history = history[~((history["kind"] == "provider") & (history["token"] == LIVE))]
@@ -674,6 +681,7 @@ def _sealed_history(keys: dict[str, bytes], skip: tuple[str, str] | None = None)
     return frame.assign(detail=pd.array(details, dtype="string"))
 
 
+@pytest.mark.usefixtures("engine")
 def test_audit_complete_reads_the_decrypted_fields_of_a_sealed_trail():
     keys = {KEY_A.kid: KEY_A.key}
     assert _check(_sealed_history(keys)).valid

@@ -26,7 +26,14 @@ from harness.stack.redis_cluster import RedisCluster
 from harness.stack.supervisor import Stack, wait_until
 from reference_impl.channel_consumer import EmailConsumer
 from reference_impl.config import Config
-from reference_impl.dedup import DedupStore, FallbackDedup, claim_from_replies
+from reference_impl.dead_tokens import DeadTokens
+from reference_impl.dedup import (
+    DedupStore,
+    FallbackDedup,
+    claim_from_replies,
+    claim_from_set_get,
+    set_nx_get_supported,
+)
 from reference_impl.dedup_key import dedup_key
 from reference_impl.ids import device_id
 from reference_impl.job_consumer import JobState, rounds
@@ -281,10 +288,23 @@ def test_pipelined_answers_per_command_and_loads_a_missing_script(topology):
     assert all(isinstance(r, redis.ConnectionError) for r in pipelined(dead, commands))
 
 
+def test_a_set_nx_get_reply_is_a_claim():
+    error = redis.ConnectionError("down")
+    assert claim_from_set_get(None) == "won"
+    assert claim_from_set_get(b"sent") == "already_sent"
+    assert claim_from_set_get(b"pending:other") == "in_flight"
+    assert claim_from_set_get(error) is error
+    assert set_nx_get_supported("7.0.15") and set_nx_get_supported("8.2.1")
+    assert not set_nx_get_supported("6.2.14") and not set_nx_get_supported("")
+
+
 @pytest.mark.integration
-def test_dedup_claims_and_settles_a_batch_of_keys(topology):
+@pytest.mark.parametrize("one_command", [True, False], ids=["set-nx-get", "set-nx-then-get"])
+def test_dedup_claims_and_settles_a_batch_of_keys(topology, one_command):
     client, _ = topology
     store = DedupStore(client, lease_seconds=30)
+    if not one_command:
+        store.set_nx_get = False  # a Redis before 7.0
     keys = _keys(30)
     assert store.claim_many(keys, "a") == ["won"] * 30
     assert store.claim_many(keys, "b") == ["in_flight"] * 30
@@ -294,6 +314,7 @@ def test_dedup_claims_and_settles_a_batch_of_keys(topology):
     assert store.claim_many(keys, "c") == ["already_sent"] * 10 + ["won"] * 10 + ["in_flight"] * 10
     assert all(5 <= client.ttl(k) <= 30 for k in foreign)
     assert store.claim_many([], "c") == [] and store.settle_many([], [], "c") == {}
+    assert store.set_nx_get is one_command  # the local servers are Redis 7
     client.delete(*keys)
 
 
@@ -555,3 +576,88 @@ def test_a_mark_refused_for_longer_than_the_lease_is_still_written_before_the_ne
             consumer.fcm.close()
             client.close()
         assert len(t.ledger()) == 1
+
+
+class CallLog:
+    """A client whose every method call is named in ``calls`` on its way to the real one."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return attr(*args, **kwargs)
+
+        return call
+
+
+@pytest.mark.integration
+def test_a_push_batch_reads_its_users_records_in_one_dynamodb_call(stack, node):
+    """Cache misses included: the preferences come from the same BatchGetItem as the devices
+    (and the audit keys), never from a GetItem per recipient."""
+    config = _config(stack, audit_bucket="fanout-audit")
+    consumer = PushConsumer(config, redis_client=redis.Redis.from_url(node))
+    log = CallLog(consumer.ddb)
+    consumer.ddb = log
+    assert consumer.audit_keys is not None
+    consumer.audit_keys.ddb = log
+    t = TenantClient(stack)
+    try:
+        jobs = [_job(t.tenant, u, "push") for u in _push_users(t, "r", BATCH)]
+        cold = consumer({"Records": [_record(j) for j in jobs]}, None)
+        cold_calls, log.calls = log.calls, []
+        again = [_job(t.tenant, j["recipient_user_id"], "push") for j in jobs]
+        warm = consumer({"Records": [_record(j) for j in again]}, None)
+    finally:
+        consumer.apns.close()
+        consumer.fcm.close()
+        if consumer.audit_sink is not None:
+            consumer.audit_sink.close()
+    assert cold == warm == {"batchItemFailures": []}
+    # The first notification creates the recipients' audit keys (a conditional put each).
+    assert [c for c in cold_calls if c != "put_item"] == ["batch_get_item"]
+    assert log.calls == ["batch_get_item"]  # cached preferences: the devices and keys only
+    sent = [r for r in t.ledger() if r["status"] == 200]
+    assert len(sent) == 2 * 2 * BATCH
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "each-its-own"])
+def test_a_token_dead_for_one_poller_is_not_tried_by_another_that_read_it_before(
+    stack, node, shared
+):
+    """Poller B read the user's record (device active), then poller A's send got the dead
+    answer: B's send that follows is one the token must never get, unless B could not know."""
+    config = _config(stack)
+    registry = DeadTokens()
+    first = PushConsumer(config, redis_client=redis.Redis.from_url(node), dead_tokens=registry)
+    second = PushConsumer(
+        config,
+        redis_client=redis.Redis.from_url(node),
+        dead_tokens=registry if shared else DeadTokens(),
+    )
+    t = TenantClient(stack)
+    token = apns_token(7, t.tenant)
+    t.user("gone", devices=[("apns", token)])
+    t.apns.unregister([token])
+    try:
+        later = second.new_state(_job(t.tenant, "gone", "push"))
+        second.load_preferences([later.job])
+        second.plan([later])  # the record read: the device is still active
+        assert [d.recipient for d in later.deliveries] == [f"gone#{device_id(token)}"]
+        assert first({"Records": [_record(_job(t.tenant, "gone", "push"))]}, None) == {
+            "batchItemFailures": []
+        }
+        second.send_all([later])
+    finally:
+        for consumer in (first, second):
+            consumer.apns.close()
+            consumer.fcm.close()
+    tried = [r for r in t.ledger() if r["token"] == token]
+    assert [r["status"] for r in tried] == ([410] if shared else [410, 410])

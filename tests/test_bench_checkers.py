@@ -4,16 +4,23 @@ every checker finds exactly what was planted and what a slow row-by-row referenc
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import importlib.util
 import json
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from harness.checkers import Evidence, run_probe
+from harness.checkers.registry import get
+from harness.checkers.store import HistoryStore, out_of_core_if_large
 from harness.model.history import COLUMNS
 from harness.model.oracle import expected_deliveries
 
@@ -40,13 +47,22 @@ def synthetic():
     return bench.synthesize(ROWS, seed=3)
 
 
+@pytest.fixture(scope="module", params=["pandas", "duckdb"])
+def engine(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def verdicts(synthetic):
+def verdicts(synthetic, engine):
+    """Every checker's verdict, the history in memory (pandas) or on disk (DuckDB)."""
     evidence = synthetic.evidence()
-    return {
-        name: run_probe(name, bench.TOLERANCES.get(name, {}), evidence)
-        for name in synthetic.planted
-    }
+    with HistoryStore.from_frame(synthetic.history, synthetic.expectation) as store:
+        if engine == "duckdb":
+            evidence = dataclasses.replace(evidence, store=store)
+        return {
+            name: run_probe(name, bench.TOLERANCES.get(name, {}), evidence)
+            for name in synthetic.planted
+        }
 
 
 def _rows(history):
@@ -334,6 +350,19 @@ def test_checker_counts_equal_a_row_by_row_reference(verdicts, references, name)
     assert {k: verdicts[name].counts[k] for k in reference} == reference
 
 
+def test_both_engines_give_the_same_verdicts_and_details(synthetic):
+    """Every registered checker, run on the history in memory and on disk: the same valid, the
+    same counts and the same details (examples included)."""
+    evidence = synthetic.evidence()
+    with HistoryStore.from_frame(synthetic.history, synthetic.expectation) as store:
+        on_disk = dataclasses.replace(evidence, store=store)
+        for name in bench.known_checkers():
+            tolerance = bench.TOLERANCES.get(name, {})
+            in_memory, out_of_core = (run_probe(name, tolerance, e) for e in (evidence, on_disk))
+            assert out_of_core.to_dict() == in_memory.to_dict(), name
+            assert "unknown" not in out_of_core.details or not get(name).out_of_core, name
+
+
 def test_a_replaced_column_is_read_again(synthetic):
     """Checkers keep per-column encodings while a frame lives; replacing a column must not
     leave them reading the old one."""
@@ -352,13 +381,66 @@ def test_a_replaced_column_is_read_again(synthetic):
 
 def test_benchmark_writes_its_report(tmp_path):
     out = tmp_path / "checkers.json"
-    assert (
-        bench.main(["--rows", "5000", "--out", str(out), "--probes", "effectively_once,consent"])
-        == 0
-    )
+    argv = ["--rows", "5000", "--out", str(out), "--probes", "effectively_once,consent"]
+    assert bench.main(argv) == 0
     report = json.loads(out.read_text())
-    assert report["rows"] == 5000
-    assert set(report["checker_seconds"]) == {"effectively_once", "consent"}
-    assert report["under_60s"] is True
-    assert report["peak_rss_mb"] > 0
-    assert report["planted_found"] == {"effectively_once": True, "consent": True}
+    size = report["sizes"]["5000"]
+    assert size["rows"] == 5000
+    assert set(size["engines"]) == {"pandas", "duckdb"}
+    for run in size["engines"].values():
+        assert set(run["checker_seconds"]) == {"effectively_once", "consent"}
+        assert run["under_limits"] is True
+        assert run["peak_rss_mb"] > 0
+        assert run["planted_found"] == {"effectively_once": True, "consent": True}
+    assert size["engines_agree"] == {"effectively_once": True, "consent": True}
+    assert "prepare_seconds" in size["engines"]["duckdb"]
+
+
+def test_a_nan_in_a_float_column_reads_as_missing_on_both_engines(synthetic, tmp_path):
+    """A file may hold NaN where pandas sees a missing value (dead_tokens falls back from
+    ``end`` to ``time``): the store reads it as null."""
+    table = pa.Table.from_pandas(synthetic.history, preserve_index=False)
+    nan_end = pa.array(np.full(len(table), np.nan), pa.float64(), from_pandas=False)
+    table = table.set_column(table.schema.get_field_index("end"), "end", nan_end)
+    assert pc.is_nan(table["end"]).to_numpy().all()
+    pq.write_table(table, tmp_path / "history.parquet")
+    evidence = synthetic.evidence()
+    with HistoryStore(
+        tmp_path / "history.parquet", synthetic.expectation, workdir=tmp_path / "db"
+    ) as store:
+        on_disk = dataclasses.replace(evidence, store=store)
+        for name in ("dead_tokens", "effectively_once"):
+            tolerance = bench.TOLERANCES.get(name, {})
+            expected = run_probe(name, tolerance, evidence).to_dict()
+            assert run_probe(name, tolerance, on_disk).to_dict() == expected, name
+
+
+def test_a_provider_row_that_says_nothing_is_unknown_on_both_engines(synthetic):
+    """Neither delivered nor a status: the checkers that read deliveries cannot judge (both
+    engines), the others still do."""
+    history = synthetic.history.copy()
+    row = history.index[history["kind"] == "provider"][0]
+    history.loc[row, ["delivered", "status"]] = pd.NA
+    evidence = Evidence(synthetic.population, synthetic.expectation, history)
+    with HistoryStore.from_frame(history, synthetic.expectation) as store:
+        on_disk = dataclasses.replace(evidence, store=store)
+        for name in ("effectively_once", "quiet_hours", "backpressure"):
+            tolerance = bench.TOLERANCES.get(name, {})
+            in_memory, out_of_core = (run_probe(name, tolerance, e) for e in (evidence, on_disk))
+            assert (in_memory.valid is None) == (out_of_core.valid is None), name
+            assert (out_of_core.valid is None) == (name != "backpressure"), name
+
+
+def test_a_large_history_is_checked_out_of_core_with_the_same_verdicts(synthetic, tmp_path):
+    """What the runner does: below the threshold the evidence as it is; from it on, a store
+    (removed after), and the same verdicts."""
+    evidence = synthetic.evidence()
+    workdir = tmp_path / "store"
+    with out_of_core_if_large(evidence, workdir) as small:
+        assert small is evidence
+    with out_of_core_if_large(evidence, workdir, rows=len(synthetic.history)) as large:
+        assert large.store is not None and workdir.exists()
+        for name in ("effectively_once", "dead_tokens"):
+            tolerance = bench.TOLERANCES.get(name, {})
+            assert run_probe(name, tolerance, large) == run_probe(name, tolerance, evidence)
+    assert not workdir.exists()

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from engines import engine  # noqa: F401 - the fixture, pandas and DuckDB
+
 from harness.checkers import backpressure, dead_tokens, fail_closed
 from harness.model.history import History
+
+pytestmark = pytest.mark.usefixtures("engine")
 
 
 def _fault(history, name, start, stop, window="w1"):

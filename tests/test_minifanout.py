@@ -874,7 +874,10 @@ def test_the_target_file_names_the_driver_and_the_queues():
     target = yaml.safe_load((REPO / "targets" / "minifanout.yaml").read_text())
     driver = load_driver(target["driver"], target["driver_options"])
     assert isinstance(driver, MiniFanoutDriver)
-    assert target["queues"] == {"push": DEFAULT_QUEUE, "push_dead": DEFAULT_QUEUE + DEAD_SUFFIX}
+    assert target["queues"] == {
+        "work": {"push": DEFAULT_QUEUE},
+        "dead": {"push": DEFAULT_QUEUE + DEAD_SUFFIX},
+    }
     assert target["dedup_redis"] != target["dedup_listen"]
 
 

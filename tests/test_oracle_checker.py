@@ -5,11 +5,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pandas as pd
+import pytest
+from engines import engine  # noqa: F401 - the fixture, pandas and DuckDB
 
 from harness.checkers import effectively_once, quiet_hours
 from harness.model.history import History
 from harness.model.oracle import expected_deliveries
 from harness.model.population import PopulationSpec, generate
+
+pytestmark = pytest.mark.usefixtures("engine")
 
 START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 SPEC = PopulationSpec(tenants=2, users_per_tenant=30, celebrity_followers=20, regular_authors=1)

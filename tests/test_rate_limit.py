@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+from engines import engine  # noqa: F401 - the fixture, pandas and DuckDB
 from helpers import TenantClient, apns_token, fcm_token
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -370,6 +371,7 @@ class _Run:
         )
 
 
+@pytest.mark.usefixtures("engine")
 def test_checker_passes_limit_sends_plus_one_digest_per_device():
     run = _Run(5, devices=(TOKEN, "tok-2"))
     for token in (TOKEN, "tok-2"):
@@ -381,6 +383,7 @@ def test_checker_passes_limit_sends_plus_one_digest_per_device():
     assert (verdict.counts["digests_expected"], verdict.counts["digests_delivered"]) == (1, 1)
 
 
+@pytest.mark.usefixtures("engine")
 def test_checker_fails_a_send_over_the_limit():
     run = _Run(3)
     run.send(0, 1, 2)
@@ -388,6 +391,7 @@ def test_checker_fails_a_send_over_the_limit():
     assert not verdict.valid and verdict.counts["over_limit_sent"] == 1
 
 
+@pytest.mark.usefixtures("engine")
 def test_checker_allows_admissions_a_window_apart():
     run = _Run(4)
     run.send(0, 1, at=0.1)
@@ -395,6 +399,7 @@ def test_checker_allows_admissions_a_window_apart():
     assert run.check().valid
 
 
+@pytest.mark.usefixtures("engine")
 def test_checker_fails_held_notifications_without_a_digest():
     run = _Run(5)
     run.send(0, 1)
@@ -403,6 +408,7 @@ def test_checker_fails_held_notifications_without_a_digest():
     assert verdict.counts["digests_missing"] == 1 and verdict.counts["digest_undercount"] == 3
 
 
+@pytest.mark.usefixtures("engine")
 def test_checker_fails_a_digest_delivered_twice_and_two_digests_for_one_window():
     run = _Run(5)
     run.send(0, 1)
@@ -417,6 +423,7 @@ def test_checker_fails_a_digest_delivered_twice_and_two_digests_for_one_window()
     assert not verdict.valid and verdict.counts["duplicate_digests"] == 1
 
 
+@pytest.mark.usefixtures("engine")
 def test_checker_fails_a_digest_that_counts_more_than_was_held():
     run = _Run(3)
     run.send(0, 1)
@@ -425,6 +432,7 @@ def test_checker_fails_a_digest_that_counts_more_than_was_held():
     assert not verdict.valid and verdict.counts["digest_overcount"] == 1
 
 
+@pytest.mark.usefixtures("engine")
 def test_checker_fails_a_digest_opened_while_the_window_had_room():
     """What counting receives looks like: a redelivered copy of the first notification took
     the second slot, so the second notification went into a digest."""
@@ -436,6 +444,7 @@ def test_checker_fails_a_digest_opened_while_the_window_had_room():
     assert verdict.details["redelivery_examples"][0]["admitted_before"] == 1
 
 
+@pytest.mark.usefixtures("engine")
 def test_checker_daily_cap_per_device_kind_and_local_day():
     run = _Run(3, zone="Asia/Kathmandu")
     run.send(0, 1)
@@ -447,6 +456,7 @@ def test_checker_daily_cap_per_device_kind_and_local_day():
     assert run.check(per_window=5, daily_limit=1).valid
 
 
+@pytest.mark.usefixtures("engine")
 def test_checker_with_the_limits_off_judges_nothing():
     run = _Run(3)
     run.send(0, 1, 2)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import pytest
+from engines import engine  # noqa: F401 - the fixture, pandas and DuckDB
 from ulid import ULID
 
 from harness.checkers import author_order, fcm_stickiness, inbox, unread
@@ -176,6 +178,7 @@ def _fcm(history, tenant, token, project, at=T0):
                               "status": 200, "reason": None}])  # fmt: skip
 
 
+@pytest.mark.usefixtures("engine")
 def test_fcm_sends_stick_to_the_project_user_mod_k_names():
     population = _population()
     device = next(d for d in population.devices if d.platform == "fcm")

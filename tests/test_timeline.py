@@ -3,6 +3,7 @@ the preference_changes and erasure checkers over hand-made histories."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
@@ -13,6 +14,8 @@ from hypothesis import strategies as st
 
 from harness.checkers import erasure, preference_changes
 from harness.checkers.evidence import evidence_from
+from harness.checkers.registry import known, run_probe
+from harness.checkers.store import HistoryStore
 from harness.model import local_time
 from harness.model.history import History
 from harness.model.population import PopulationSpec, generate, preferences_body
@@ -184,3 +187,63 @@ def test_each_way_an_erasure_leaves_something_behind_is_caught(what):
     assert not verdict.valid
     key = {"inbox": "inbox_items_after_erasure"}.get(what, what)
     assert verdict.counts[key] == 1
+
+
+def _erasure_history(population, author, user, device):
+    history = History()
+    _inject(history, author, "probe", T0 + 1)
+    _deliver(history, device, "probe", T0 + 2)
+    _change(history, user, T0 + 10, T0 + 10.5, change="erasure")
+    _inject(history, author, "later", T0 + 12)
+    _deliver(history, device, "later", T0 + 18)
+    _change(history, user, T0 + 20, T0 + 20.5, change="registration",
+            follows=[[author.tenant_id, author.user_id]])  # fmt: skip
+    _inject(history, author, "probe", T0 + 27)
+    _deliver(history, device, "probe", T0 + 28)
+    _deliver(history, device, "probe", T0 + 29)
+    return history
+
+
+def _withdrawal_history(population, author, user, device):
+    history = History()
+    withdrawn = {**preferences_body(user), "push_consent": None}
+    _change(history, user, T0 + 10, T0 + 10.1, change="preferences", preferences=withdrawn)
+    _inject(history, author, "before", T0 + 5)
+    _inject(history, author, "after", T0 + 30)
+    _deliver(history, device, "before", T0 + 12)
+    _deliver(history, device, "after", T0 + 31)
+    return history
+
+
+@pytest.mark.parametrize("expected_on_disk", [False, True])
+@pytest.mark.parametrize("scene", [_erasure_history, _withdrawal_history])
+def test_every_checker_judges_changed_users_alike_on_both_engines(
+    tmp_path, scene, expected_on_disk
+):
+    """Users the run changed, judged in memory and with the history on disk (and the expected
+    deliveries too): the re-registered device left out of effectively_once, the changed users'
+    provider rows and expected deliveries handed to the checkers that read them as frames."""
+    population, author, user, device = _scene()
+    frame = scene(population, author, user, device).frame()
+    evidence = evidence_from(population, frame, bound_s=5)
+    expectation = evidence.expectation
+    expected = None
+    if expected_on_disk:
+        expected = tmp_path / "expected.parquet"
+        expectation.deliveries.to_parquet(expected, index=False)
+        expectation = dataclasses.replace(expectation, deliveries=expectation.deliveries.iloc[:0])
+    frame.to_parquet(tmp_path / "history.parquet", index=False)
+    with HistoryStore(
+        tmp_path / "history.parquet", expectation, expected=expected, workdir=tmp_path / "db"
+    ) as store:
+        on_disk = dataclasses.replace(evidence, expectation=expectation, store=store)
+        failed = set()
+        for name in known():
+            in_memory, out_of_core = (run_probe(name, {}, e) for e in (evidence, on_disk))
+            assert out_of_core.to_dict() == in_memory.to_dict(), name
+            if in_memory.valid is False:
+                failed.add(name)
+    assert {
+        "effectively_once",
+        "erasure" if scene is _erasure_history else "preference_changes",
+    } <= failed

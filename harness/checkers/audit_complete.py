@@ -53,6 +53,7 @@ from harness.checkers.keys import (
     values_at,
 )
 from harness.checkers.registry import checker
+from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
 from harness.model.oracle import Expectation
@@ -177,6 +178,27 @@ class _Expansion:
             {name: pd.arrays.ArrowExtensionArray(values) for name, values in columns.items()}
         )
 
+    def job_tables(self) -> dict[str, pa.Table]:
+        """The jobs as three small tables and one of integers, for a store to join: events
+        (``i``, tenant_id, notification_id), follower entries (``i``, user_id) and rows
+        (``event``, ``follower``)."""
+        return {
+            "events": pa.table(
+                {
+                    "i": pa.array(range(len(self.tenants)), pa.int64()),
+                    "tenant_id": _strings(self.tenants),
+                    "notification_id": _strings(self.nids),
+                }
+            ),
+            "followers": pa.table(
+                {
+                    "i": pa.array(range(len(self.follower_user)), pa.int64()),
+                    "user_id": _strings(self.follower_user.tolist()),
+                }
+            ),
+            "rows": pa.table({"event": pa.array(self.event), "follower": pa.array(self.follower)}),
+        }
+
 
 def _strings(values: list[Any]) -> pa.Array:
     return pa.array([v if isinstance(v, str) else None for v in values], pa.large_string())
@@ -251,6 +273,163 @@ def _detail(value: Any) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
+class _Examples:
+    """Up to five examples per kind of violation."""
+
+    def __init__(self) -> None:
+        self.by_kind: dict[str, list[dict[str, Any]]] = {}
+
+    def add(self, kind: str, **fields: Any) -> None:
+        bucket = self.by_kind.setdefault(kind, [])
+        if len(bucket) < 5:
+            bucket.append(fields)
+
+
+class _Digests:
+    """SHA-256 of tokens, each hashed once."""
+
+    def __init__(self) -> None:
+        self._hashes: dict[str, str] = {}
+
+    def __call__(self, token: str) -> str:
+        if token not in self._hashes:
+            self._hashes[token] = token_sha256(token)
+        return self._hashes[token]
+
+
+def _send_audited(
+    trail: _Trail, tenant: Any, nid: Any, token: Any, got_200: bool, digest: _Digests
+) -> tuple[bool, bool]:
+    """Whether a send has its record ('sent', or for a device that got no 200 the 'retry' of
+    its answer), and whether the trail says it was deduplicated later (both engines)."""
+    outcomes = trail.device(str(tenant), str(nid), digest(str(token)))
+    return "sent" in outcomes or (not got_200 and "retry" in outcomes), "deduped" in outcomes
+
+
+def _judge_suppressions(
+    trail: _Trail,
+    suppressions: _Expansion,
+    expectation: Expectation,
+    digest: _Digests,
+    examples: _Examples,
+) -> tuple[dict[str, int], int]:
+    """Unaudited suppressions by reason, and how far the expansion is from the oracle's counts
+    (both engines)."""
+    expanded = np.bincount(suppressions.reason, minlength=len(REASONS))
+    oracle_mismatch = sum(
+        abs(int(expanded[i]) - expectation.suppressed.get(reason, 0))
+        for i, reason in enumerate(REASONS)
+    )
+    unaudited = np.ones(len(suppressions), dtype=bool)
+    job_users = {user for _, _, user in trail.by_job}
+    digests = {d for _, _, d in trail.by_device}
+    if (job_users or digests) and len(suppressions):
+        # Only a follower named in the trail, or whose token hashes to a digest in it, can
+        # have a record.
+        may_have = np.array(
+            [
+                user in job_users or (isinstance(token, str) and digest(token) in digests)
+                for user, token in zip(
+                    suppressions.follower_user, suppressions.follower_token, strict=True
+                )
+            ],
+            dtype=bool,
+        )
+        for i in np.flatnonzero(may_have[suppressions.follower]):
+            tenant, nid, user, token, reason = suppressions.row(int(i))
+            for_job, for_device = ACCEPTED[reason]
+            if trail.job(tenant, nid, user) & for_job or (
+                isinstance(token, str) and trail.device(tenant, nid, digest(token)) & for_device
+            ):
+                unaudited[i] = False
+    missing = np.bincount(suppressions.reason[unaudited], minlength=len(REASONS))
+    unaudited_suppressions = {r: int(n) for r, n in zip(REASONS, missing, strict=True) if n}
+    for i in np.flatnonzero(unaudited)[:5]:
+        tenant, nid, user, _, reason = suppressions.row(int(i))
+        examples.add(
+            "unaudited_suppressions",
+            tenant_id=tenant,
+            notification_id=nid,
+            user_id=user,
+            reason=reason,
+        )
+    return unaudited_suppressions, oracle_mismatch
+
+
+def _judge_dead_letters(
+    trail: _Trail,
+    dlq_rows: pd.DataFrame,
+    erased: set[tuple[str, str]] | frozenset[tuple[str, str]],
+    examples: _Examples,
+) -> tuple[int, int]:
+    """Jobs parked in a dead-letter queue (the poison queue holds jobs too malformed to name),
+    and those without a final record."""
+    parked = unaudited_dlq = 0
+    for row in dlq_rows.itertuples(index=False):
+        detail = _detail(row.detail)
+        if str(detail.get("queue", "")).endswith("-poison"):
+            continue
+        user = detail.get("recipient_user_id")
+        if (str(row.tenant_id), str(user)) in erased:
+            continue
+        parked += 1
+        outcomes = trail.job(str(row.tenant_id), str(row.notification_id), str(user))
+        if outcomes - NOT_FINAL:
+            continue
+        unaudited_dlq += 1
+        examples.add(
+            "unaudited_dlq",
+            tenant_id=str(row.tenant_id),
+            notification_id=str(row.notification_id),
+            user_id=user,
+        )
+    return parked, unaudited_dlq
+
+
+def _verdict(
+    trail: _Trail,
+    sends: dict[str, int],
+    suppressions: int,
+    unaudited_suppressions: dict[str, int],
+    jobs: int,
+    unaudited_enqueues: int,
+    parked: int,
+    unaudited_dlq: int,
+    oracle_mismatch: int,
+    examples: _Examples,
+    max_unaudited_dlq: int,
+    max_lost_sent_records: int,
+) -> Verdict:
+    counts = {
+        "audit_records": sum(trail.outcomes.values()),
+        "unreadable_records": trail.unreadable,
+        "deliveries": sends["deliveries"],
+        "audited_sends": sends["audited_sends"],
+        "unaudited_sends": sends["deliveries"] - sends["audited_sends"],
+        "sent_records_lost": sends["sent_records_lost"],
+        "accepted_then_failed": sends["accepted_then_failed"],
+        "suppressions": suppressions,
+        "unaudited_suppressions": sum(unaudited_suppressions.values()),
+        **{f"unaudited_{r}": n for r, n in sorted(unaudited_suppressions.items())},
+        "jobs": jobs,
+        "unaudited_enqueues": unaudited_enqueues,
+        "parked_jobs": parked,
+        "unaudited_dlq": unaudited_dlq,
+        "oracle_mismatch": oracle_mismatch,
+        **{f"records_{o}": n for o, n in sorted(trail.outcomes.items())},
+    }
+    valid = (
+        counts["unaudited_sends"] == counts["sent_records_lost"]
+        and counts["sent_records_lost"] <= max_lost_sent_records
+        and not unaudited_suppressions
+        and unaudited_enqueues == 0
+        and unaudited_dlq <= max_unaudited_dlq
+        and oracle_mismatch == 0
+        and trail.unreadable == 0
+    )
+    return Verdict("audit_complete", valid, counts, {"examples": examples.by_kind})
+
+
 def check(
     expectation: Expectation,
     history: pd.DataFrame,
@@ -265,19 +444,8 @@ def check(
     so their sends, jobs and dead letters cannot be matched and are left out."""
     trail = _Trail(history)
     erased_tokens = {(d.tenant_id, d.token) for key in erased for d in population.devices_of(*key)}
-    hashes: dict[str, str] = {}
-
-    def digest(token: str) -> str:
-        if token not in hashes:
-            hashes[token] = token_sha256(token)
-        return hashes[token]
-
-    examples: dict[str, list[dict[str, Any]]] = {}
-
-    def example(kind: str, **fields: Any) -> None:
-        bucket = examples.setdefault(kind, [])
-        if len(bucket) < 5:
-            bucket.append(fields)
+    digest = _Digests()
+    examples = _Examples()
 
     # Deliveries: any 200 for the device needs 'sent'; 'accepted then 5xx' alone needs the
     # record of that answer. One entry per (tenant, notification, token), in first-row order.
@@ -310,7 +478,7 @@ def check(
         first, got_200 = first[keep], got_200[keep]
     audited = np.zeros(len(first), dtype=bool)
     lost = np.zeros(len(first), dtype=bool)
-    digests = {digest for _, _, digest in trail.by_device}
+    digests = {d for _, _, d in trail.by_device}
     if digests and len(first):
         # Only a device whose token hashes to a digest in the trail can have a record.
         tokens = values_at(history, "token", first).to_pylist()
@@ -320,16 +488,16 @@ def check(
         nids = history["notification_id"].iloc[first[candidates]].tolist()
         tokens = history["token"].iloc[first[candidates]].tolist()
         for i, tenant, nid, token in zip(candidates, tenants, nids, tokens, strict=True):
-            outcomes = trail.device(str(tenant), str(nid), digest(str(token)))
-            audited[i] = "sent" in outcomes or (not got_200[i] and "retry" in outcomes)
-            lost[i] = "deduped" in outcomes
-    accepted_then_failed = int((~got_200).sum())
-    audited_sends = int(audited.sum())
-    unaudited_sends = len(first) - audited_sends
-    sent_records_lost = int((lost & ~audited).sum())
+            audited[i], lost[i] = _send_audited(trail, tenant, nid, token, got_200[i], digest)
+    sends = {
+        "deliveries": len(first),
+        "audited_sends": int(audited.sum()),
+        "sent_records_lost": int((lost & ~audited).sum()),
+        "accepted_then_failed": int((~got_200).sum()),
+    }
     for i in np.flatnonzero(~audited)[:5]:
         row = int(first[i])
-        example(
+        examples.add(
             "unaudited_sends",
             tenant_id=str(history["tenant_id"].iloc[row]),
             notification_id=str(history["notification_id"].iloc[row]),
@@ -340,43 +508,9 @@ def check(
     # Suppressions the oracle knows of.
     injected = history[history["kind"] == "inject"]
     suppressions = _Expansion(population, injected, skip=changed)
-    expanded = np.bincount(suppressions.reason, minlength=len(REASONS))
-    oracle_mismatch = sum(
-        abs(int(expanded[i]) - expectation.suppressed.get(reason, 0))
-        for i, reason in enumerate(REASONS)
+    unaudited_suppressions, oracle_mismatch = _judge_suppressions(
+        trail, suppressions, expectation, digest, examples
     )
-    unaudited = np.ones(len(suppressions), dtype=bool)
-    job_users = {user for _, _, user in trail.by_job}
-    if (job_users or digests) and len(suppressions):
-        # Only a follower named in the trail, or whose token hashes to a digest in it, can
-        # have a record.
-        may_have = np.array(
-            [
-                user in job_users or (isinstance(token, str) and digest(token) in digests)
-                for user, token in zip(
-                    suppressions.follower_user, suppressions.follower_token, strict=True
-                )
-            ],
-            dtype=bool,
-        )
-        for i in np.flatnonzero(may_have[suppressions.follower]):
-            tenant, nid, user, token, reason = suppressions.row(int(i))
-            for_job, for_device = ACCEPTED[reason]
-            if trail.job(tenant, nid, user) & for_job or (
-                isinstance(token, str) and trail.device(tenant, nid, digest(token)) & for_device
-            ):
-                unaudited[i] = False
-    missing = np.bincount(suppressions.reason[unaudited], minlength=len(REASONS))
-    unaudited_suppressions = {r: int(n) for r, n in zip(REASONS, missing, strict=True) if n}
-    for i in np.flatnonzero(unaudited)[:5]:
-        tenant, nid, user, _, reason = suppressions.row(int(i))
-        example(
-            "unaudited_suppressions",
-            tenant_id=tenant,
-            notification_id=nid,
-            user_id=user,
-            reason=reason,
-        )
 
     # Every job the fan-out had to create, in sorted order (the keys sort as the tuples do).
     job_columns = ["tenant_id", "notification_id", "user_id"]
@@ -388,20 +522,13 @@ def check(
         ]
         expected_jobs = expected_jobs[mine]
     suppressed_jobs = suppressions.jobs()
-    enqueued = [key for key, outcomes in trail.by_job.items() if "enqueued" in outcomes]
-    enqueued_jobs = pd.DataFrame(
-        {
-            name: pd.arrays.ArrowExtensionArray(_strings([key[i] for key in enqueued]))
-            for i, name in enumerate(job_columns)
-        }
-    )
+    enqueued_jobs = _enqueued_jobs(trail)
     expected_keys, suppressed_keys, enqueued_keys = joint_keys(
         [expected_jobs, suppressed_jobs, enqueued_jobs], job_columns
     )
     all_keys = np.concatenate([expected_keys, suppressed_keys])
     jobs = sorted_unique(all_keys)
     not_enqueued = jobs[~member(jobs, sorted_unique(enqueued_keys))]
-    unaudited_enqueues = len(not_enqueued)
     for row in first_rows(all_keys, not_enqueued[:5]):
         frame, row = (
             (expected_jobs, row)
@@ -409,57 +536,157 @@ def check(
             else (suppressed_jobs, row - len(expected_keys))
         )
         tenant, nid, user = (frame[c].iloc[int(row)] for c in job_columns)
-        example("unaudited_enqueues", tenant_id=tenant, notification_id=nid, user_id=user)
+        examples.add("unaudited_enqueues", tenant_id=tenant, notification_id=nid, user_id=user)
 
-    # Jobs parked in a dead-letter queue (the poison queue holds jobs too malformed to name).
-    parked = unaudited_dlq = 0
-    for row in history[history["kind"] == "dlq"].itertuples(index=False):
-        detail = _detail(row.detail)
-        if str(detail.get("queue", "")).endswith("-poison"):
-            continue
-        user = detail.get("recipient_user_id")
-        if (str(row.tenant_id), str(user)) in erased:
-            continue
-        parked += 1
-        outcomes = trail.job(str(row.tenant_id), str(row.notification_id), str(user))
-        if outcomes - NOT_FINAL:
-            continue
-        unaudited_dlq += 1
-        example(
-            "unaudited_dlq",
-            tenant_id=str(row.tenant_id),
-            notification_id=str(row.notification_id),
-            user_id=user,
-        )
-
-    counts = {
-        "audit_records": sum(trail.outcomes.values()),
-        "unreadable_records": trail.unreadable,
-        "deliveries": len(first),
-        "audited_sends": audited_sends,
-        "unaudited_sends": unaudited_sends,
-        "sent_records_lost": sent_records_lost,
-        "accepted_then_failed": accepted_then_failed,
-        "suppressions": int(len(suppressions)),
-        "unaudited_suppressions": sum(unaudited_suppressions.values()),
-        **{f"unaudited_{r}": n for r, n in sorted(unaudited_suppressions.items())},
-        "jobs": len(jobs),
-        "unaudited_enqueues": unaudited_enqueues,
-        "parked_jobs": parked,
-        "unaudited_dlq": unaudited_dlq,
-        "oracle_mismatch": oracle_mismatch,
-        **{f"records_{o}": n for o, n in sorted(trail.outcomes.items())},
-    }
-    valid = (
-        unaudited_sends == sent_records_lost
-        and sent_records_lost <= max_lost_sent_records
-        and not unaudited_suppressions
-        and unaudited_enqueues == 0
-        and unaudited_dlq <= max_unaudited_dlq
-        and oracle_mismatch == 0
-        and trail.unreadable == 0
+    parked, unaudited_dlq = _judge_dead_letters(
+        trail, history[history["kind"] == "dlq"], erased, examples
     )
-    return Verdict("audit_complete", valid, counts, {"examples": examples})
+    return _verdict(
+        trail, sends, int(len(suppressions)), unaudited_suppressions, len(jobs),
+        len(not_enqueued), parked, unaudited_dlq, oracle_mismatch, examples,
+        max_unaudited_dlq, max_lost_sent_records,
+    )  # fmt: skip
+
+
+def _enqueued_jobs(trail: _Trail) -> pd.DataFrame:
+    enqueued = [key for key, outcomes in trail.by_job.items() if "enqueued" in outcomes]
+    return pd.DataFrame(
+        {
+            name: pd.arrays.ArrowExtensionArray(_strings([key[i] for key in enqueued]))
+            for i, name in enumerate(["tenant_id", "notification_id", "user_id"])
+        }
+    )
+
+
+def check_store(
+    store: HistoryStore,
+    population: Population,
+    max_unaudited_dlq: int = 0,
+    max_lost_sent_records: int = 0,
+    changed: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
+    erased: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
+) -> Verdict:
+    """:func:`check` over a history on disk: deliveries per device and the jobs counted in
+    DuckDB, the audit trail, suppressions and dead letters judged as in memory."""
+    store.require_decided()
+    expectation = store.expectation
+    trail = _Trail(store.rows(["audit"], ["kind", "tenant_id", "notification_id", "token",
+                                          "reason", "detail"]))  # fmt: skip
+    digest = _Digests()
+    examples = _Examples()
+    erased_tokens = {(d.tenant_id, d.token) for key in erased for d in population.devices_of(*key)}
+    store.device_table("audit_erased_devices", erased_tokens)
+    # One entry per delivered (tenant, notification, token), shared with the other checkers:
+    # its first row, whether any of its deliveries was a 200, and where a null status would
+    # leave that unknown.
+    sends_table = store.delivered_keys()
+    (unknown,) = store.one(
+        f"SELECT count(*) FROM {sends_table} WHERE first_null < coalesce(first_200, first_null + 1)"
+    )
+    if unknown:
+        raise TypeError("boolean value of NA is ambiguous")
+    n_nid, n_tok = max(store.sizes["nids"], 1), max(store.sizes["tokens"], 1)
+    kept = f"""FROM (SELECT *, key // {n_nid * n_tok} AS tenant, (key // {n_tok}) % {n_nid} AS nid,
+                     key % {n_tok} AS tok FROM {sends_table}) s
+              WHERE NOT EXISTS (SELECT 1 FROM audit_erased_devices d
+              WHERE d.tenant = s.tenant AND d.tok = s.tok)"""
+    deliveries, accepted_then_failed = store.one(
+        f"SELECT count(*), count(*) FILTER (NOT got_200) {kept}"
+    )
+    digests = sorted({d for _, _, d in trail.by_device})
+    store.register("audit_digests", pa.table({"digest": pa.array(digests, pa.string())}))
+    decoded = """SELECT s.first_pos, tv.value, nv.value, kv.value, s.got_200 FROM
+        ({sends}) s JOIN tenants tv ON tv.code = s.tenant JOIN nids nv ON nv.code = s.nid
+        JOIN tokens kv ON kv.code = s.tok ORDER BY s.first_pos"""
+    # Only a device whose token hashes to a digest in the trail can have a record: the
+    # tokens are hashed once each, and only when the trail has digests.
+    candidates = []
+    if digests:
+        candidates = store.sql(
+            decoded.format(
+                sends=f"""SELECT * {kept} AND s.tok IN (SELECT code FROM tokens
+                WHERE sha256(coalesce(value, '<NA>')) IN (SELECT digest FROM audit_digests))"""
+            )
+        ).fetchall()
+    audited_at: dict[int, tuple[bool, bool]] = {}
+    for first_pos, tenant, nid, token, got_200 in candidates:
+        audited_at[first_pos] = _send_audited(trail, tenant, nid, token, got_200, digest)
+    sends = {
+        "deliveries": int(deliveries),
+        "audited_sends": sum(a for a, _ in audited_at.values()),
+        "sent_records_lost": sum(lost and not a for a, lost in audited_at.values()),
+        "accepted_then_failed": int(accepted_then_failed),
+    }
+    shown = 0
+    first = f"SELECT * {kept} ORDER BY first_pos LIMIT {5 + len(audited_at)}"
+    for first_pos, tenant, nid, token, _ in store.sql(decoded.format(sends=first)).fetchall():
+        audited, lost = audited_at.get(first_pos, (False, False))
+        if audited or shown >= 5:
+            continue
+        shown += 1
+        examples.add("unaudited_sends", tenant_id=str(tenant), notification_id=str(nid),
+                     token=str(token), later_deduped=bool(lost))  # fmt: skip
+
+    injected = store.rows(["inject"], ["tenant_id", "author_id", "notification_id"])
+    suppressions = _Expansion(population, injected, skip=changed)
+    unaudited_suppressions, oracle_mismatch = _judge_suppressions(
+        trail, suppressions, expectation, digest, examples
+    )
+
+    # Every job the fan-out had to create: the expected deliveries' (less erased users') and
+    # the suppressed ones', each (tenant, notification, user) once, in sorted order.
+    for name, table in suppressions.job_tables().items():
+        store.register(f"audit_suppressed_{name}", table)
+    store.register(
+        "audit_erased_users",
+        pa.table(
+            {
+                "tenant_id": pa.array([t for t, _ in erased], pa.string()),
+                "user_id": pa.array([u for _, u in erased], pa.string()),
+            }
+        ),
+    )
+    enqueued = _enqueued_jobs(trail)
+    store.register(
+        "audit_enqueued",
+        pa.table({c: pa.array(enqueued[c].tolist(), pa.string()) for c in enqueued.columns}),
+    )
+    store.run(
+        """CREATE OR REPLACE TABLE audit_jobs AS
+        SELECT DISTINCT tenant, nid, user_id FROM (
+            SELECT e.tenant, e.nid, e.user_id FROM exp e
+            WHERE NOT EXISTS (SELECT 1 FROM audit_erased_users x JOIN tenants t
+                              ON t.value = x.tenant_id
+                              WHERE t.code = e.tenant AND x.user_id = e.user_id)
+            UNION ALL
+            SELECT t.code, n.code, f.user_id FROM audit_suppressed_rows r
+            JOIN audit_suppressed_events v ON v.i = r.event
+            JOIN audit_suppressed_followers f ON f.i = r.follower
+            JOIN tenants t ON t.value IS NOT DISTINCT FROM v.tenant_id
+            JOIN nids n ON n.value IS NOT DISTINCT FROM v.notification_id)"""
+    )
+    not_enqueued_jobs = """FROM audit_jobs j WHERE NOT EXISTS (
+            SELECT 1 FROM audit_enqueued q JOIN tenants t ON t.value = q.tenant_id
+            JOIN nids n ON n.value = q.notification_id
+            WHERE t.code = j.tenant AND n.code = j.nid AND q.user_id IS NOT DISTINCT FROM j.user_id)"""
+    jobs, not_enqueued = store.one(
+        f"SELECT (SELECT count(*) FROM audit_jobs), (SELECT count(*) {not_enqueued_jobs})"
+    )
+    for tenant, nid, user in store.sql(
+        f"""SELECT tv.value, nv.value, j.user_id FROM (SELECT j.* {not_enqueued_jobs}
+        ORDER BY j.tenant, j.nid, j.user_id NULLS LAST LIMIT 5) j
+        JOIN tenants tv ON tv.code = j.tenant JOIN nids nv ON nv.code = j.nid
+        ORDER BY j.tenant, j.nid, j.user_id NULLS LAST"""
+    ).fetchall():
+        examples.add("unaudited_enqueues", tenant_id=tenant, notification_id=nid, user_id=user)
+
+    dlq_rows = store.rows(["dlq"], ["tenant_id", "notification_id", "detail"])
+    parked, unaudited_dlq = _judge_dead_letters(trail, dlq_rows, erased, examples)
+    return _verdict(
+        trail, sends, int(len(suppressions)), unaudited_suppressions, int(jobs),
+        int(not_enqueued), parked, unaudited_dlq, oracle_mismatch, examples,
+        max_unaudited_dlq, max_lost_sent_records,
+    )  # fmt: skip
 
 
 @checker(
@@ -467,8 +694,18 @@ def check(
     summary="every delivery, suppression, job and dead letter has its audit record",
     tolerances={"max_unaudited_dlq": 0, "max_lost_sent_records": 0},
     needs=("audit_trail",),
+    out_of_core=True,
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    if evidence.store is not None:
+        return check_store(
+            evidence.store,
+            evidence.population,
+            max_unaudited_dlq=int(tolerance["max_unaudited_dlq"]),
+            max_lost_sent_records=int(tolerance["max_lost_sent_records"]),
+            changed=evidence.timeline.changed_users() if evidence.timeline else frozenset(),
+            erased=set(evidence.timeline.erasures) if evidence.timeline else frozenset(),
+        )
     return check(
         evidence.expectation,
         evidence.history,

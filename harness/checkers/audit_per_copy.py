@@ -228,6 +228,8 @@ def check(history: pd.DataFrame, max_unaudited_copies: int = 0) -> Verdict:
     summary="every copy SQS handed out ends in exactly one audit outcome per subject",
     tolerances={"max_unaudited_copies": 0},
     needs=("audit_trail", "sqs_log"),
+    # With the history on disk these kinds come as a frame (see registry.in_memory_for).
+    reads=("receive", "audit"),
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     return check(evidence.history, max_unaudited_copies=int(tolerance["max_unaudited_copies"]))

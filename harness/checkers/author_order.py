@@ -71,6 +71,8 @@ def check(evidence: Evidence, slack_s: float = 0.0) -> Verdict:
     summary="a reader who sees an author's later post also sees every earlier one",
     tolerances={"slack_s": 0.0},
     needs=("inbox",),
+    # With the history on disk these kinds come as a frame (see registry.in_memory_for).
+    reads=("inject", "inject_info", "read"),
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     return check(evidence, slack_s=float(tolerance["slack_s"]))

@@ -16,6 +16,7 @@ import pandas as pd
 
 from harness.checkers.evidence import Evidence
 from harness.checkers.registry import checker
+from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
 
 
@@ -39,6 +40,31 @@ def _scopes(history: pd.DataFrame, rows: np.ndarray) -> tuple[np.ndarray, list[s
     return np.array(pair_scope, dtype=np.int64)[pair_codes], ordered
 
 
+def requests_inside(
+    scope_name: str,
+    times: np.ndarray,
+    throttled: np.ndarray,
+    retry_after: np.ndarray,
+    slack_s: float,
+    examples: int,
+) -> tuple[int, list[dict[str, Any]]]:
+    """Within one scope (``times`` sorted): requests after a throttling answer's time plus
+    ``slack_s`` and before its Retry-After ran out, and up to ``examples`` examples. Both
+    engines count here."""
+    answers = np.flatnonzero(throttled)
+    lo = np.searchsorted(times, times[answers] + slack_s, side="right")
+    hi = np.searchsorted(times, times[answers] + retry_after[answers], side="left")
+    inside = np.maximum(hi - lo, 0)
+    found = []
+    for answer, requests in zip(answers[inside > 0], inside[inside > 0], strict=True):
+        if len(found) >= examples:
+            break
+        found.append(
+            {"scope": scope_name, "throttled_at": float(times[answer]), "requests": int(requests)}
+        )
+    return int(inside.sum()), found
+
+
 def check(history: pd.DataFrame, slack_s: float = 0.3, cap_per_s: float | None = None) -> Verdict:
     rows = np.flatnonzero((history["kind"] == "provider").to_numpy(dtype=bool, na_value=False))
     time = history["time"].to_numpy(dtype=float, na_value=np.nan)[rows]
@@ -49,26 +75,15 @@ def check(history: pd.DataFrame, slack_s: float = 0.3, cap_per_s: float | None =
     scope, scope_names = _scopes(history, rows)
     scope = scope[order]
     throttled = ~np.isnan(retry_after) & (retry_after > 0)
-    ignored = 0
-    examples = []
+    ignored, examples = 0, []
     for code, scope_name in enumerate(scope_names):
         in_scope = scope == code
-        scope_times = times[in_scope]
-        answers = np.flatnonzero(in_scope & throttled)
-        lo = np.searchsorted(scope_times, times[answers] + slack_s, side="right")
-        hi = np.searchsorted(scope_times, times[answers] + retry_after[answers], side="left")
-        inside = np.maximum(hi - lo, 0)
-        ignored += int(inside.sum())
-        for answer, requests in zip(answers[inside > 0], inside[inside > 0], strict=True):
-            if len(examples) >= 5:
-                break
-            examples.append(
-                {
-                    "scope": scope_name,
-                    "throttled_at": float(times[answer]),
-                    "requests": int(requests),
-                }
-            )
+        found, found_examples = requests_inside(
+            scope_name, times[in_scope], throttled[in_scope], retry_after[in_scope], slack_s,
+            5 - len(examples),
+        )  # fmt: skip
+        ignored += found
+        examples += found_examples
     throttles = int(np.count_nonzero(throttled))
     # Per whole second (``time.astype("int64")``, which truncates): times are sorted, so each
     # second is one run.
@@ -90,13 +105,58 @@ def check(history: pd.DataFrame, slack_s: float = 0.3, cap_per_s: float | None =
     return Verdict("backpressure", ignored == 0 and over_cap == 0, counts, details)
 
 
+def check_store(
+    store: HistoryStore, slack_s: float = 0.3, cap_per_s: float | None = None
+) -> Verdict:
+    """:func:`check` over a history on disk: each scope's request times come out sorted, one
+    scope at a time, and are counted as in memory."""
+    scope = "coalesce(provider, '<NA>') || '/' || coalesce(project, '')"
+    names = [n for (n,) in store.sql(f"SELECT DISTINCT {scope} FROM prov ORDER BY 1").fetchall()]
+    ignored, examples, throttles = 0, [], 0
+    for name in names:
+        found = store.sql(
+            f"SELECT time, retry_after FROM prov WHERE {scope} = ? ORDER BY time", [name]
+        ).fetchnumpy()
+        times = np.asarray(found["time"], dtype=float)
+        retry_after = np.ma.filled(np.ma.asarray(found["retry_after"], dtype=float), np.nan)
+        throttled = ~np.isnan(retry_after) & (retry_after > 0)
+        throttles += int(np.count_nonzero(throttled))
+        count, more = requests_inside(
+            name, times, throttled, retry_after, slack_s, 5 - len(examples)
+        )
+        ignored += count
+        examples += more
+        del found, times, retry_after, throttled
+    peak, over_cap = store.one(
+        f"""SELECT coalesce(max(n), 0), count(*) FILTER (n > {cap_per_s or 0})
+        FROM (SELECT trunc(time)::BIGINT AS second, count(*) AS n FROM prov GROUP BY 1)"""
+    )
+    counts = {
+        "throttle_answers": throttles,
+        "requests_inside_retry_after": ignored,
+        "peak_requests_per_s": int(peak),
+        "seconds_over_cap": int(over_cap) if cap_per_s else 0,
+    }
+    details = {"slack_s": slack_s, "cap_per_s": cap_per_s, "examples": examples}
+    return Verdict(
+        "backpressure", ignored == 0 and counts["seconds_over_cap"] == 0, counts, details
+    )
+
+
 @checker(
     "backpressure",
     summary="Retry-After honoured per scope; send rate under the cap",
     tolerances={"slack_s": 0.3, "cap_per_s": None},
+    out_of_core=True,
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     cap = tolerance["cap_per_s"]
+    if evidence.store is not None:
+        return check_store(
+            evidence.store,
+            slack_s=float(tolerance["slack_s"]),
+            cap_per_s=None if cap is None else float(cap),
+        )
     return check(
         evidence.history,
         slack_s=float(tolerance["slack_s"]),

@@ -114,6 +114,8 @@ def check(
     "channel_delivery",
     summary="email and in-app deliveries effectively once, per channel, against the oracle",
     tolerances={"max_lost": 0, "max_duplicated": 0},
+    # With the history on disk these kinds come as a frame (see registry.in_memory_for).
+    reads=("inject", "channel"),
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     history = evidence.history

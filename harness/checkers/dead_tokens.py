@@ -23,6 +23,7 @@ import pandas as pd
 from harness.checkers.evidence import Evidence
 from harness.checkers.keys import rows_with
 from harness.checkers.registry import checker
+from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
 
 TRANSIT_S = 0.5
@@ -69,10 +70,59 @@ def check(history: pd.DataFrame, transit_s: float = TRANSIT_S) -> Verdict:
     return Verdict("dead_tokens", counts["sends_after_dead"] == 0, counts, details)
 
 
+def check_store(store: HistoryStore, transit_s: float = 0.05) -> Verdict:
+    """:func:`check` over a history on disk (a null tenant or token is never grouped, as in
+    pandas)."""
+    store.run(
+        """CREATE OR REPLACE TABLE first_dead AS
+        SELECT p.tenant, p.tok, min(coalesce(p."end", p.time)) AS dead_at FROM prov p
+        WHERE coalesce((p.provider = 'apns' AND p.status = 410)
+                       OR (p.provider = 'fcm' AND p.reason = 'UNREGISTERED'), false)
+          AND p.tenant <> ? AND p.tok <> ?
+        GROUP BY p.tenant, p.tok""",
+        [store.null_code("tenants"), store.null_code("tokens")],
+    )
+    store.run(
+        """CREATE OR REPLACE TABLE after_dead AS
+        SELECT p.pos, p.tenant, p.tok, d.dead_at, p.time, p.time - d.dead_at AS gap
+        FROM prov p JOIN first_dead d ON d.tenant = p.tenant AND d.tok = p.tok"""
+    )
+    dead, after, forgiven, latest = store.one(
+        f"""SELECT (SELECT count(*) FROM first_dead), count(*) FILTER (gap > {transit_s}),
+                   count(*) FILTER (gap > 0 AND gap <= {transit_s}), max(gap)
+            FROM after_dead"""
+    )
+    counts = {
+        "dead_tokens": int(dead),
+        "sends_after_dead": int(after),
+        "in_flight_forgiven": int(forgiven),
+    }
+    first = store.sql(
+        f"SELECT tenant, tok, dead_at, time FROM after_dead WHERE gap > {transit_s} "
+        "ORDER BY pos LIMIT 5"
+    ).fetchall()
+    tenants = store.decode("tenants", [t for t, _, _, _ in first])
+    tokens = store.decode("tokens", [k for _, k, _, _ in first])
+    details = {
+        "transit_s": transit_s,
+        "latest_after_dead_s": round(float(latest), 3)
+        if latest is not None and latest > 0
+        else 0.0,
+        "examples": [
+            {"tenant_id": tenant, "token": token, "dead_at": dead_at, "time": time}
+            for tenant, token, (_, _, dead_at, time) in zip(tenants, tokens, first, strict=True)
+        ],
+    }
+    return Verdict("dead_tokens", counts["sends_after_dead"] == 0, counts, details)
+
+
 @checker(
     "dead_tokens",
     summary="nothing sent to a token after the provider's dead answer left (in flight excepted)",
     tolerances={"transit_s": TRANSIT_S},
+    out_of_core=True,
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    if evidence.store is not None:
+        return check_store(evidence.store, transit_s=float(tolerance["transit_s"]))
     return check(evidence.history, transit_s=float(tolerance["transit_s"]))

@@ -80,7 +80,21 @@ def attribute(
         return pd.DataFrame(columns=CAUSE_COLUMNS)
     kills = fault_windows(history, ("consumer-crash",))
     crashes = fault_windows(history, ("dedup-crash",))
-    candidates = delivered[repeated].sort_values(["time", "seq"], kind="stable")
+    return attribute_repeated(delivered[repeated], kills, crashes, durable, kill_window_s)
+
+
+def attribute_repeated(
+    candidates: pd.DataFrame,
+    kills: list[Window],
+    crashes: list[Window],
+    durable: bool,
+    kill_window_s: float,
+) -> pd.DataFrame:
+    """:func:`attribute` given every delivery (``KEY``, ``time``, ``status``, ``seq``) of the
+    keys delivered more than once: both engines end here."""
+    if not len(candidates):
+        return pd.DataFrame(columns=CAUSE_COLUMNS)
+    candidates = candidates.sort_values(["time", "seq"], kind="stable")
     out = []
     for key, group in candidates.groupby(KEY, sort=True, dropna=False):
         for n in range(1, len(group)):

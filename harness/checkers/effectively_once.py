@@ -27,13 +27,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from harness.checkers import duplicate_causes
 from harness.checkers.evidence import Evidence
 from harness.checkers.keys import codes, first_rows, joint_keys, member, rows_with, sorted_unique
 from harness.checkers.registry import checker
+from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
-from harness.checkers.windows import delivery_rows
+from harness.checkers.windows import delivery_rows, fault_windows
 from harness.model.oracle import Expectation
 
 KEY = ["tenant_id", "notification_id", "token"]
@@ -170,6 +172,146 @@ def check(
     return Verdict("effectively_once", valid, {**counts, **suppressed}, examples)
 
 
+def check_store(
+    store: HistoryStore,
+    max_visible_duplicates: int = 0,
+    max_lost: int = 0,
+    max_duplicated: int | None = None,
+    max_unattributed: int = 0,
+    durable: bool = True,
+    kill_window_s: float = duplicate_causes.DEFAULT_KILL_WINDOW_S,
+) -> Verdict:
+    """:func:`check` over a history on disk: the same counts, in DuckDB (the expectation is the
+    store's)."""
+    store.require_decided()
+    expectation = store.expectation
+    rereg = [
+        (tenant, token, float(since)) for (tenant, token), since in expectation.reregistered.items()
+    ]
+    store.register(
+        "rereg",
+        pa.table(
+            {
+                "tenant_id": pa.array([t for t, _, _ in rereg], pa.string()),
+                "token": pa.array([k for _, k, _ in rereg], pa.string()),
+                "since": pa.array([s for _, _, s in rereg], pa.float64()),
+            }
+        ),
+    )
+    if rereg:
+        # Deliveries less those to a re-registered device from its registration on.
+        store.run(
+            """CREATE OR REPLACE TABLE once_rows AS
+            SELECT p.pos, p.key, p.col, p.time, p.status, p.seq FROM prov p
+            WHERE p.got AND NOT EXISTS (
+                SELECT 1 FROM rereg r JOIN tenants t ON t.value = r.tenant_id
+                JOIN tokens k ON k.value = r.token
+                WHERE t.code = p.tenant AND k.code = p.tok AND p.time >= r.since)"""
+        )
+        store.run(
+            """CREATE OR REPLACE TABLE once_per_key AS
+            SELECT key, count(*) AS n, count(col) = count(*) AND min(col) = max(col) AS one_id
+            FROM once_rows GROUP BY key"""
+        )
+        rows, per_key = "once_rows", "once_per_key"
+    else:
+        rows, per_key = "(SELECT * FROM prov WHERE got)", store.delivered_keys()
+    expected_keys = store.expected_keys()
+    store.run(
+        f"""CREATE OR REPLACE TABLE once_keys AS
+        SELECT d.key, d.n, d.one_id, x.key IS NOT NULL AS expected,
+               x.key IS NULL AND o.key IS NOT NULL AS optional
+        FROM {per_key} d
+        LEFT JOIN {expected_keys} x ON x.key = d.key
+        LEFT JOIN opt o ON o.key = d.key"""
+    )
+    delivered, optional_hit, unexpected, collapsed, distinct, total = store.one(
+        """SELECT count(*) FILTER (expected), count(*) FILTER (optional),
+                  coalesce(sum(n) FILTER (NOT expected AND NOT optional), 0),
+                  coalesce(sum(n - 1) FILTER (expected AND one_id), 0),
+                  count(*), coalesce(sum(n), 0)
+           FROM once_keys"""
+    )
+    (expected,) = store.one(f"SELECT count(*) FROM {expected_keys}")
+    (optional,) = store.one("SELECT count(*) FROM opt")
+    lost_keys = [
+        k
+        for (k,) in store.sql(
+            f"""SELECT key FROM {expected_keys} x ANTI JOIN {per_key} d ON d.key = x.key
+            ORDER BY key"""
+        ).fetchall()
+    ]
+    lost = len(lost_keys)
+    duplicated = int(total) - int(distinct)
+    # Every delivery of a key delivered more than once: few, attributed as in memory.
+    repeated = store.frame(
+        f"""SELECT r.key, r.time, r.status, r.seq FROM {rows} r
+        WHERE r.key IN (SELECT key FROM once_keys WHERE n > 1) ORDER BY r.pos"""
+    )
+    decoded = pd.DataFrame(store.decode_keys(repeated["key"].tolist()), columns=KEY)
+    candidates = pd.concat(
+        [decoded, repeated[["time", "status", "seq"]].reset_index(drop=True)], axis=1
+    )
+    faults = store.rows(["fault"], ["kind", "time", "detail"])
+    kills = fault_windows(faults, ("consumer-crash",), end=store.end_time)
+    crashes = fault_windows(faults, ("dedup-crash",), end=store.end_time)
+    causes = duplicate_causes.attribute_repeated(candidates, kills, crashes, durable, kill_window_s)
+    by_cause = causes["cause"].value_counts()
+    unattributed = int(by_cause.get(duplicate_causes.UNATTRIBUTED, 0))
+    visible_duplicates = duplicated - int(collapsed)
+    counts = {
+        "expected": int(expected),
+        "delivered": int(delivered),
+        "duplicated": duplicated,
+        "collapsed": int(collapsed),
+        "visible_duplicates": visible_duplicates,
+        "lost": lost,
+        "unexpected": int(unexpected),
+        "optional_delivered": int(optional_hit),
+        "optional_expected": int(optional),
+        "unattributed_duplicates": unattributed,
+        **{f"duplicates_{c}": int(by_cause.get(c, 0)) for c in duplicate_causes.ADMITTED},
+    }
+    duplicate_rate = duplicated / delivered * 1_000_000 if delivered else 0.0
+    suppressed = {f"suppressed_{k}": int(v) for k, v in sorted(expectation.suppressed.items())}
+    as_n = float if lost else int
+    duplicate_rows = store.sql(
+        f"SELECT key, n FROM once_keys WHERE expected AND n > 1 ORDER BY key LIMIT {EXAMPLES}"
+    ).fetchall()
+    duplicate_examples = store.decode_keys([k for k, _ in duplicate_rows])
+    for record, (_, n) in zip(duplicate_examples, duplicate_rows, strict=True):
+        record["n"] = as_n(n)
+    unexpected_keys = store.sql(
+        "SELECT key FROM once_keys WHERE NOT expected AND NOT optional "
+        f"ORDER BY key LIMIT {EXAMPLES}"
+    ).fetchall()
+    examples = {
+        "duplicates_per_million": round(duplicate_rate, 1),
+        "tolerance": {
+            "max_visible_duplicates": max_visible_duplicates,
+            "max_lost": max_lost,
+            "max_duplicated": max_duplicated,
+            "max_unattributed": max_unattributed,
+            "kill_window_s": kill_window_s,
+        },
+        "lost_examples": store.decode_keys(lost_keys[:EXAMPLES]),
+        "duplicate_examples": duplicate_examples,
+        "unexpected_examples": store.decode_keys([k for (k,) in unexpected_keys]),
+        "unattributed_examples": causes[causes["cause"] == duplicate_causes.UNATTRIBUTED]
+        .head(EXAMPLES)
+        .astype(object)
+        .to_dict("records"),
+    }
+    valid = (
+        visible_duplicates <= max_visible_duplicates
+        and lost <= max_lost
+        and unexpected == 0
+        and unattributed <= max_unattributed
+        and (max_duplicated is None or duplicated <= max_duplicated)
+    )
+    return Verdict("effectively_once", valid, {**counts, **suppressed}, examples)
+
+
 @checker(
     "effectively_once",
     summary="every expected (notification, device) delivered exactly once, none lost",
@@ -180,9 +322,20 @@ def check(
         "max_unattributed": 0,
         "kill_window_s": duplicate_causes.DEFAULT_KILL_WINDOW_S,
     },
+    out_of_core=True,
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     limit = tolerance["max_duplicated"]
+    if evidence.store is not None:
+        return check_store(
+            evidence.store,
+            max_visible_duplicates=int(tolerance["max_visible_duplicates"]),
+            max_lost=int(tolerance["max_lost"]),
+            max_duplicated=None if limit is None else int(limit),
+            max_unattributed=int(tolerance["max_unattributed"]),
+            durable=evidence.policy.durable_dedup_store,
+            kill_window_s=float(tolerance["kill_window_s"]),
+        )
     return check(
         evidence.expectation,
         evidence.history,

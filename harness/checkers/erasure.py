@@ -195,6 +195,8 @@ def check(evidence: Evidence) -> Verdict:
     "erasure",
     summary="nothing of an erased user survives: no delivery, an empty inbox, no dedup key",
     needs=("erase_user",),
+    # With the history on disk these kinds come as a frame (see registry.in_memory_for).
+    reads=("inject", "inject_info", "read", "change", "audit", "provider"),
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     return check(evidence)

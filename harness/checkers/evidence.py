@@ -4,6 +4,7 @@ stated policies. Never the system's own code, tables or logs."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -11,6 +12,9 @@ from harness.model.oracle import Expectation, expected_deliveries
 from harness.model.population import Population
 from harness.model.system import SystemPolicy
 from harness.model.timeline import DEFAULT_BOUND_S, Timeline, from_history
+
+if TYPE_CHECKING:
+    from harness.checkers.store import HistoryStore
 
 
 @dataclass(frozen=True)
@@ -21,6 +25,9 @@ class Evidence:
     policy: SystemPolicy = field(default_factory=SystemPolicy)
     # Users the run changed (preferences, erasures, registrations), and when.
     timeline: Timeline | None = None
+    # A history larger than memory, on disk: checkers that can run out of core query it
+    # (``history`` then holds only what the others read: see ``registry.run_probe``).
+    store: HistoryStore | None = None
 
 
 def expectation_from(

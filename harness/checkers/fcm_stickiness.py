@@ -16,8 +16,11 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
+import pyarrow as pa
+
 from harness.checkers.evidence import Evidence
 from harness.checkers.registry import checker
+from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
 from harness.model.population import Population
 
@@ -33,8 +36,13 @@ def owner_project(user_id: str, projects: tuple[str, ...]) -> str | None:
     return projects[int(digits) % len(projects)]
 
 
+def fcm_owners(population: Population) -> dict[tuple[str, str], str]:
+    """(tenant, token) -> user of every FCM device (both engines match requests by these)."""
+    return {(d.tenant_id, d.token): d.user_id for d in population.devices if d.platform == "fcm"}
+
+
 def check(population: Population, history: Any, projects: tuple[str, ...] = ()) -> Verdict:
-    owners = {(d.tenant_id, d.token): d.user_id for d in population.devices if d.platform == "fcm"}
+    owners = fcm_owners(population)
     fcm = history[(history["kind"] == "provider") & (history["provider"] == "fcm")]
     used: dict[tuple[str, str], set[str]] = defaultdict(set)
     requests = wrong = unknown = 0
@@ -71,9 +79,80 @@ def check(population: Population, history: Any, projects: tuple[str, ...] = ()) 
     return Verdict("fcm_stickiness", not several and wrong == 0, counts, details)
 
 
+def check_store(
+    store: HistoryStore, population: Population, projects: tuple[str, ...] = ()
+) -> Verdict:
+    """:func:`check` over a history on disk."""
+    owners = fcm_owners(population)
+    store.register(
+        "fcm_owner_strings",
+        pa.table(
+            {
+                "tenant_id": pa.array([t for t, _ in owners], pa.string()),
+                "token": pa.array([k for _, k in owners], pa.string()),
+                "user_id": pa.array(list(owners.values()), pa.string()),
+                "expected": pa.array(
+                    [owner_project(u, projects) for u in owners.values()], pa.string()
+                ),
+            }
+        ),
+    )
+    # A null project reads as "<NA>", as str() of the frame's missing value.
+    store.run(
+        """CREATE OR REPLACE TABLE fcm_requests AS
+        SELECT p.pos, p.tenant, o.user_id, coalesce(p.project, '<NA>') AS project, o.expected
+        FROM prov p
+        LEFT JOIN (SELECT t.code AS tenant, k.code AS tok, s.user_id, s.expected
+                   FROM fcm_owner_strings s JOIN tenants t ON t.value = s.tenant_id
+                   JOIN tokens k ON k.value = s.token) o
+          ON o.tenant = p.tenant AND o.tok = p.tok
+        WHERE p.provider = 'fcm'"""
+    )
+    requests, unknown, wrong, users = store.one(
+        """SELECT count(user_id), count(*) - count(user_id),
+                  count(*) FILTER (expected IS NOT NULL AND project <> expected),
+                  count(DISTINCT (tenant, user_id)) FILTER (user_id IS NOT NULL)
+           FROM fcm_requests"""
+    )
+    several = store.sql(
+        """SELECT tenant, user_id, list_sort(list(DISTINCT project)) AS projects
+        FROM fcm_requests WHERE user_id IS NOT NULL GROUP BY tenant, user_id
+        HAVING count(DISTINCT project) > 1 ORDER BY min(pos)"""
+    ).fetchall()
+    wrong_rows = store.sql(
+        f"""SELECT tenant, user_id, project, expected FROM fcm_requests
+        WHERE expected IS NOT NULL AND project <> expected ORDER BY pos LIMIT {EXAMPLES}"""
+    ).fetchall()
+    counts = {
+        "fcm_requests": int(requests),
+        "fcm_users": int(users),
+        "projects": len(projects),
+        "users_on_several_projects": len(several),
+        "wrong_project": int(wrong),
+        "requests_to_unknown_tokens": int(unknown),
+    }
+    tenants = store.decode("tenants", [r[0] for r in several[:5]])
+    wrong_tenants = store.decode("tenants", [r[0] for r in wrong_rows])
+    details = {
+        "several_examples": [
+            {"tenant_id": t, "user_id": u, "projects": list(p)}
+            for t, (_, u, p) in zip(tenants, several[:5], strict=True)
+        ],
+        "wrong_examples": [
+            {"tenant_id": t, "user_id": u, "project": p, "expected": e}
+            for t, (_, u, p, e) in zip(wrong_tenants, wrong_rows, strict=True)
+        ],
+    }
+    return Verdict("fcm_stickiness", not several and wrong == 0, counts, details)
+
+
 @checker(
     "fcm_stickiness",
     summary="every FCM send for a user goes to one project, the one user mod K names",
+    out_of_core=True,
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
-    return check(evidence.population, evidence.history, tuple(evidence.policy.fcm_projects))
+    projects = tuple(evidence.policy.fcm_projects)
+    if evidence.store is not None:
+        return check_store(evidence.store, evidence.population, projects)
+    return check(evidence.population, evidence.history, projects)

@@ -111,6 +111,8 @@ def check(evidence: Evidence, lag_s: float = 10.0, min_pages: int = 0) -> Verdic
     summary="every reader sees exactly their followed authors' posts, newest first, no gap",
     tolerances={"lag_s": 10.0, "min_multi_page_walks": 0},
     needs=("inbox",),
+    # With the history on disk these kinds come as a frame (see registry.in_memory_for).
+    reads=("inject", "inject_info", "read"),
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     return check(

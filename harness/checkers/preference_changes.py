@@ -135,6 +135,8 @@ def check(evidence: Evidence) -> Verdict:
 @checker(
     "preference_changes",
     summary="a consent, quiet-hours or zone change takes effect within the stated bound",
+    # With the history on disk these kinds come as a frame (see registry.in_memory_for).
+    reads=("inject", "inject_info", "provider", "expected"),
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     return check(evidence)

@@ -19,12 +19,27 @@ import pandas as pd
 from harness.checkers.evidence import Evidence
 from harness.checkers.keys import joint_keys, member, rows_with, sorted_unique, values_at
 from harness.checkers.registry import checker
+from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
 from harness.model.oracle import Expectation
 from harness.model.population import Population
 
 KEY = ["tenant_id", "notification_id", "token"]
+
+
+def quiet_all_run(
+    population: Population,
+    changed: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
+) -> set[tuple[str, str]]:
+    """(tenant, token) of the devices of users quiet for the whole run (the run did not change
+    them): any delivery to one is inside its window. Both engines judge these."""
+    return {
+        (d.tenant_id, d.token)
+        for u in population.users
+        if u.quiet_state == "whole_run" and (u.tenant_id, u.user_id) not in changed
+        for d in population.devices_of(u.tenant_id, u.user_id)
+    }
 
 
 def check(
@@ -35,12 +50,7 @@ def check(
     changed: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
 ) -> Verdict:
     rows = delivery_rows(history)
-    whole_run_tokens = {
-        (d.tenant_id, d.token)
-        for u in population.users
-        if u.quiet_state == "whole_run" and (u.tenant_id, u.user_id) not in changed
-        for d in population.devices_of(u.tenant_id, u.user_id)
-    }
+    whole_run_tokens = quiet_all_run(population, changed)
     suspects = rows[rows_with(history, "token", {k for _, k in whole_run_tokens})[rows]]
     inside_whole_run = sum(
         1
@@ -98,12 +108,82 @@ def check(
     return Verdict("quiet_hours", valid, counts, details)
 
 
+def check_store(
+    store: HistoryStore,
+    population: Population,
+    release_bound_seconds: float = 30.0,
+    changed: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
+) -> Verdict:
+    """:func:`check` over a history on disk."""
+    store.require_decided()
+    store.device_table("quiet_all_run", quiet_all_run(population, changed))
+    (inside_whole_run,) = store.one(
+        "SELECT count(*) FROM prov p JOIN quiet_all_run q ON q.tenant = p.tenant "
+        "AND q.tok = p.tok WHERE p.got"
+    )
+    store.run(
+        f"""CREATE OR REPLACE TABLE deferred AS
+        SELECT e.pos, e.key, e.quiet_until, f.first_time
+        FROM exp e LEFT JOIN {store.delivered_keys()} f ON f.key = e.key
+        WHERE e.quiet_until IS NOT NULL"""
+    )
+    bound = float(release_bound_seconds)
+    expected, arrived, early, late, never, latest = store.one(
+        f"""SELECT count(*), count(first_time), count(*) FILTER (first_time < quiet_until),
+                   count(*) FILTER (first_time - quiet_until > {bound}),
+                   count(*) FILTER (first_time IS NULL), max(first_time - quiet_until)
+            FROM deferred"""
+    )
+    counts = {
+        "deferred_expected": int(expected),
+        "deferred_delivered": int(arrived),
+        "delivered_inside_window": int(early) + int(inside_whole_run),
+        "released_late": int(late),
+        "deferred_never_released": int(never),
+    }
+
+    def records(where: str, with_first: bool) -> list[dict[str, Any]]:
+        found = store.sql(
+            f"SELECT key, quiet_until, first_time FROM deferred WHERE {where} ORDER BY pos LIMIT 5"
+        ).fetchall()
+        out = []
+        for record, (_, until, first) in zip(
+            store.decode_keys([k for k, _, _ in found]), found, strict=True
+        ):
+            record["quiet_until"] = until
+            if with_first:
+                record["first_time"] = first
+            out.append(record)
+        return out
+
+    details = {
+        "release_bound_seconds": release_bound_seconds,
+        "max_release_delay_seconds": round(float(latest), 3) if arrived else None,
+        "early_examples": records("first_time < quiet_until", True),
+        "never_released_examples": records("first_time IS NULL", False),
+    }
+    valid = (
+        counts["delivered_inside_window"] == 0
+        and counts["released_late"] == 0
+        and counts["deferred_never_released"] == 0
+    )
+    return Verdict("quiet_hours", valid, counts, details)
+
+
 @checker(
     "quiet_hours",
     summary="no delivery inside the recipient's local window; deferred ones arrive after it",
     tolerances={"release_bound_s": 30.0},
+    out_of_core=True,
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    if evidence.store is not None:
+        return check_store(
+            evidence.store,
+            evidence.population,
+            release_bound_seconds=float(tolerance["release_bound_s"]),
+            changed=evidence.timeline.changed_users() if evidence.timeline else frozenset(),
+        )
     return check(
         evidence.population,
         evidence.expectation,

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -49,6 +49,7 @@ import pyarrow as pa
 from harness.checkers.evidence import Evidence
 from harness.checkers.keys import joint_keys, member, sorted_unique
 from harness.checkers.registry import checker
+from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
 from harness.model.oracle import Expectation
@@ -104,13 +105,7 @@ def check(
 ) -> Verdict:
     """``per_window`` / ``daily_limit`` 0 means that limit is off (its counts stay 0)."""
     owner = {(d.tenant_id, d.token): d.user_id for d in population.devices}
-    injected = history[history["kind"] == "inject"]
-    kinds = {
-        (t, n): (k if isinstance(k, str) else "post")
-        for t, n, k in zip(
-            injected["tenant_id"], injected["notification_id"], injected["detail"], strict=True
-        )
-    }
+    kinds = event_kinds(history[history["kind"] == "inject"])
     window_on = per_window > 0
     is_provider = (history["kind"] == "provider").to_numpy(dtype=bool, na_value=False)
     delivered_row = np.zeros(len(history), dtype=bool)
@@ -184,18 +179,60 @@ def check(
         ]
 
     # Requests for notifications nobody injected: digests, or unrecognised.
+    others = np.flatnonzero(owned & ~injected_event)
+    other_rows = [
+        (*row, delivered)
+        for row, delivered in zip(
+            history[["tenant_id", "token", "notification_id", "time", "collapse_id"]]
+            .iloc[others]
+            .itertuples(index=False, name=None),
+            delivered_row[others].tolist(),
+            strict=True,
+        )
+    ]
+    # Read only with the window on (below); the row loop over every expected delivery is
+    # most of the checker's time otherwise.
+    expected_rows = expectation.deliveries[["tenant_id", "notification_id", "token", "user_id"]]
+    return judge(
+        population, owner, kinds, admitted, first_attempt, delivered_individual, other_rows,
+        expected_rows.itertuples(index=False, name=None) if window_on else (),
+        per_window, window_seconds, daily_limit, slack_s,
+    )  # fmt: skip
+
+
+def event_kinds(injected: pd.DataFrame) -> dict[tuple[Any, Any], str]:
+    """(tenant, notification) -> its kind, of the injected events."""
+    return {
+        (t, n): (k if isinstance(k, str) else "post")
+        for t, n, k in zip(
+            injected["tenant_id"], injected["notification_id"], injected["detail"], strict=True
+        )
+    }
+
+
+def judge(
+    population: Population,
+    owner: Mapping[tuple[str, str], str],
+    kinds: Mapping[tuple[Any, Any], str],
+    admitted: int,
+    first_attempt: Mapping[tuple[str, str, str], float],
+    delivered_individual: Iterable[tuple[str, str, str, float]],
+    other_rows: Iterable[tuple[Any, Any, Any, Any, Any, bool]],
+    expected_rows: Iterable[tuple[str, str, str, str]],
+    per_window: int,
+    window_seconds: float,
+    daily_limit: int,
+    slack_s: float,
+) -> Verdict:
+    """The verdict from what both engines gather: per (tenant, user, notification) its first
+    attempt (with a limit on), the individual deliveries (with the daily cap on), the requests
+    for notifications nobody injected (tenant, token, notification, time, collapse id,
+    delivered), and the expected deliveries (with the window on)."""
+    window_on = per_window > 0
     digest_rows: dict[tuple[str, str, int], int] = defaultdict(int)  # (tenant, token, S) -> n
     digests: dict[tuple[str, str, int], _Digest] = {}
     unrecognised = 0
-    others = np.flatnonzero(owned & ~injected_event)
-    for row, delivered in zip(
-        history[["tenant_id", "token", "notification_id", "time", "collapse_id"]]
-        .iloc[others]
-        .itertuples(index=False, name=None),
-        delivered_row[others].tolist(),
-        strict=True,
-    ):
-        tenant, token, nid, at, collapse = row
+    for tenant, token, _nid, _at, collapse, delivered in other_rows:
         user = owner[(tenant, token)]
         parsed = parse_digest(collapse)
         if parsed is None:
@@ -266,12 +303,7 @@ def check(
     expected_by_user: dict[tuple[str, str], dict[str, set[str]]] = defaultdict(
         lambda: defaultdict(set)
     )
-    # Read only with the window on (below); the row loop over every expected delivery is
-    # most of the checker's time otherwise.
-    expected_rows = expectation.deliveries[["tenant_id", "notification_id", "token", "user_id"]]
-    for tenant, nid, token, user in (
-        expected_rows.itertuples(index=False, name=None) if window_on else ()
-    ):
+    for tenant, nid, token, user in expected_rows:
         expected_by_user[(tenant, user)][nid].add(token)
 
     digests_expected = digests_missing = undercount = overcount = held_total = 0
@@ -340,11 +372,90 @@ def check(
     return Verdict("rate_limit", all(counts[k] == 0 for k in gating), counts, details)
 
 
+def check_store(
+    store: HistoryStore,
+    population: Population,
+    per_window: int,
+    window_seconds: float,
+    daily_limit: int = 0,
+    slack_s: float = 1.0,
+) -> Verdict:
+    """:func:`check` over a history on disk: what :func:`judge` needs is gathered in DuckDB
+    (the first attempts and individual deliveries only with a limit on, the expected
+    deliveries only with the window on: with those on at scale, they are big)."""
+    store.require_decided()
+    owner = {(d.tenant_id, d.token): d.user_id for d in population.devices}
+    kinds = event_kinds(store.rows(["inject"], ["tenant_id", "notification_id", "detail"]))
+    window_on = per_window > 0
+    store.register(
+        "rl_owner_strings",
+        pa.table(
+            {
+                "tenant_id": pa.array([t for t, _ in owner], pa.string()),
+                "token": pa.array([k for _, k in owner], pa.string()),
+                "user_id": pa.array(list(owner.values()), pa.string()),
+            }
+        ),
+    )
+    # Each owned provider row's owner; a person is (tenant, user).
+    store.run(
+        """CREATE OR REPLACE TABLE rl_owner AS
+        SELECT t.code AS tenant, k.code AS tok, s.user_id,
+               dense_rank() OVER (ORDER BY t.code, s.user_id) AS person
+        FROM rl_owner_strings s JOIN tenants t ON t.value = s.tenant_id
+        JOIN tokens k ON k.value = s.token"""
+    )
+    store.run(
+        """CREATE OR REPLACE TABLE rl_events AS
+        SELECT DISTINCT t.code AS tenant, n.code AS nid FROM other o
+        JOIN tenants t ON t.value IS NOT DISTINCT FROM o.tenant_id
+        JOIN nids n ON n.value IS NOT DISTINCT FROM o.notification_id
+        WHERE o.kind = 'inject'"""
+    )
+    owned = "prov p JOIN rl_owner o ON o.tenant = p.tenant AND o.tok = p.tok"
+    injected = "EXISTS (SELECT 1 FROM rl_events e WHERE e.tenant = p.tenant AND e.nid = p.nid)"
+    (admitted,) = store.one(
+        f"SELECT count(*) FROM (SELECT DISTINCT p.nid, o.person FROM {owned} WHERE {injected})"
+    )
+    decoded = """JOIN tenants tv ON tv.code = p.tenant JOIN nids nv ON nv.code = p.nid
+        JOIN tokens kv ON kv.code = p.tok"""
+    first_attempt: dict[tuple[str, str, str], float] = {}
+    delivered_individual: list[tuple[str, str, str, float]] = []
+    if window_on or daily_limit > 0:
+        for tenant, user, nid, at in store.sql(
+            f"""SELECT any_value(tv.value), o.user_id, any_value(nv.value), min(p.time)
+            FROM {owned} {decoded} WHERE {injected} GROUP BY p.nid, o.person, o.user_id"""
+        ).fetchall():
+            first_attempt[(tenant, user, nid)] = at
+    if daily_limit > 0:
+        delivered_individual = store.sql(
+            f"""SELECT tv.value, kv.value, nv.value, p.time FROM {owned} {decoded}
+            WHERE p.got AND {injected} ORDER BY p.pos"""
+        ).fetchall()
+    other_rows = store.sql(
+        f"""SELECT tv.value, kv.value, nv.value, p.time, cv.value, p.got
+        FROM {owned} {decoded} LEFT JOIN nids cv ON cv.code = p.col
+        WHERE NOT {injected} ORDER BY p.pos"""
+    ).fetchall()
+    expected_rows: Iterable[tuple[str, str, str, str]] = ()
+    if window_on:
+        expected_rows = store.sql(
+            """SELECT tv.value, nv.value, kv.value, e.user_id FROM exp e
+            JOIN tenants tv ON tv.code = e.tenant JOIN nids nv ON nv.code = e.nid
+            JOIN tokens kv ON kv.code = e.tok ORDER BY e.pos"""
+        ).fetchall()
+    return judge(
+        population, owner, kinds, int(admitted), first_attempt, delivered_individual,
+        other_rows, expected_rows, per_window, window_seconds, daily_limit, slack_s,
+    )  # fmt: skip
+
+
 @checker(
     "rate_limit",
     summary="no push over the per-user window; one digest per window; redeliveries never count",
     # None: the limits the system states (its policy); a number overrides it.
     tolerances={"per_window": None, "window_seconds": None, "daily_limit": None, "slack_s": 1.0},
+    out_of_core=True,
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     policy = evidence.policy
@@ -352,6 +463,15 @@ def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     def given(name: str, default: float) -> float:
         return default if tolerance[name] is None else float(tolerance[name])
 
+    if evidence.store is not None:
+        return check_store(
+            evidence.store,
+            evidence.population,
+            per_window=int(given("per_window", policy.rate_limit_per_window)),
+            window_seconds=given("window_seconds", policy.rate_limit_window_seconds),
+            daily_limit=int(given("daily_limit", policy.daily_limit_per_device_type)),
+            slack_s=float(tolerance["slack_s"]),
+        )
     return check(
         evidence.population,
         evidence.expectation,

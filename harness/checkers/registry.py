@@ -9,6 +9,7 @@ defaults live here once, and the report and the scenario parser read them from t
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 import traceback
@@ -22,7 +23,16 @@ from harness.checkers.verdict import Verdict, switched_off
 Probe = Callable[[Evidence, Mapping[str, Any]], Verdict]
 # Modules of this package that are helpers, not checkers.
 _NOT_CHECKERS = frozenset(
-    {"audit_personal", "duplicate_causes", "evidence", "keys", "registry", "verdict", "windows"}
+    {
+        "audit_personal",
+        "duplicate_causes",
+        "evidence",
+        "keys",
+        "registry",
+        "store",
+        "verdict",
+        "windows",
+    }
 )
 
 
@@ -35,6 +45,12 @@ class Checker:
     # What the system must expose for the checker to judge it (e.g. "audit_trail"); a target
     # without one of these gets a "switched off: not available on this target" verdict.
     needs: frozenset[str] = frozenset()
+    # With the history on disk (``Evidence.store``): True, the probe queries the store itself;
+    # else the history kinds it reads, handed to it as an ordinary frame (``provider``: only the
+    # provider rows to devices of the users the run changed; ``expected``: the expected
+    # deliveries when the run changed users); None, the whole history read into memory.
+    out_of_core: bool = False
+    reads: frozenset[str] | None = None
 
 
 _REGISTRY: dict[str, Checker] = {}
@@ -47,13 +63,23 @@ def checker(
     summary: str,
     tolerances: Mapping[str, Any] | None = None,
     needs: tuple[str, ...] = (),
+    out_of_core: bool = False,
+    reads: tuple[str, ...] | None = None,
 ) -> Callable[[Probe], Probe]:
     """Register ``probe`` under ``name`` (a decorator on the module's probe adapter)."""
 
     def register(probe: Probe) -> Probe:
         if name in _REGISTRY and _REGISTRY[name].probe is not probe:
             raise ValueError(f"two checkers named {name!r}")
-        _REGISTRY[name] = Checker(name, probe, dict(tolerances or {}), summary, frozenset(needs))
+        _REGISTRY[name] = Checker(
+            name,
+            probe,
+            dict(tolerances or {}),
+            summary,
+            frozenset(needs),
+            out_of_core,
+            None if reads is None else frozenset(reads),
+        )
         return probe
 
     return register
@@ -113,7 +139,7 @@ def run_probe(
             name, f"not available on this target: it has no {', '.join(sorted(missing))}"
         )
     try:
-        verdict = spec.probe(evidence, tolerance_for(name, tolerance))
+        verdict = spec.probe(in_memory_for(spec, evidence), tolerance_for(name, tolerance))
     except Exception as exc:  # a crashing checker must never read as a pass
         return unknown_verdict(
             name,
@@ -121,3 +147,40 @@ def run_probe(
             traceback=traceback.format_exc(),
         )
     return verdict
+
+
+def in_memory_for(spec: Checker, evidence: Evidence) -> Evidence:
+    """The evidence a checker gets: as it is, unless the history is on disk and the checker
+    does not query the store itself; then its history (and, when on disk, its expectation) is
+    what it reads, as frames."""
+    store = evidence.store
+    if store is None or spec.out_of_core:
+        return evidence
+    import pandas as pd
+
+    from harness.model.history import read
+
+    expectation = evidence.expectation
+    if spec.reads is None:
+        # Correct, not cheap: the whole history (and expectation) in memory.
+        if store.expected_path is not None:
+            expectation = dataclasses.replace(
+                expectation, deliveries=pd.read_parquet(store.expected_path)
+            )
+        return dataclasses.replace(
+            evidence, history=read(store.history_path), expectation=expectation
+        )
+    users: set[tuple[str, str]] = set()
+    if evidence.timeline is not None:
+        timeline = evidence.timeline
+        users = set(timeline.states) | set(timeline.erasures) | set(timeline.registrations)
+    tokens: set[str] = set()
+    if "provider" in spec.reads:
+        tokens = {d.token for key in users for d in evidence.population.devices_of(*key)}
+    history = store.rows(spec.reads - {"provider", "expected"}, provider_tokens=tokens)
+    if "expected" in spec.reads and store.expected_path is not None and users:
+        # The expected deliveries, whole: the checker picks the changed users' (a frame of
+        # only theirs would not be the same input: an empty one reads differently).
+        deliveries = pd.read_parquet(store.expected_path)
+        expectation = dataclasses.replace(expectation, deliveries=deliveries)
+    return dataclasses.replace(evidence, history=history, expectation=expectation)

@@ -117,6 +117,8 @@ def check(evidence: Evidence, lag_s: float = 10.0, skew_s: float = 0.01) -> Verd
     summary="after read-all, unread counts only what is newer, less what was read one by one",
     tolerances={"lag_s": 10.0, "skew_s": 0.01},
     needs=("unread", "read_all"),
+    # With the history on disk these kinds come as a frame (see registry.in_memory_for).
+    reads=("inject", "inject_info", "read"),
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     return check(evidence, lag_s=float(tolerance["lag_s"]), skew_s=float(tolerance["skew_s"]))

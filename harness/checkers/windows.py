@@ -16,8 +16,11 @@ class Window:
     stop: float
 
 
-def fault_windows(history: pd.DataFrame, names: tuple[str, ...] | None = None) -> list[Window]:
-    """Windows of the named faults; one still open at the end of the history closes there."""
+def fault_windows(
+    history: pd.DataFrame, names: tuple[str, ...] | None = None, end: float | None = None
+) -> list[Window]:
+    """Windows of the named faults; one still open at the end of the history closes there
+    (``end``: the history's last instant, when ``history`` holds only some of its rows)."""
     rows = history[history["kind"] == "fault"]
     opened: dict[str, tuple[str, float]] = {}
     windows = []
@@ -30,7 +33,8 @@ def fault_windows(history: pd.DataFrame, names: tuple[str, ...] | None = None) -
         elif detail["window"] in opened:
             fault, start = opened.pop(detail["window"])
             windows.append(Window(fault, start, row.time))
-    end = float(history["time"].max()) if len(history) else 0.0
+    if end is None:
+        end = float(history["time"].max()) if len(history) else 0.0
     windows += [Window(fault, start, end) for fault, start in opened.values()]
     return sorted(windows, key=lambda w: w.start)
 

@@ -68,6 +68,12 @@ def config_values(urls: Mapping[str, str | None], extra: Mapping[str, Any]) -> d
         "page_task_visibility_seconds": 15,
         "visibility_timeout_seconds": 5,
         "dedup_lease_seconds": 8,
+        # One consumer process per core (Lambda's concurrency): a supervisor forks them into
+        # the part's process group, so the consumer-crash fault's kill -9 takes them all.
+        # Two pollers each: four in all, as one process of four threads had, so what a kill
+        # can take in flight (the scenarios' bounds: pollers x 10 copies) is unchanged.
+        "push_consumer_processes": 2,
+        "consumer_threads": 2,
     }
     values.update(extra)
     return {k: v for k, v in values.items() if v is not None}

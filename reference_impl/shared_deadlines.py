@@ -1,0 +1,80 @@
+"""Deadlines by key, shared by every thread and forked process of a consumer.
+
+What one poller learns from a provider answer must hold for every poller of the consumer at
+once: a token that answered dead (:mod:`reference_impl.dead_tokens`), a scope paused by a
+Retry-After (:class:`reference_impl.providers.ProviderGate`). Threads share memory; the forked
+worker processes share this table, an anonymous shared memory map made before the fork. Each
+check is a lookup (a few microseconds, no I/O), so it can sit right before every send.
+
+Open addressing over ``slots`` slots of (64-bit fingerprint of the key, deadline on the
+monotonic clock, which Linux keeps system-wide); writers take a lock, readers do not (a torn
+read can only miss an entry written in that same microsecond). A full neighbourhood overwrites
+its earliest deadline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import multiprocessing
+import struct
+import time
+from collections.abc import Callable
+
+PROBES = 8
+_SLOT = struct.Struct("<Qd")  # fingerprint (0 = empty), deadline (monotonic seconds)
+
+
+def fingerprint(key: str) -> int:
+    """A nonzero 64-bit fingerprint of ``key``."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") or 1
+
+
+class SharedDeadlines:
+    """Make one before forking; every thread and forked child then shares it."""
+
+    def __init__(self, slots: int = 1 << 16, clock: Callable[[], float] = time.monotonic) -> None:
+        self.slots = slots
+        self.clock = clock
+        self._map = mmap.mmap(-1, slots * _SLOT.size)  # anonymous, MAP_SHARED: kept over fork
+        self._lock = multiprocessing.get_context("fork").Lock()
+
+    def extend(self, key: str, deadline: float) -> None:
+        """Set ``key``'s deadline to ``deadline``, unless it already runs later."""
+        fp = fingerprint(key)
+        now = self.clock()
+        with self._lock:
+            target, earliest = -1, float("inf")
+            for probe in range(PROBES):
+                slot = (fp + probe) % self.slots
+                found, until = _SLOT.unpack_from(self._map, slot * _SLOT.size)
+                if found == fp:
+                    if until >= deadline:
+                        return
+                    target = slot
+                    break
+                if found == 0 or until <= now:
+                    target = slot
+                    break
+                if until < earliest:
+                    target, earliest = slot, until
+            # The deadline first, then the fingerprint: a reader sees a whole entry or none.
+            struct.pack_into("<d", self._map, target * _SLOT.size + 8, deadline)
+            struct.pack_into("<Q", self._map, target * _SLOT.size, fp)
+
+    def deadline(self, key: str) -> float:
+        """``key``'s deadline; 0.0 when it has none."""
+        fp = fingerprint(key)
+        for probe in range(PROBES):
+            slot = (fp + probe) % self.slots
+            found, until = _SLOT.unpack_from(self._map, slot * _SLOT.size)
+            if found == fp:
+                return until
+            if found == 0:
+                return 0.0
+        return 0.0
+
+    def left(self, key: str) -> float:
+        """Seconds until ``key``'s deadline; 0.0 when it has passed or there is none."""
+        return max(0.0, self.deadline(key) - self.clock())
