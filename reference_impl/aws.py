@@ -36,6 +36,7 @@ def client(config: Config, service: str, boto_config: BotoConfig | None = None) 
         "s3": config.s3_endpoint,
         "sesv2": config.ses_url,
         "apigatewaymanagementapi": config.inapp_url,
+        "sns": config.sns_endpoint,
     }.get(service)
     kwargs: dict[str, Any] = {"region_name": config.region, "config": boto_config or _BOTO}
     if endpoint:

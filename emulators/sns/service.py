@@ -214,6 +214,8 @@ class SnsService:
                 "Invalid parameter: Message Structure - No default entry in JSON message body"
             )
         message_id = str(uuid.uuid4())
+        is_platform = per_protocol is not None and platform in per_protocol
+        tenant_id, notification_id = msg.payload_ids(text, platform, is_platform)
         row: dict[str, Any] = {
             "received_at": self.model.clock(),
             "provider": "fcm" if platform == "GCM" else "apns",
@@ -224,6 +226,9 @@ class SnsService:
             "token": endpoint.token,
             "delivered": False,
             "endpoint_disabled": False,
+            # Known before anything is sent: a refused publish is still attributed.
+            "tenant_id": tenant_id or msg.text_attribute(attributes, "tenant_id"),
+            "notification_id": notification_id or msg.text_attribute(attributes, "notification_id"),
         }
         fault = self.faults.throttle(app.arn)
         if fault is not None:
@@ -232,7 +237,6 @@ class SnsService:
         if not endpoint.enabled:
             self.ledger.append(**row, outcome=msg.ENDPOINT_DISABLED, answer="EndpointDisabled")
             raise endpoint_disabled()
-        is_platform = per_protocol is not None and platform in per_protocol
         published_at = row["received_at"]
         credential = app.credential
         if platform == "GCM":
@@ -263,9 +267,8 @@ class SnsService:
             configured = self.apns.configured(platform)
         row.update(
             collapse_id=request.collapse_id,
-            tenant_id=request.tenant_id or msg.text_attribute(attributes, "tenant_id"),
-            notification_id=request.notification_id
-            or msg.text_attribute(attributes, "notification_id"),
+            tenant_id=request.tenant_id or row["tenant_id"],
+            notification_id=request.notification_id or row["notification_id"],
         )
         if not configured:
             self.ledger.append(**row, outcome=msg.NOT_CONFIGURED, answer="InternalError")

@@ -35,6 +35,16 @@ class ReferenceConfigError(ValueError):
     """The reference's config (a scenario's overrides included) is not valid."""
 
 
+# How the reference sends pushes in a local stack unless a scenario's `reference:` says
+# otherwise (push_transport: sns | direct; reference_impl/sns_push.py).
+DEFAULT_PUSH_TRANSPORT = "direct"
+
+
+def publishes_through_sns(overrides: Mapping[str, Any]) -> bool:
+    """Whether the reference, with a scenario's overrides, publishes pushes through SNS."""
+    return overrides.get("push_transport", DEFAULT_PUSH_TRANSPORT) == "sns"
+
+
 def config_values(urls: Mapping[str, str | None], extra: Mapping[str, Any]) -> dict[str, Any]:
     """The reference's config for a local stack whose parts answer at ``urls`` (part -> URL,
     None when the stack has no such part); ``extra`` (the stack's own values and a scenario's
@@ -55,6 +65,8 @@ def config_values(urls: Mapping[str, str | None], extra: Mapping[str, Any]) -> d
         "audit_retention_days": 1,
         "apns_url": url("apns"),
         "fcm_url": url("fcm"),
+        "push_transport": DEFAULT_PUSH_TRANSPORT,
+        "sns_endpoint": url("sns"),
         "fcm_projects": ["fanout-sender-0", "fanout-sender-1"],
         "ses_url": url("ses"),
         "inapp_url": url("inapp"),

@@ -77,8 +77,9 @@ WORKER_PARTS = (
 )
 # Parts that need other parts' URLs (and the APNs CA) at start: a tier of their own.
 DEPENDENT_PARTS = ("sns",)
-# Parts a stack starts only when asked for by name: the reference does not publish through SNS
-# yet, so a default stack does without it.
+# Parts a stack starts only when asked for by name, or when the system needs them: the SNS
+# endpoint when the reference publishes through SNS (push_transport: sns) or a target names
+# sns_listen.
 OPTIONAL_PARTS = ("sns",)
 INFRA_PARTS = tuple(p for p in PARTS if p not in WORKER_PARTS and p not in DEPENDENT_PARTS)
 # Worker part -> the channel its reference_impl.channel_consumer process drains.
@@ -93,6 +94,15 @@ CLIENT_PARTS = {
     "dynamodbstreams": ("dynamodb-proxy",),
     "kinesis": ("kinesis",),
     "sqs": ("sqs",),
+}
+
+
+# Parts a target places: the target file's key with the host:port the system was told.
+_TARGET_LISTEN = {
+    "apns": "apns_listen",
+    "fcm": "fcm_listen",
+    "kinesis-proxy": "kinesis_listen",
+    "sns": "sns_listen",
 }
 
 
@@ -298,13 +308,22 @@ class Stack:
                 ("kinesis-proxy", bool(target.kinesis_listen)),
                 ("apns", bool(target.apns_listen)),
                 ("fcm", bool(target.fcm_listen)),
+                ("sns", bool(target.sns_listen)),
             ) if wanted]  # fmt: skip
             self.apns_tls = target.apns_tls
         unknown = sorted(set(parts or ()) - set(PARTS))
         if unknown:
             raise StackError(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(PARTS)}")
+        wanted_optional = (
+            {"sns"}
+            if parts is None and reference.publishes_through_sns(self.reference_overrides)
+            else set()
+        )
         self.selected = tuple(
-            p for p in PARTS if (parts is None and p not in OPTIONAL_PARTS) or p in (parts or ())
+            p
+            for p in PARTS
+            if (parts is None and (p not in OPTIONAL_PARTS or p in wanted_optional))
+            or p in (parts or ())
         )
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         # Process groups the stack did not start but stops with its own (the load generator).
@@ -531,6 +550,9 @@ class Stack:
         for flag, part in (("--apns-url", "apns"), ("--fcm-url", "fcm"), ("--sqs-url", "sqs")):
             if part in parts and parts[part].url:
                 argv += [flag, str(parts[part].url)]
+        if "sqs" not in parts and self.target is not None and self.target.sqs_endpoint:
+            # A target's own SQS: its platform applications' events go to its queues.
+            argv += ["--sqs-url", self.target.sqs_endpoint]
         if "apns" in parts and self.info.tls_ca:
             argv += ["--apns-ca-file", self.info.tls_ca]
         return argv
@@ -691,8 +713,8 @@ class Stack:
     def _spawn(self, part: str, port: int | None) -> tuple[PartInfo, subprocess.Popen[bytes]]:
         if part == "toxiproxy":
             self._write_proxy_config()
-        if port is None and self.target is not None and part in ("apns", "fcm", "kinesis-proxy"):
-            key = {"apns": "apns_listen", "fcm": "fcm_listen", "kinesis-proxy": "kinesis_listen"}
+        if port is None and self.target is not None and part in _TARGET_LISTEN:
+            key = _TARGET_LISTEN
             port = port_of(getattr(self.target, key[part]) or "", key[part])
         if port is None and part not in ("fanout-worker", "push-consumer"):
             port = free_port()

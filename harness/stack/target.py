@@ -50,6 +50,11 @@ class Target:
     apns_listen: str | None = None
     apns_tls: bool = False
     fcm_listen: str | None = None
+    # Optional: host:port where the system was told to find SNS (it publishes its pushes to SNS
+    # mobile push): the harness serves its SNS endpoint there, delivering to its APNs and FCM
+    # simulators (and the platform applications' events to sqs_endpoint), and reads its
+    # publish ledger. The system creates its platform applications and endpoints against it.
+    sns_listen: str | None = None
     # Optional: host:port where the system's Kinesis consumer was told to find Kinesis (the
     # harness serves its AWS fault proxy there) and the URL of the Kinesis it forwards to.
     # Without them the kinesis-shard-hold fault is not available on this target.
@@ -170,11 +175,12 @@ def parse(data: Any, where: str) -> Target:
         if upstream.scheme not in ("http", "https") or not upstream.hostname:
             raise TargetError(f"{where}: kinesis_upstream must be an http(s) URL")
         hosts.append(("kinesis_upstream", upstream.hostname))
-    for key in ("dedup_redis", "dedup_listen", "apns_listen", "fcm_listen", "kinesis_listen"):
+    listens = ("apns_listen", "fcm_listen", "kinesis_listen", "sns_listen")
+    for key in ("dedup_redis", "dedup_listen", *listens):
         value = getattr(target, key)
         if value:
             hosts.append((key, _host_port(value, key)[0]))
-    for key in ("dedup_listen", "apns_listen", "fcm_listen", "kinesis_listen"):
+    for key in ("dedup_listen", *listens):
         value = getattr(target, key)
         if value and not _is_loopback(_host_port(value, key)[0]):
             raise TargetError(f"{where}: {key} must be a loopback address the harness can bind")
