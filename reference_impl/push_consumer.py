@@ -70,7 +70,13 @@ from reference_impl.rate_limit import (
     to_ms,
 )
 from reference_impl.shared_deadlines import SharedDeadlines
-from reference_impl.sns_push import SnsPushClient, feedback_names, publish_request
+from reference_impl.sns_push import (
+    EndpointRegistry,
+    SnsPushClient,
+    fcm_application_name,
+    feedback_names,
+    publish_request,
+)
 from reference_impl.user_record import device_attribute, devices_of
 from reference_impl.worker_processes import serve_forked
 
@@ -149,6 +155,7 @@ class PushConsumer(JobConsumer):
         self.fcm = FcmClient(config)
         # Through SNS (seed 004): the device's platform endpoint, not the provider, is called.
         self.sns = SnsPushClient(config) if config.push_transport == "sns" else None
+        self.endpoints: EndpointRegistry | None = None  # only the fcm_project_random defect's
         self.limits = RateLimits(
             config.rate_limit_per_window,
             config.rate_limit_window_seconds,
@@ -310,6 +317,15 @@ class PushConsumer(JobConsumer):
         if not arn:
             # Registered while pushes went direct: token registration has not run for it.
             return SendResult("rejected", None, "no SNS platform endpoint registered")
+        if "fcm_project_random" in self.defects and device["platform"] == "fcm":
+            # The defect: the FCM application picked by notification, not by user; the device
+            # is registered there on the fly, so one device hops between sender projects.
+            if self.endpoints is None:
+                self.endpoints = EndpointRegistry(self.config)
+            project = fcm_project_for(job["notification_id"], self.config.fcm_projects)
+            arn = self.endpoints.register_in(
+                fcm_application_name(self.config, project), device["token"]
+            )
         collapse = None if "no_collapse_id" in self.defects else collapse_id
         result, message_id = self.sns.publish(
             arn, publish_request(job, device["platform"], text, collapse)

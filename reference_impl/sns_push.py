@@ -196,7 +196,11 @@ class EndpointRegistry:
 
     def register(self, user_id: str, token: str, platform: str) -> str:
         """The endpoint ARN of (user's application, token), enabled and holding ``token``."""
-        app = self.application_arn(application_name_for(self.config, user_id, platform))
+        return self.register_in(application_name_for(self.config, user_id, platform), token)
+
+    def register_in(self, application: str, token: str) -> str:
+        """The endpoint ARN of ``token`` in the platform application named ``application``."""
+        app = self.application_arn(application)
         try:
             arn = self.sns.create_platform_endpoint(PlatformApplicationArn=app, Token=token)[
                 "EndpointArn"

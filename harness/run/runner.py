@@ -383,6 +383,14 @@ def wait_for_outcome(
     return "timeout"
 
 
+def _sns_url(stack: Stack, info: StackInfo) -> str | None:
+    """The SNS endpoint the system publishes to, when it is one the harness can read: the
+    stack's own part (the reference on SNS, a target's sns_listen) or a target's sns_endpoint."""
+    if "sns" in info.parts:
+        return info.parts["sns"].url
+    return stack.target.sns_endpoint if stack.target is not None else None
+
+
 def _chaos_targets(stack: Stack, info: StackInfo) -> ChaosTargets:
     parts = info.parts
     target = stack.target
@@ -395,7 +403,7 @@ def _chaos_targets(stack: Stack, info: StackInfo) -> ChaosTargets:
         # The SQS endpoint's control API: the stack's own, or a target's when it uses ours.
         sqs_url=parts["sqs"].url if "sqs" in parts else (target.sqs_control if target else None),
         # The SNS endpoint the system publishes to (the stack's, or served at a target's).
-        sns_url=parts["sns"].url if "sns" in parts else None,
+        sns_url=_sns_url(stack, info),
         kinesis_proxy_url=parts["kinesis-proxy"].url if "kinesis-proxy" in parts else None,
         # A target's processes are not the harness's to kill.
         processes=stack if target is None else None,
@@ -791,7 +799,8 @@ def _load_population(state: RunState) -> None:
     fcm = SimulatorControl(info.url("fcm"))
     apns.unregister([d.token for d in population.devices if d.dead and d.platform == "apns"])
     fcm.unregister([d.token for d in population.devices if d.dead and d.platform == "fcm"])
-    sns = SnsObserver(info.url("sns")) if "sns" in info.parts else None
+    sns_url = _sns_url(state.stack, info)
+    sns = SnsObserver(sns_url) if sns_url else None
     state.collector = Collector(
         history, [apns, fcm], lambda tenant: of_another_run(tenant, prefix), sns=sns
     )

@@ -55,6 +55,10 @@ class Target:
     # simulators (and the platform applications' events to sqs_endpoint), and reads its
     # publish ledger. The system creates its platform applications and endpoints against it.
     sns_listen: str | None = None
+    # Or: the URL of the harness's SNS endpoint already running beside the system (`python -m
+    # harness serve sns`, long-lived, so the system's platform applications outlive a run): the
+    # harness reads its ledger and injects its faults there, and starts none of its own.
+    sns_endpoint: str | None = None
     # Optional: host:port where the system's Kinesis consumer was told to find Kinesis (the
     # harness serves its AWS fault proxy there) and the URL of the Kinesis it forwards to.
     # Without them the kinesis-shard-hold fault is not available on this target.
@@ -168,6 +172,12 @@ def parse(data: Any, where: str) -> Target:
         hosts.append(("toxiproxy_url", urlsplit(target.toxiproxy_url).hostname or ""))
     elif bool(target.dedup_redis) != bool(target.dedup_listen):
         raise TargetError(f"{where}: dedup_redis and dedup_listen go together")
+    if target.sns_listen and target.sns_endpoint:
+        raise TargetError(f"{where}: sns_listen and sns_endpoint exclude each other")
+    if target.sns_endpoint:
+        if not urlsplit(target.sns_endpoint).scheme.startswith("http"):
+            raise TargetError(f"{where}: sns_endpoint must be an http(s) URL")
+        hosts.append(("sns_endpoint", urlsplit(target.sns_endpoint).hostname or ""))
     if bool(target.kinesis_listen) != bool(target.kinesis_upstream):
         raise TargetError(f"{where}: kinesis_listen and kinesis_upstream go together")
     if target.kinesis_upstream:
