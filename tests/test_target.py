@@ -16,6 +16,8 @@ from conftest import ROOT, run_cli
 from emulators.ports import free_port
 from harness.stack.supervisor import Stack, stop_process, wait_until
 from harness.stack.target import TargetError, load, parse
+from reference_impl.aws import client
+from reference_impl.sns_push import provision_sns
 
 GOOD = {
     "name": "t",
@@ -172,7 +174,8 @@ def test_a_system_publishing_through_sns_is_verified_at_the_sns_endpoint_it_name
                 fcm_url=f"http://127.0.0.1:{fcm}",
             )
             system.write_reference_config()
-            system.provision()
+            config = system.reference_config()
+            provision_sns(config, client(config, "sqs"))
             for part in ("event-api", "fanout-worker", "push-consumer"):
                 system.start_part(part)
             target = {

@@ -35,9 +35,11 @@ class ReferenceConfigError(ValueError):
     """The reference's config (a scenario's overrides included) is not valid."""
 
 
-# How the reference sends pushes in a local stack unless a scenario's `reference:` says
-# otherwise (push_transport: sns | direct; reference_impl/sns_push.py).
-DEFAULT_PUSH_TRANSPORT = "direct"
+# How the reference sends pushes in a local stack unless a scenario's `reference:` (or `run
+# --push-transport`) says otherwise: through SNS mobile push, as the design has it (seed 004;
+# reference_impl/sns_push.py), the stack then starting its SNS endpoint. A stack started with
+# named parts and no `sns` among them sends direct (an SNS-less stack has nothing to publish to).
+DEFAULT_PUSH_TRANSPORT = "sns"
 
 
 def publishes_through_sns(overrides: Mapping[str, Any]) -> bool:
@@ -65,7 +67,7 @@ def config_values(urls: Mapping[str, str | None], extra: Mapping[str, Any]) -> d
         "audit_retention_days": 1,
         "apns_url": url("apns"),
         "fcm_url": url("fcm"),
-        "push_transport": DEFAULT_PUSH_TRANSPORT,
+        "push_transport": DEFAULT_PUSH_TRANSPORT if url("sns") else "direct",
         "sns_endpoint": url("sns"),
         "fcm_projects": ["fanout-sender-0", "fanout-sender-1"],
         "ses_url": url("ses"),
