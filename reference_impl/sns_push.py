@@ -15,10 +15,11 @@ Two roles, kept apart as the design keeps them:
   throttling and 5xx are retried (a ``Retry-After`` pauses the scope; SNS's own throttling,
   which names no time, pauses it for :data:`THROTTLE_PAUSE_SECONDS`), the rest is definite.
 
-Publishing goes through boto3 with the SDK's retries off, as for SES: a throttled or failed
-publish leaves the job in its queue, where the consumer's backoff, the dead-letter redrive and
-the dedup lease govern retries; an SDK retry inside the lease would be a second, unaudited
-attempt.
+Publishing goes through a lean query-protocol client (:mod:`reference_impl.sns_query`; boto3
+when ``aws_lean_client`` is off) with no retries, as SES goes through boto3 with its retries
+off: a throttled or failed publish leaves the job in its queue, where the consumer's backoff,
+the dead-letter redrive and the dedup lease govern retries; an SDK retry inside the lease would
+be a second, unaudited attempt.
 
 SNS accepts a publish to a token that has just died (the provider's answer comes after): the
 publisher learns of it from the application's ``EventDeliveryFailure`` events, which the
@@ -37,9 +38,10 @@ from typing import Any
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
-from reference_impl.aws import client
+from reference_impl.aws import client, credentials_of
 from reference_impl.config import Config
 from reference_impl.providers import SendResult, fcm_project_for
+from reference_impl.sns_query import LeanPublisher
 
 FEEDBACK_VISIBILITY_SECONDS = 1
 APNS_COLLAPSE_ID = "AWS.SNS.MOBILE.APNS.COLLAPSE_ID"
@@ -154,7 +156,21 @@ class SnsPushClient:
     """The push consumer's publisher: one Publish per device to its endpoint."""
 
     def __init__(self, config: Config) -> None:
-        self.sns = client(config, "sns", _publish_config(config))
+        boto = client(config, "sns", _publish_config(config))
+        credentials = credentials_of(config) if config.aws_lean_client else None
+        # Publish through the lean query-protocol client (reference_impl/sns_query.py), the
+        # boto3 client's endpoint, region and credentials; boto3 itself without credentials.
+        self.sns: Any = (
+            LeanPublisher(
+                boto.meta.endpoint_url,
+                boto.meta.region_name,
+                credentials,
+                connect_timeout=config.provider_timeout_seconds,
+                read_timeout=config.provider_timeout_seconds,
+            )
+            if credentials is not None
+            else boto
+        )
 
     def publish(self, endpoint_arn: str, request: Mapping[str, Any]) -> tuple[SendResult, str]:
         """The outcome and, when SNS accepted it, the MessageId ("" otherwise)."""

@@ -227,3 +227,46 @@ def test_dead_tokens_judges_publishes_after_sns_said_the_endpoint_is_off() -> No
     assert counts == {"endpoints_turned_off": 1, "publishes_to_disabled": 1}
     assert [e["time"] for e in details["sns_examples"]] == [5.0]
     assert check_sns(_history([{"kind": "provider", "time": 1.0}]), 0.5) == ({}, {})
+
+
+def test_the_lean_publisher_answers_as_boto3_does(
+    stack: Stack, config: Config, applications: dict[str, str], ca: ssl.SSLContext
+) -> None:
+    """The same publishes through the lean query-protocol client and through boto3: the same
+    MessageId shape, the same error code, message and status, headers kept (Retry-After)."""
+    from dataclasses import replace
+
+    lean = SnsPushClient(config).sns
+    boto = SnsPushClient(replace(config, aws_lean_client=False)).sns
+    assert type(lean).__name__ == "LeanPublisher" and type(boto).__name__ == "SNS"
+    token = uuid.uuid4().hex * 2
+    arn = EndpointRegistry(config).register("u000011", token, "apns")
+    nid = uuid.uuid4().hex
+    request = publish_request(job(nid=nid), "apns", "héllo & <you>", "c-1")
+    assert len(lean.publish(TargetArn=arn, **request)["MessageId"]) == 36
+    rows = [r for r in ledger(stack.info.url("apns"), ca) if r["token"] == token]
+    assert [(r["notification_id"], r["collapse_id"]) for r in rows] == [(nid, "c-1")]
+    apns = stack.info.url("apns")
+    httpx.post(f"{apns}/_sim/tokens/unregistered", json={"tokens": [token]}, verify=ca)
+    lean.publish(TargetArn=arn, **request)  # accepted, then the 410 turns the endpoint off
+    errors = []
+    for publisher in (lean, boto):
+        with pytest.raises(ClientError) as caught:
+            publisher.publish(TargetArn=arn, **request)
+        response = caught.value.response
+        errors.append(
+            (response["Error"]["Code"], response["Error"]["Message"],
+             response["ResponseMetadata"]["HTTPStatusCode"])
+        )  # fmt: skip
+    assert errors[0] == errors[1] == ("EndpointDisabled", "Endpoint is disabled", 400)
+    httpx.post(
+        f"{apns}/_sim/faults",
+        json={"fault": "status", "params": {"p": 1.0, "status": 429, "retry_after": 2}},
+        verify=ca,
+    )
+    fresh = EndpointRegistry(config).register("u000011", uuid.uuid4().hex * 2, "apns")
+    try:
+        result, _ = SnsPushClient(config).publish(fresh, request)
+    finally:
+        httpx.delete(f"{apns}/_sim/faults", verify=ca)
+    assert (result.outcome, result.reason, result.retry_after) == ("retry", "Throttling", 2.0)
