@@ -363,6 +363,10 @@ class PushConsumer(JobConsumer):
             self.store_audit()
         except Exception as exc:
             self.log.error("feedback audit not stored: %s", exc)
+        if self.config.audit_flush_before_ack and self.audit_sink is not None:
+            # As for a job batch: the events are not acknowledged with their records still in
+            # memory (a kill -9 would take the only trace of the dead token's notification).
+            self.audit_sink.flush()
         return {"batchItemFailures": failures}
 
     def feedback(self, body: dict[str, Any]) -> bool:
