@@ -153,6 +153,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             scenario = scenarios.scaled(scenario, args.scale)
         except scenarios.ScenarioError as exc:
             return _error(str(exc))
+    if args.push_transport is not None:
+        if args.target:
+            return _error("--push-transport sets the reference's config: not with --target")
+        from dataclasses import replace
+
+        scenario = replace(
+            scenario, reference={**scenario.reference, "push_transport": args.push_transport}
+        )
     if args.timeout is not None:
         if not math.isfinite(args.timeout) or args.timeout <= 0:
             return _error(f"--timeout must be a positive number of seconds, not {args.timeout!r}")
@@ -301,6 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--target",
         help="a target file (YAML): run against that system instead of the embedded reference",
+    )
+    run.add_argument(
+        "--push-transport",
+        choices=["sns", "direct"],
+        help="how the reference sends pushes (its push_transport; default: the scenario's, else "
+        "the stack's default)",
     )
     run.add_argument(
         "--no-report",

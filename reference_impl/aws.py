@@ -50,15 +50,22 @@ def client(config: Config, service: str, boto_config: BotoConfig | None = None) 
     boto = new_client(service, **kwargs)
     if not config.aws_lean_client or service not in HOT_OPERATIONS:
         return boto
+    credentials = credentials_of(config)
+    if credentials is None:
+        return boto  # boto3 says what is missing on the first call
+    return lean(boto, service, credentials)
+
+
+def credentials_of(config: Config) -> Callable[[], Any] | None:
+    """What signs a lean call: the config's keys, else the chain the boto3 clients use
+    (refreshed when temporary); None when there are none."""
     if config.aws_access_key_id:
         frozen = ReadOnlyCredentials(
             config.aws_access_key_id, config.aws_secret_access_key or "", None
         )
-        return lean(boto, service, lambda: frozen)
-    credentials = _session().get_credentials()  # the chain the boto3 client itself uses
-    if credentials is None:
-        return boto  # boto3 says what is missing on the first call
-    return lean(boto, service, credentials.get_frozen_credentials)
+        return lambda: frozen
+    credentials = _session().get_credentials()
+    return credentials.get_frozen_credentials if credentials is not None else None
 
 
 def new_client(service: str, **kwargs: Any) -> Any:

@@ -106,7 +106,7 @@ def sigv4_headers(
     host: str,
     path: str,
     body: bytes,
-    target: str,
+    target: str | None,
     content_type: str,
     region: str,
     service: str,
@@ -117,14 +117,16 @@ def sigv4_headers(
     signing_key: bytes | None = None,
 ) -> dict[str, str]:
     """The headers of a signed JSON-protocol POST (SigV4, signing content-type, host,
-    x-amz-date, x-amz-security-token when there is one, and x-amz-target).
-    ``signing_key``: the day's derived key, when the caller keeps it (:func:`signing_key`)."""
+    x-amz-date, x-amz-security-token when there is one, and x-amz-target; ``target`` None: a
+    query-protocol POST, which has none). ``signing_key``: the day's derived key, when the
+    caller keeps it (:func:`signing_key`)."""
     headers = {
         "content-type": content_type,
         "host": host,
         "x-amz-date": amz_date,
-        "x-amz-target": target,
     }
+    if target is not None:
+        headers["x-amz-target"] = target
     if token:
         headers["x-amz-security-token"] = token
     names = sorted(headers)

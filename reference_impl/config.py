@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 CHANNELS = ("push", "email", "in_app", "sms")
+PUSH_TRANSPORTS = ("sns", "direct")
 # The fan-out of fan-out: a celebrity post's follower pages travel as tasks on this queue.
 PAGES_QUEUE = "pages"
 # Every queue with a dead-letter and a poison queue beside it.
@@ -138,6 +139,14 @@ class Config:
     fcm_url: str = "https://fcm.googleapis.com"
     fcm_projects: tuple[str, ...] = ("fanout-sender-0",)
     fcm_access_token: str | None = None
+    # How pushes leave (seed 004): "sns" publishes to SNS mobile push platform endpoints (one
+    # APNs platform application, one FCM application per sender project; SNS owns the token
+    # lifecycle and turns an endpoint off on a dead answer), "direct" calls APNs and FCM.
+    push_transport: str = "direct"
+    # The SNS endpoint (None: the region's real one) and the prefix of the platform
+    # applications' names: <prefix>-apns, <prefix>-fcm-<project> (reference_impl/sns_push.py).
+    sns_endpoint: str | None = None
+    sns_application_prefix: str = "fanout"
     provider_timeout_seconds: float = 5.0
     # SES v2 (email) and the API Gateway Management API of the WebSocket API (in-app). None:
     # SES's regional endpoint; the in-app channel needs its https://<api>.execute-api.../<stage>.
@@ -267,6 +276,8 @@ class Config:
             raise ConfigError(
                 "sms_sender_id must be null or 1-11 letters or digits with at least one letter"
             )
+        if config.push_transport not in PUSH_TRANSPORTS:
+            raise ConfigError(f"push_transport must be one of {', '.join(PUSH_TRANSPORTS)}")
         for name in ("audit_flush_before_ack", "aws_lean_client"):
             if not isinstance(getattr(config, name), bool):
                 raise ConfigError(f"{name} must be true or false")

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from reference_impl.audit_keys import AuditKeys
-from reference_impl.aws import batch_write
+from reference_impl.aws import batch_write, client
 from reference_impl.config import Config
 from reference_impl.dedup_key import dedup_key, email_recipient, inapp_recipient, sms_recipient
 from reference_impl.ids import preferences_cache_key, user_key
@@ -145,6 +145,14 @@ def erase_user(config: Config, ddb: Any, redis: Any, tenant: str, user: str) -> 
                 {"pk": {"S": pk}, "sk": r["sk"]} for r in _query_all(ddb, config.table(table), pk)
             ]
             counts[f"{table}_rows"] = _delete_rows(ddb, config.table(table), rows)
+        # The user's SNS platform endpoints hold their tokens: deleted (DeleteEndpoint is
+        # idempotent) before the record that names them, so a retry still finds them.
+        arns = [d["endpoint_arn"] for d in devices_of(record) if d.get("endpoint_arn")]
+        if arns:
+            sns = client(config, "sns")
+            for arn in arns:
+                sns.delete_endpoint(EndpointArn=arn)
+        counts["endpoints"] = len(arns)
         for table in ("preferences", "read_state"):
             ddb.delete_item(TableName=config.table(table), Key={"pk": {"S": pk}})
 

@@ -17,6 +17,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -43,6 +44,7 @@ from reference_impl.ids import (
 )
 from reference_impl.inbox import MAX_LIMIT, Inbox
 from reference_impl.quiet_hours import parse_window, resolve_zone
+from reference_impl.sns_push import EndpointRegistry
 from reference_impl.ulid_window import (
     canonical_ulid,
     served_event_id_pattern,
@@ -162,6 +164,8 @@ class EventApi:
         self.kinesis = client(config, "kinesis")
         self.ddb = client(config, "dynamodb")
         self.registry = EventRegistry(self.ddb, config.table(REGISTRY_TABLE))
+        # Token registration's own role: the devices' SNS platform endpoints.
+        self.endpoints = EndpointRegistry(config) if config.push_transport == "sns" else None
         # (method, path pattern, handler, takes a JSON body)
         self.routes: list[tuple[str, re.Pattern[str], Callable[..., dict[str, Any]], bool]] = [
             ("GET", re.compile(r"^/health$"), self.health, False),
@@ -437,16 +441,33 @@ class EventApi:
     ) -> dict[str, Any]:
         self._require_ids(tenant_id=tenant, user_id=user)
         token, platform = self._device(token, body.get("platform"))
+        arn = self._endpoints([(user, token, platform)]).get((user, token))
         self.ddb.update_item(
             TableName=self.config.table("preferences"),
             Key={"pk": {"S": user_key(tenant, user)}},
             UpdateExpression="SET #d = :d",
             ExpressionAttributeNames={"#d": device_attribute(device_id(token))},
             ExpressionAttributeValues={
-                ":d": device_value(token, platform, datetime.now(UTC).isoformat())
+                ":d": device_value(token, platform, datetime.now(UTC).isoformat(), arn)
             },
         )
         return _response(200, {"device_id": device_id(token)})
+
+    def _endpoints(self, devices: list[tuple[str, str, str]]) -> dict[tuple[str, str], str]:
+        """(user, token) -> SNS endpoint ARN for each (user, token, platform), registered before
+        the record is written (a record never names an endpoint that does not exist); {} when
+        pushes go direct. SNS unreachable or refusing: 503, nothing stored."""
+        if self.endpoints is None or not devices:
+            return {}
+        registry = self.endpoints
+        unique = list(dict.fromkeys(devices))
+        try:
+            # A few at a time: one bulk call registers up to thousands of devices.
+            with ThreadPoolExecutor(max_workers=min(8, len(unique))) as pool:
+                arns = list(pool.map(lambda d: registry.register(*d), unique))
+        except (ClientError, BotoCoreError, LookupError) as exc:
+            raise ApiError(f"device registration with SNS failed: {exc}; retry", 503) from exc
+        return {(user, token): arn for (user, token, _), arn in zip(unique, arns, strict=True)}
 
     def put_users(self, event: dict[str, Any], body: dict[str, Any], tenant: str) -> dict[str, Any]:
         """Bulk load: the records (preferences and devices) of up to MAX_USERS_PER_CALL users
@@ -461,7 +482,7 @@ class EventApi:
             raise BadRequest(f"at most {MAX_USERS_PER_CALL} users per call")
         now = datetime.now(UTC).isoformat()
         # One item per user id: BatchWriteItem refuses two requests for one key.
-        items: dict[str, dict[str, Any]] = {}
+        entries: dict[str, tuple[dict[str, Any] | None, list[tuple[str, str]]]] = {}
         with_prefs, devices = 0, 0
         for i, entry in enumerate(users):
             try:
@@ -482,8 +503,21 @@ class EventApi:
                     registered.append(self._device(device.get("token"), device.get("platform")))
             except BadRequest as exc:
                 raise BadRequest(f"users[{i}]: {exc}") from exc
-            items[user] = record_item(user_key(tenant, user), prefs, registered, now)
+            entries[user] = (prefs, registered)
             devices += len(registered)
+        arns = self._endpoints(
+            [(u, t, p) for u, (_, registered) in entries.items() for t, p in registered]
+        )
+        items = {
+            user: record_item(
+                user_key(tenant, user),
+                prefs,
+                registered,
+                now,
+                {t: arns[(user, t)] for t, _ in registered if (user, t) in arns},
+            )
+            for user, (prefs, registered) in entries.items()
+        }
         requests = [{"PutRequest": {"Item": item}} for item in items.values()]
         batch_write(self.ddb, self.config.table("preferences"), requests)
         keys = [preferences_cache_key(tenant, user) for user in items]

@@ -777,15 +777,23 @@ class JobConsumer:
         return result
 
 
-def serve(consumers: Sequence[JobConsumer], ready_file: str | None) -> int:
+def serve(
+    consumers: Sequence[JobConsumer],
+    ready_file: str | None,
+    extra: Sequence[tuple[JobConsumer, str, Callable[..., dict[str, Any]]]] = (),
+) -> int:
     """Run one SQS poller per consumer (one per unit of reserved concurrency) until SIGTERM;
-    the audit sink they share stores what it buffered before the process exits."""
+    the audit sink they share stores what it buffered before the process exits. ``extra``:
+    (consumer, queue URL, handler) of other queues the process polls too."""
     first = consumers[0]
     arn = first.sqs.get_queue_attributes(QueueUrl=first.queue, AttributeNames=["QueueArn"])[
         "Attributes"
     ]["QueueArn"]
     name = first.component
     pollers = [SqsPoller(c.sqs, c.queue, arn, c, name, wait_seconds=1).run for c in consumers]
+    for consumer, url, handler in extra:
+        pollers.append(SqsPoller(consumer.sqs, url, url, handler, name, wait_seconds=1).run)
+    consumers = [*consumers, *(c for c, _, _ in extra)]
     sink = first.audit_sink
 
     def stop() -> None:

@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 
 from reference_impl.aws import client
 from reference_impl.config import PAGES_QUEUE, WORK_QUEUES, Config, ConfigError
+from reference_impl.sns_push import provision_sns
 
 # name -> has a sort key
 TABLES: dict[str, bool] = {
@@ -179,6 +180,8 @@ def provision(config: Config) -> dict[str, str]:
                 ),
             },
         )["QueueUrl"]
+    if config.push_transport == "sns":
+        provision_sns(config, sqs)
     if config.audit_bucket:
         ensure_audit_bucket(
             client(config, "s3"), config.audit_bucket, config.audit_retention_days, config.region

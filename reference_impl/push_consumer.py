@@ -18,6 +18,7 @@ one push per device under its own deterministic id, deduplicated like any notifi
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -30,6 +31,7 @@ from botocore.exceptions import ClientError
 from ulid import ULID
 
 from reference_impl.audit import AuditSink, token_sha256
+from reference_impl.aws import queue_url
 from reference_impl.config import Config
 from reference_impl.consent import push_consent_granted
 from reference_impl.dead_tokens import REMEMBER_SECONDS, DeadTokens
@@ -40,6 +42,7 @@ from reference_impl.job_consumer import (
     JobConsumer,
     JobState,
     PoisonJob,
+    receive_count,
     serve,
 )
 from reference_impl.job_consumer import parse_job as parse_base_job
@@ -66,10 +69,33 @@ from reference_impl.rate_limit import (
     to_ms,
 )
 from reference_impl.shared_deadlines import SharedDeadlines
+from reference_impl.sns_push import (
+    EndpointRegistry,
+    SnsPushClient,
+    fcm_application_name,
+    feedback_names,
+    publish_request,
+)
 from reference_impl.user_record import device_attribute, devices_of
 from reference_impl.worker_processes import serve_forked
 
 log = logging.getLogger("reference_impl.push_consumer")
+# How long a publish SNS accepted is remembered for its delivery-failure event (which comes
+# seconds after, not minutes), and what of its job the dead_token record needs.
+SENT_MEMORY_SECONDS = 600
+# Receives of a delivery-failure event whose message is not known yet before it is dropped (the
+# feedback queue's visibility timeout apart: reference_impl/sns_push.py).
+FEEDBACK_RECEIVES = 5
+SENT_JOB_FIELDS = (
+    "tenant_id", "notification_id", "recipient_user_id", "author_id", "kind", "audit_kid",
+)  # fmt: skip
+
+
+def sent_key(message_id: str) -> str:
+    """The Redis key that remembers what the SNS message ``message_id`` was."""
+    return f"sns-sent:{message_id}"
+
+
 __all__ = ["JOB_FIELDS", "PoisonJob", "PushConsumer", "handler", "main", "parse_job"]
 
 
@@ -125,6 +151,9 @@ class PushConsumer(JobConsumer):
         super().__init__(config, clock, redis_client, gate, audit_sink, dead_tokens)
         self.apns = ApnsClient(config)
         self.fcm = FcmClient(config)
+        # Through SNS (seed 004): the device's platform endpoint, not the provider, is called.
+        self.sns = SnsPushClient(config) if config.push_transport == "sns" else None
+        self.endpoints: EndpointRegistry | None = None  # only the fcm_project_random defect's
         self.limits = RateLimits(
             config.rate_limit_per_window,
             config.rate_limit_window_seconds,
@@ -241,6 +270,8 @@ class PushConsumer(JobConsumer):
         text, collapse_id = digest or (f"{job['author_id']} {job['kind']}", nid)
         if digest is None and "collapse_id_per_author" in self.defects:
             collapse_id = f"author-{job['author_id']}"  # the defect: one author's pushes replace
+        if self.sns is not None:
+            return self.publish(job, device, text, collapse_id)
         if device["platform"] == "apns":
             payload = {
                 "aps": {"alert": {"title": "New activity", "body": text}},
@@ -259,6 +290,91 @@ class PushConsumer(JobConsumer):
             message["android"] = {"collapse_key": collapse_id}
             message["apns"] = {"headers": {"apns-collapse-id": collapse_id}}
         return self.fcm.send(self.fcm_project(job), message)
+
+    def publish(
+        self, job: dict[str, Any], device: dict[str, Any], text: str, collapse_id: str
+    ) -> SendResult:
+        """One Publish to the device's SNS endpoint. SNS accepting it is not yet the provider's
+        answer: what the message became is remembered under its MessageId for
+        :data:`SENT_MEMORY_SECONDS`, so that a delivery-failure event naming it
+        (:meth:`handle_feedback`) can say which notification met a dead token."""
+        assert self.sns is not None
+        arn = device.get("endpoint_arn")
+        if not arn:
+            # Registered while pushes went direct: token registration has not run for it.
+            return SendResult("rejected", None, "no SNS platform endpoint registered")
+        if "fcm_project_random" in self.defects and device["platform"] == "fcm":
+            # The defect: the FCM application picked by notification, not by user; the device
+            # is registered there on the fly, so one device hops between sender projects.
+            if self.endpoints is None:
+                self.endpoints = EndpointRegistry(self.config)
+            project = fcm_project_for(job["notification_id"], self.config.fcm_projects)
+            arn = self.endpoints.register_in(
+                fcm_application_name(self.config, project), device["token"]
+            )
+        collapse = None if "no_collapse_id" in self.defects else collapse_id
+        result, message_id = self.sns.publish(
+            arn, publish_request(job, device["platform"], text, collapse)
+        )
+        if result.outcome == "sent" and message_id:
+            sent = {
+                "job": {k: job[k] for k in SENT_JOB_FIELDS if k in job},
+                "device": {k: device[k] for k in ("device_id", "token", "platform")},
+            }
+            try:
+                self.redis.set(sent_key(message_id), json.dumps(sent), ex=SENT_MEMORY_SECONDS)
+            except redis_lib.RedisError as exc:  # the send stands; only its failure goes unheard
+                self.log.warning("sns message %s not remembered: %s", message_id, exc)
+        return result
+
+    def handle_feedback(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+        """The platform applications' delivery-failure events (an SQS batch of raw SNS
+        notifications): a token that answered dead after SNS accepted the publish deactivates
+        its device and leaves the ``dead_token`` record of the notification that met it. An
+        event this consumer cannot act on yet (Redis or DynamoDB failing) stays queued."""
+        failures = []
+        for record in event.get("Records", []):
+            try:
+                known = self.feedback(json.loads(record["body"]))
+                if not known and receive_count(record) < FEEDBACK_RECEIVES:
+                    # The event can overtake the publisher's note of its MessageId (SNS sends
+                    # it before the publisher has the answer): look again shortly.
+                    failures.append({"itemIdentifier": record["messageId"]})
+            except (ValueError, KeyError, TypeError) as exc:
+                self.log.warning("feedback event dropped (unreadable: %s)", exc)
+            except Exception as exc:
+                self.log.warning("feedback event kept for retry: %s", exc)
+                failures.append({"itemIdentifier": record["messageId"]})
+        try:
+            self.store_audit()
+        except Exception as exc:
+            self.log.error("feedback audit not stored: %s", exc)
+        if self.config.audit_flush_before_ack and self.audit_sink is not None:
+            # As for a job batch: the events are not acknowledged with their records still in
+            # memory (a kill -9 would take the only trace of the dead token's notification).
+            self.audit_sink.flush()
+        return {"batchItemFailures": failures}
+
+    def feedback(self, body: dict[str, Any]) -> bool:
+        """Act on one event; False when it names a message not (yet) known."""
+        if body.get("EventType") != "DeliveryFailure":
+            return True
+        if body.get("FailureType") != "InvalidPlatformToken":
+            return True
+        raw = self.redis.get(sent_key(str(body["MessageId"])))
+        if raw is None:
+            self.log.info(
+                "dead endpoint %s: message %s not known", body["EndpointArn"], body["MessageId"]
+            )
+            return False
+        sent = json.loads(raw)
+        job, device = sent["job"], sent["device"]
+        tenant, user = job["tenant_id"], job["recipient_user_id"]
+        if "dead_token_kept" not in self.defects:
+            self.dead_tokens.add(tenant, f"{user}#{device['device_id']}")
+        self.deactivate(tenant, user, device["device_id"])
+        self.audit("dead_token", job, device=device, reason="InvalidPlatformToken", via="sns")
+        return True
 
     def plan(self, states: Sequence[JobState]) -> None:
         """Gates, then the window limit of every job (and the close of every digest window) in
@@ -552,7 +668,13 @@ def serve_process(
         PushConsumer(config, gate=gate, audit_sink=sink, dead_tokens=dead_tokens)
         for _ in range(config.consumer_threads)
     ]
-    return serve(consumers, ready_file)
+    extra = []
+    if config.push_transport == "sns":
+        # One more poller: the delivery failures SNS reports after accepting a publish.
+        listener = PushConsumer(config, gate=gate, audit_sink=sink, dead_tokens=dead_tokens)
+        url = queue_url(listener.sqs, feedback_names(config)[1])
+        extra.append((listener, url, listener.handle_feedback))
+    return serve(consumers, ready_file, extra)
 
 
 if __name__ == "__main__":

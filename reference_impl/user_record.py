@@ -10,7 +10,10 @@ and a change of preferences (``SET prefs``) leaves the devices as they were.
     pk          tenant#user
     prefs       the preferences, JSON (absent: none stored, consent denied)
     updated_at  when the preferences last changed
-    d_<id>      {token, platform, active, registered_at[, deactivated_at]}
+    d_<id>      {token, platform, active, registered_at[, deactivated_at][, endpoint_arn]}
+
+``endpoint_arn``: the device's SNS platform endpoint, when pushes go through SNS
+(reference_impl/sns_push.py).
 """
 
 from __future__ import annotations
@@ -28,16 +31,19 @@ def device_attribute(device: str) -> str:
     return f"{DEVICE_PREFIX}{device}"
 
 
-def device_value(token: str, platform: str, registered_at: str) -> dict[str, Any]:
+def device_value(
+    token: str, platform: str, registered_at: str, endpoint_arn: str | None = None
+) -> dict[str, Any]:
     """A newly registered device, as a DynamoDB map value."""
-    return {
-        "M": {
-            "token": {"S": token},
-            "platform": {"S": platform},
-            "active": {"BOOL": True},
-            "registered_at": {"S": registered_at},
-        }
+    value: dict[str, Any] = {
+        "token": {"S": token},
+        "platform": {"S": platform},
+        "active": {"BOOL": True},
+        "registered_at": {"S": registered_at},
     }
+    if endpoint_arn is not None:
+        value["endpoint_arn"] = {"S": endpoint_arn}
+    return {"M": value}
 
 
 def record_item(
@@ -45,14 +51,17 @@ def record_item(
     prefs: dict[str, Any] | None,
     devices: list[tuple[str, str]],
     now: str,
+    endpoints: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A whole record (bulk load): the preferences when given and each (token, platform)."""
+    """A whole record (bulk load): the preferences when given and each (token, platform), with
+    its SNS endpoint ARN when ``endpoints`` (token -> ARN) has one."""
     item: dict[str, Any] = {"pk": {"S": pk}}
     if prefs is not None:
         item["prefs"] = {"S": json.dumps(prefs)}
         item["updated_at"] = {"S": now}
     for token, platform in devices:
-        item[device_attribute(device_id(token))] = device_value(token, platform, now)
+        arn = (endpoints or {}).get(token)
+        item[device_attribute(device_id(token))] = device_value(token, platform, now, arn)
     return item
 
 
@@ -77,6 +86,7 @@ def devices_of(item: dict[str, Any] | None) -> list[dict[str, Any]]:
                 "token": value["token"]["S"],
                 "platform": value["platform"]["S"],
                 "active": value.get("active", {}).get("BOOL", True),
+                "endpoint_arn": value.get("endpoint_arn", {}).get("S"),
             }
         )
     return devices

@@ -17,7 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with Stack(tmp_path_factory.mktemp("stack")) as running:
+    # The direct APNs/FCM path: these tests drive the push consumer's own provider clients
+    # (headers, a dead answer inside a batch). The SNS transport, the stack's default, has its
+    # own tests (test_sns_push.py) and runs every shipped scenario (test_chaos_scenarios.py).
+    with Stack(
+        tmp_path_factory.mktemp("stack"), reference_overrides={"push_transport": "direct"}
+    ) as running:
         yield running
 
 

@@ -28,6 +28,7 @@ CHAOS = (
     "dedup-failover-volatile",
     "tenant-collision",
     "game-day",
+    "sns-throttle",
 )
 
 
@@ -236,16 +237,24 @@ def test_a_deferral_that_is_never_requeued_is_caught_by_quiet_hours(tmp_path):
     assert _failed(summary, "quiet_hours")["deferred_never_released"] > 0
 
 
-def test_a_dead_token_never_deactivated_is_tried_again(tmp_path):
+@pytest.mark.parametrize("transport", ["direct", "sns"])
+def test_a_dead_token_never_deactivated_is_tried_again(tmp_path, transport):
     path = _variant(tmp_path, "smoke", ["dead_token_kept"])
     data = yaml.safe_load(path.read_text())
+    data["configuration"]["reference"]["push_transport"] = transport
     # Three posts per author: a dead token meets the system again after its first 410.
     load = data["method"][0]["provider"]["arguments"]  # the Chaos Toolkit form's load step
     load.update(regular_posts=3, celebrity_posts=3, spread_s=6)
     path.write_text(yaml.safe_dump(data))
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
-    assert _failed(summary, "dead_tokens")["sends_after_dead"] > 0
+    failed = _failed(summary, "dead_tokens")
+    if transport == "direct":
+        assert failed["sends_after_dead"] > 0
+    else:
+        # SNS turned the endpoint off and never sends to it again: the publisher, told so by
+        # EndpointDisabled, still publishes to it, which SNS's own ledger shows.
+        assert failed["sends_after_dead"] == 0 and failed["publishes_to_disabled"] > 0
 
 
 def test_a_mention_reaches_push_email_in_app_and_sms_each_checked_against_the_oracle(tmp_path):

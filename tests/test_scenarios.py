@@ -24,6 +24,7 @@ SHIPPED = (
     "dedup-failover-volatile",
     "tenant-collision",
     "mention-channels",
+    "sns-throttle",
 )
 
 
@@ -39,6 +40,8 @@ def test_chaos_scenarios_schedule_the_faults_they_are_named_for():
     assert {f.name for f in scenarios.get("memorydb-outage").faults} == {"dedup-outage"}
     assert scenarios.get("memorydb-outage-fallback").reference["dedup_fallback"] is True
     assert "apns-status" in {f.name for f in scenarios.get("apns-429-storm").faults}
+    assert {f.name for f in scenarios.get("sns-throttle").faults} == {"sns-throttle"}
+    assert scenarios.get("sns-throttle").reference["push_transport"] == "sns"
     assert scenarios.get("dedup-failover").durable_redis is True
     assert scenarios.get("dedup-failover-volatile").durable_redis is False
 

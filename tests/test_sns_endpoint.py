@@ -306,17 +306,23 @@ def test_a_dead_token_disables_the_endpoint_and_the_events_reach_sqs(
     code, status, message = error_code(lambda: sns.publish(TargetArn=arn, Message="again"))
     assert (code, status, message) == ("EndpointDisabled", 400, "Endpoint is disabled")
     with pytest.raises(sns.exceptions.EndpointDisabledException):
-        sns.publish(TargetArn=arn, Message="and again")
+        # A platform payload's ids: the ledger attributes even a refused publish.
+        payload = {"aps": {"alert": "hi"}, "tenant_id": "t-9", "notification_id": "n-9"}
+        sns.publish(
+            TargetArn=arn,
+            MessageStructure="json",
+            Message=json.dumps({"default": "hi", "APNS": json.dumps(payload)}),
+        )
     assert sim_next(urls["apns"], ca) == sent, "a disabled endpoint's publish reached APNs"
     outcomes = [
-        (r["outcome"], r["status"], r["endpoint_disabled"], r["answer"])
+        (r["outcome"], r["status"], r["endpoint_disabled"], r["answer"], r["tenant_id"])
         for r in control.ledger()["rows"]
         if r["endpoint_arn"] == arn
     ]
     assert outcomes == [
-        ("token_invalid", 410, True, None),
-        ("endpoint_disabled", None, False, "EndpointDisabled"),
-        ("endpoint_disabled", None, False, "EndpointDisabled"),
+        ("token_invalid", 410, True, None, None),
+        ("endpoint_disabled", None, False, "EndpointDisabled", None),
+        ("endpoint_disabled", None, False, "EndpointDisabled", "t-9"),
     ]
 
     events: dict[str, dict] = {}
@@ -356,6 +362,18 @@ def test_a_dead_token_disables_the_endpoint_and_the_events_reach_sqs(
     sns.set_endpoint_attributes(EndpointArn=arn, Attributes={"Token": fresh, "Enabled": "true"})
     sns.publish(TargetArn=arn, Message="welcome back")
     assert [r["status"] for r in sim_ledger(urls["apns"], ca, sent) if r["token"] == fresh] == [200]
+    # The endpoint log tells who changed what: the API created it, SNS turned it off on the
+    # provider's dead answer, the API turned it back on with the new token.
+    changes = [
+        (e["event"], e["by"], e["enabled"], e["changed"], e["token"])
+        for e in control.endpoint_events()["rows"]
+        if e["endpoint_arn"] == arn
+    ]
+    assert changes == [
+        ("created", "api", True, {}, dead),
+        ("updated", "sns", False, {"Enabled": "false"}, dead),
+        ("updated", "api", True, {"Token": fresh, "Enabled": "true"}, fresh),
+    ]
 
 
 def test_fcm_unregistered_disables_the_endpoint(

@@ -4,15 +4,20 @@ reference instance that knows nothing of the harness (configured only through th
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 from conftest import ROOT, run_cli
 
 from emulators.ports import free_port
-from harness.stack.supervisor import Stack
+from harness.stack.supervisor import Stack, stop_process, wait_until
 from harness.stack.target import TargetError, load, parse
+from reference_impl.aws import client
+from reference_impl.sns_push import provision_sns
 
 GOOD = {
     "name": "t",
@@ -49,6 +54,13 @@ def test_the_shipped_example_parses():
             {"kinesis_listen": "10.0.0.1:4568", "kinesis_upstream": "http://127.0.0.1:4567"},
             "kinesis_listen must be a loopback",
         ),
+        ({"sns_listen": "10.0.0.1:9911", "allow_remote": True}, "sns_listen must be a loopback"),
+        ({"sns_listen": "127.0.0.1"}, "sns_listen: expected host:port"),
+        (
+            {"sns_listen": "127.0.0.1:9911", "sns_endpoint": "http://127.0.0.1:9912"},
+            "sns_listen and sns_endpoint exclude each other",
+        ),
+        ({"sns_endpoint": "http://10.0.0.2:9911"}, "sns_endpoint (10.0.0.2) not on loopback"),
     ],
 )
 def test_mistakes_are_named(change, message):
@@ -128,3 +140,83 @@ def _first_phase(run_dir: Path) -> str:
 
     history = pd.read_parquet(run_dir / "history.parquet")
     return history[history["kind"] == "phase"]["detail"].iloc[0]
+
+
+def test_a_system_publishing_through_sns_is_verified_at_the_sns_endpoint_it_names(tmp_path):
+    """A second reference on SNS mobile push, beside an SNS endpoint of the harness's that the
+    team runs (the target's ``sns_endpoint``): its devices become platform endpoints there, the
+    run's deliveries reach the simulators through it, and SNS's own ledger is in the history."""
+    apns, fcm, sns_port = free_port(), free_port(), free_port()
+    system = Stack(
+        tmp_path / "system",
+        parts=("redis", "dynamodb", "kinesis", "sqs", "event-api", "fanout-worker",
+               "push-consumer"),
+        with_workers=False,
+        reference_overrides={"queue_prefix": "staging", "push_transport": "direct"},
+    )  # fmt: skip
+    sns: subprocess.Popen[bytes] | None = None
+    with system:
+        info = system.info
+        sns_url = f"http://127.0.0.1:{sns_port}"
+        sns = subprocess.Popen(
+            [sys.executable, "-m", "emulators.sns", "--host", "127.0.0.1", "--port",
+             str(sns_port), "--apns-url", f"http://127.0.0.1:{apns}", "--fcm-url",
+             f"http://127.0.0.1:{fcm}", "--sqs-url", info.url("sqs")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        try:
+            wait_until(lambda: _ok(f"{sns_url}/_sns/health"), 20, "the SNS endpoint")
+            # The system's own deploy: its config names SNS, its provisioning makes the apps.
+            system.reference_overrides.update(
+                push_transport="sns",
+                sns_endpoint=sns_url,
+                apns_url=f"http://127.0.0.1:{apns}",
+                fcm_url=f"http://127.0.0.1:{fcm}",
+            )
+            system.write_reference_config()
+            config = system.reference_config()
+            provision_sns(config, client(config, "sqs"))
+            for part in ("event-api", "fanout-worker", "push-consumer"):
+                system.start_part(part)
+            target = {
+                "name": "sns-reference",
+                "event_api": info.url("event-api"),
+                "sqs_endpoint": info.url("sqs"),
+                "aws_access_key_id": "testing",
+                "aws_secret_access_key": "testing",
+                "queue_prefix": "staging",
+                "apns_listen": f"127.0.0.1:{apns}",
+                "fcm_listen": f"127.0.0.1:{fcm}",
+                "sns_endpoint": sns_url,
+            }
+            path = tmp_path / "target.yaml"
+            path.write_text(yaml.safe_dump(target))
+            out = tmp_path / "runs"
+            result = run_cli(
+                "run", "smoke", "--seed", "3", "--target", str(path), "--out", str(out),
+                "--no-report", timeout=400,
+            )  # fmt: skip
+            (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+            summary = json.loads((run_dir / "summary.json").read_text())
+            assert summary["target"] == "sns-reference", result.stdout + result.stderr
+            once = summary["checkers"]["effectively_once"]
+            assert once["expected"] > 0 and once["delivered"] == once["expected"], once
+            dead = summary["checkers"]["dead_tokens"]
+            # SNS's own logs reached the checker: the endpoints it turned off on dead answers.
+            assert dead["valid"] and dead["endpoints_turned_off"] > 0, dead
+            import pandas as pd
+
+            history = pd.read_parquet(run_dir / "history.parquet")
+            publishes = history[history["kind"] == "sns_publish"]
+            assert len(publishes) >= once["delivered"]
+            assert publishes["detail"].str.contains(":endpoint/GCM/|:endpoint/APNS/").all()
+        finally:
+            if sns is not None:
+                stop_process(sns)
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -4,8 +4,8 @@ One module per fault in this package, each registering itself with :func:`fault`
 Toxiproxy's toxics do): adding a fault is one new module, no edit here.
 
 Every fault acts on the outside of the system under test only: the fault proxy in front of the
-dedup store, the AWS fault proxy in front of Kinesis, the provider simulators, the SQS endpoint,
-and the worker processes. Each start and
+dedup store, the AWS fault proxy in front of Kinesis, the provider simulators, the SQS and SNS
+endpoints, and the worker processes. Each start and
 stop is recorded in the run history as a ``fault`` row, so checkers can see the window.
 
 The proxy is driven through ``toxiproxy-python`` (the PyPI client), so the same faults work
@@ -51,6 +51,8 @@ class ChaosTargets:
     apns_ca_file: str | None = None
     fcm_url: str | None = None
     sqs_url: str | None = None
+    # The SNS endpoint's control API, when the system publishes through the harness's SNS.
+    sns_url: str | None = None
     # The AWS fault proxy (emulators/aws_proxy) the system's Kinesis consumer reads through.
     kinesis_proxy_url: str | None = None
     processes: ProcessControl | None = None

@@ -77,6 +77,34 @@ def sqs_fault(fault: str) -> Callable[..., Callable[[], None]]:
     return start
 
 
+def sns_fault(fault: str) -> Callable[..., Callable[[], None]]:
+    """A fault of the SNS endpoint (``POST /_sns/faults``); ``params.targets`` (platform
+    application or topic ARNs, or ``"sms"``) narrows it, else it acts on every Publish."""
+
+    def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
+        client = control_client(targets.sns_url, "SNS endpoint")
+        fault_params = {k: v for k, v in params.items() if k not in ("targets", "seed")}
+        body: dict[str, Any] = {
+            "fault": fault,
+            "params": fault_params,
+            "targets": params.get("targets"),
+        }
+        if "seed" in params:
+            body["seed"] = params["seed"]
+        response = client.post("/_sns/faults", json=body)
+        if response.status_code != 200:
+            raise FaultError(f"SNS endpoint refused {body}: {response.text}")
+        fault_id = response.json()["id"]
+
+        def undo() -> None:
+            client.delete(f"/_sns/faults/{fault_id}")
+            client.close()
+
+        return undo
+
+    return start
+
+
 def dedup_toxic(toxic_type: str, attributes: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
     def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
         proxy = toxiproxy_proxy(targets)

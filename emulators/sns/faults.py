@@ -223,6 +223,11 @@ class SnsControl:
         """Topic notifications handed to (or refused by) SQS subscriptions."""
         return self._call("GET", f"/_sns/deliveries?since={since}")
 
+    def endpoint_events(self, since: int = 0) -> dict[str, Any]:
+        """Every change to a platform endpoint, by the API (``by: api``) or by SNS itself
+        (``by: sns``: a provider said the token is dead)."""
+        return self._call("GET", f"/_sns/endpoint-events?since={since}")
+
     def reply(self, phone_number: str, text: str = "STOP") -> dict[str, Any]:
         """A handset's reply to an SMS (``STOP`` and AWS's other keywords opt the number out)."""
         return self._call("POST", "/_sns/sms/replies", {"phoneNumber": phone_number, "text": text})

@@ -214,6 +214,25 @@ def _custom(payload: Any, key: str) -> str | None:
     return None
 
 
+def payload_ids(text: str, platform: str, is_platform_payload: bool) -> tuple[str | None, ...]:
+    """(tenant_id, notification_id) a platform payload carries, where the requests built from it
+    would find them; (None, None) for a plain or unreadable message. For the ledger rows of
+    publishes refused before a request is built (throttled, endpoint disabled)."""
+    if not is_platform_payload:
+        return (None, None)
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return (None, None)
+    if not isinstance(payload, dict):
+        return (None, None)
+    if platform == "GCM":
+        v1 = payload.get("fcmV1Message")
+        message = v1.get("message") if isinstance(v1, dict) else None
+        payload = message.get("data") if isinstance(message, dict) else payload.get("data")
+    return (_custom(payload, "tenant_id"), _custom(payload, "notification_id"))
+
+
 def apns_request(
     *,
     platform: str,

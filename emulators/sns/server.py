@@ -15,6 +15,12 @@ Control API (``/_sns/...``, JSON):
 * ``GET /_sns/sms?since=N&limit=M`` -> ``{"rows", "next"}``: every SMS
 * ``GET /_sns/deliveries?since=N&limit=M`` -> ``{"rows", "next"}``: every topic notification
   handed to (or refused by) an SQS subscription, with the application event it carried
+* ``GET /_sns/endpoint-events?since=N&limit=M`` -> ``{"rows", "next"}``: every change to a
+  platform endpoint: ``event`` created / updated / deleted, ``by`` ``api`` (a caller's
+  CreatePlatformEndpoint, SetEndpointAttributes, DeleteEndpoint) or ``sns`` (a provider's dead
+  answer turned it off; ``reason`` InvalidPlatformToken), ``endpoint_arn``,
+  ``application_arn``, ``token``, ``enabled`` after the change, ``changed`` (the attributes
+  that changed)
 * ``POST /_sns/sms/replies`` ``{"phoneNumber": "+1...", "text": "STOP"}`` -> ``{"optedOut"}``: a
   handset's reply; ``STOP`` (and AWS's other opt-out keywords) opts the number out
 * ``POST /_sns/sms/opted-out`` ``{"phoneNumbers": ["+1...", ...]}`` -> ``{"optedOut"}`` (how
@@ -118,6 +124,7 @@ class SnsEndpoint:
             ("GET", "ledger"): self.service.ledger,
             ("GET", "sms"): self.service.sms_ledger,
             ("GET", "deliveries"): self.service.deliveries,
+            ("GET", "endpoint-events"): self.service.endpoint_events,
         }
         if (method, path) in routes:
             return self._page(request, routes[(method, path)])

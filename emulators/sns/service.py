@@ -143,6 +143,9 @@ class SnsService:
         self.ledger = RowLog()
         self.sms_ledger = RowLog()
         self.deliveries = RowLog()
+        # Every change to an endpoint, by the API or by a provider's dead answer: what a
+        # checker needs to tell "SNS turned it off" from "the publisher turned it back on".
+        self.endpoint_events = RowLog()
         self.signer = NotificationSigner()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -211,6 +214,8 @@ class SnsService:
                 "Invalid parameter: Message Structure - No default entry in JSON message body"
             )
         message_id = str(uuid.uuid4())
+        is_platform = per_protocol is not None and platform in per_protocol
+        tenant_id, notification_id = msg.payload_ids(text, platform, is_platform)
         row: dict[str, Any] = {
             "received_at": self.model.clock(),
             "provider": "fcm" if platform == "GCM" else "apns",
@@ -221,6 +226,9 @@ class SnsService:
             "token": endpoint.token,
             "delivered": False,
             "endpoint_disabled": False,
+            # Known before anything is sent: a refused publish is still attributed.
+            "tenant_id": tenant_id or msg.text_attribute(attributes, "tenant_id"),
+            "notification_id": notification_id or msg.text_attribute(attributes, "notification_id"),
         }
         fault = self.faults.throttle(app.arn)
         if fault is not None:
@@ -229,7 +237,6 @@ class SnsService:
         if not endpoint.enabled:
             self.ledger.append(**row, outcome=msg.ENDPOINT_DISABLED, answer="EndpointDisabled")
             raise endpoint_disabled()
-        is_platform = per_protocol is not None and platform in per_protocol
         published_at = row["received_at"]
         credential = app.credential
         if platform == "GCM":
@@ -260,9 +267,8 @@ class SnsService:
             configured = self.apns.configured(platform)
         row.update(
             collapse_id=request.collapse_id,
-            tenant_id=request.tenant_id or msg.text_attribute(attributes, "tenant_id"),
-            notification_id=request.notification_id
-            or msg.text_attribute(attributes, "notification_id"),
+            tenant_id=request.tenant_id or row["tenant_id"],
+            notification_id=request.notification_id or row["notification_id"],
         )
         if not configured:
             self.ledger.append(**row, outcome=msg.NOT_CONFIGURED, answer="InternalError")
@@ -513,9 +519,23 @@ class SnsService:
         )
 
     def endpoint_changed(self, change: EndpointChange | None, reason: str | None = None) -> None:
-        """Tell the application's event topic about a created / updated / deleted endpoint."""
+        """Record a created / updated / deleted endpoint in the endpoint log and tell the
+        application's event topic. ``reason`` set: SNS itself changed it (a provider's dead
+        answer), else a caller of the API did."""
         if change is None or (change.event == "EventEndpointUpdated" and not change.changed):
             return
+        endpoint = change.endpoint
+        self.endpoint_events.append(
+            provider="sns",
+            event=change.event[len("EventEndpoint") :].lower(),
+            by="sns" if reason is not None else "api",
+            reason=reason,
+            endpoint_arn=endpoint.arn,
+            application_arn=endpoint.application_arn,
+            token=endpoint.token,
+            enabled=endpoint.enabled,
+            changed=dict(change.changed),
+        )
         app = self.model.applications.get(change.endpoint.application_arn)
         if app is None:
             return
@@ -596,6 +616,7 @@ class SnsService:
         self.ledger.reset()
         self.sms_ledger.reset()
         self.deliveries.reset()
+        self.endpoint_events.reset()
 
     async def close(self) -> None:
         for task in list(self._tasks):

@@ -10,6 +10,15 @@ before the provider reads it (measured: 63 ms on this 2-core machine in a smoke 
 leaves room for an order of magnitude more). A system that never deactivates a dead token meets
 it again at the next notification, seconds later, far outside it. Per (tenant, token): a token two tenants' apps share is dead for
 each only once its own answer says so.
+
+Through SNS (the system publishes to SNS mobile push endpoints, and SNS's own logs are in the
+history: :mod:`harness.run.sns_ledger`), SNS turns an endpoint off on the dead answer and
+delivers nothing more to it, so the provider rule above holds whatever the publisher does. The
+publisher's own hygiene is judged at SNS's door: once a publish of a tenant was answered
+``EndpointDisabled`` (how SNS tells a publisher the endpoint is off), no publish of that tenant
+may reach the endpoint later than ``transit_s`` after, until a registration turned it on again
+(``publishes_to_disabled``). Only the endpoints SNS itself turned off count: one a caller
+disabled is the caller's business.
 """
 
 from __future__ import annotations
@@ -67,7 +76,66 @@ def check(history: pd.DataFrame, transit_s: float = TRANSIT_S) -> Verdict:
         "latest_after_dead_s": round(float(gap.max()), 3) if len(gap) and gap.max() > 0 else 0.0,
         "examples": after[["tenant_id", "token", "dead_at", "time"]].head(5).to_dict("records"),
     }
-    return Verdict("dead_tokens", counts["sends_after_dead"] == 0, counts, details)
+    sns_counts, sns_details = check_sns(history, transit_s)
+    counts.update(sns_counts)
+    details.update(sns_details)
+    return Verdict("dead_tokens", _ok(counts), counts, details)
+
+
+def _ok(counts: Mapping[str, int]) -> bool:
+    return counts["sends_after_dead"] == 0 and counts.get("publishes_to_disabled", 0) == 0
+
+
+def check_sns(history: pd.DataFrame, transit_s: float) -> tuple[dict[str, int], dict[str, Any]]:
+    """Publishes that reached an endpoint SNS had turned off, after SNS had told the publishing
+    tenant so (its first ``EndpointDisabled`` answer of that off period) plus ``transit_s``.
+    Nothing when the history holds no SNS rows (a system that does not publish through SNS)."""
+    events = history.loc[
+        history["kind"] == "sns_endpoint", ["time", "provider", "reason", "detail"]
+    ]
+    publishes = history.loc[
+        history["kind"] == "sns_publish", ["time", "tenant_id", "token", "reason", "detail"]
+    ]
+    if not len(events) and not len(publishes):
+        return {}, {}
+    # Off periods: from SNS's own "off" to the next change that turned it on (or deleted it).
+    turned_off = (events["provider"] == "sns") & (events["reason"] == "off")
+    ends = events["reason"].isin(["on", "deleted"])
+    changes = events.loc[turned_off | ends].assign(off=turned_off[turned_off | ends])
+    changes = changes.sort_values("time", kind="stable")
+    counts = {"endpoints_turned_off": int(turned_off.sum()), "publishes_to_disabled": 0}
+    details: dict[str, Any] = {"sns_examples": []}
+    if not turned_off.any() or not len(publishes):
+        return counts, details
+    seen = publishes.dropna(subset=["detail"]).sort_values("time", kind="stable")
+    # The endpoint's last change at or before each publish: inside an off period or not.
+    placed = pd.merge_asof(
+        seen,
+        changes[["time", "detail", "off"]].rename(columns={"time": "changed_at"}),
+        left_on="time",
+        right_on="changed_at",
+        by="detail",
+    )
+    inside = placed[placed["off"].fillna(False).astype(bool)]
+    # A publish whose payload named no tenant is grouped as one tenant of its own.
+    inside = inside.assign(tenant_id=inside["tenant_id"].fillna(""))
+    told = (
+        inside[inside["reason"] == "EndpointDisabled"]
+        .groupby(["detail", "changed_at", "tenant_id"])["time"]
+        .min()
+        .rename("told_at")
+        .reset_index()
+    )
+    later = inside.merge(told, on=["detail", "changed_at", "tenant_id"])
+    after = later[later["time"] - later["told_at"] > transit_s]
+    counts["publishes_to_disabled"] = int(len(after))
+    details["sns_examples"] = (
+        after[["tenant_id", "token", "detail", "told_at", "time"]]
+        .rename(columns={"detail": "endpoint_arn"})
+        .head(5)
+        .to_dict("records")
+    )
+    return counts, details
 
 
 def check_store(store: HistoryStore, transit_s: float = 0.05) -> Verdict:
@@ -113,12 +181,17 @@ def check_store(store: HistoryStore, transit_s: float = 0.05) -> Verdict:
             for tenant, token, (_, _, dead_at, time) in zip(tenants, tokens, first, strict=True)
         ],
     }
-    return Verdict("dead_tokens", counts["sends_after_dead"] == 0, counts, details)
+    # SNS's logs are rows of other kinds: small beside the provider rows, read as a frame.
+    sns_counts, sns_details = check_sns(store.rows(["sns_endpoint", "sns_publish"]), transit_s)
+    counts.update(sns_counts)
+    details.update(sns_details)
+    return Verdict("dead_tokens", _ok(counts), counts, details)
 
 
 @checker(
     "dead_tokens",
-    summary="nothing sent to a token after the provider's dead answer left (in flight excepted)",
+    summary="nothing sent to a token after the provider's dead answer left, nor published to "
+    "an endpoint SNS turned off after SNS said so (in flight excepted)",
     tolerances={"transit_s": TRANSIT_S},
     out_of_core=True,
 )

@@ -2,10 +2,14 @@
 collapsed into one digest per window, nothing lost or counted twice on the way, and a daily cap
 per (device, kind, local day). Redeliveries must not spend the budget.
 
-Only the provider ledgers and the oracle are read, never the system's state or logs:
+Only the provider ledgers (and, for a system that publishes through SNS, SNS's own publish
+ledger) and the oracle are read, never the system's state or logs:
 
 * an *individual* request carries an injected notification id; its first attempt (any status)
   to any of the user's devices is when the limiter admitted it (give or take ``slack_s``);
+* through SNS, the first publish of the notification to one of the user's endpoints is its first
+  attempt when it came earlier: SNS's hop to the provider (a cold connection, an OAuth token
+  fetched) is no part of the limiter's decision;
 * a *digest* request carries an id nobody injected and a collapse id ``digest-<start ms>-<N>``:
   the window it closed and how many held notifications it stands for;
 * the oracle says which notifications each user must get. Every one of them is either admitted
@@ -168,6 +172,10 @@ def check(
         users = [owner_users[d] for d in device_of_row[rows]]
         for tenant, user, nid, at in zip(tenants, users, nids, earliest.tolist(), strict=True):
             first_attempt[(tenant, user, nid)] = at
+        sns = history.loc[
+            history["kind"] == "sns_publish", ["tenant_id", "token", "notification_id", "time"]
+        ]
+        earlier_at_sns(first_attempt, owner, sns.itertuples(index=False, name=None))
     if daily_limit > 0:
         rows = individual[delivered_row[individual]]
         columns = ["tenant_id", "token", "notification_id", "time"]
@@ -198,6 +206,20 @@ def check(
         expected_rows.itertuples(index=False, name=None) if window_on else (),
         per_window, window_seconds, daily_limit, slack_s,
     )  # fmt: skip
+
+
+def earlier_at_sns(
+    first_attempt: dict[tuple[str, str, str], float],
+    owner: Mapping[tuple[str, str], str],
+    publishes: Iterable[tuple[Any, Any, Any, Any]],
+) -> None:
+    """Move a first attempt earlier to the first SNS publish (tenant, token, notification, time)
+    for the same user and notification; only notifications that reached a provider count."""
+    for tenant, token, nid, at in publishes:
+        user = owner.get((tenant, token))
+        key = (tenant, user, nid)
+        if user is not None and key in first_attempt and at < first_attempt[key]:
+            first_attempt[key] = float(at)
 
 
 def event_kinds(injected: pd.DataFrame) -> dict[tuple[Any, Any], str]:
@@ -427,6 +449,8 @@ def check_store(
             FROM {owned} {decoded} WHERE {injected} GROUP BY p.nid, o.person, o.user_id"""
         ).fetchall():
             first_attempt[(tenant, user, nid)] = at
+        sns = store.rows(["sns_publish"], ["tenant_id", "token", "notification_id", "time"])
+        earlier_at_sns(first_attempt, owner, sns.itertuples(index=False, name=None))
     if daily_limit > 0:
         delivered_individual = store.sql(
             f"""SELECT tv.value, kv.value, nv.value, p.time FROM {owned} {decoded}

@@ -52,6 +52,7 @@ from harness.run.dedup_keys import record_sample, sample_ttls
 from harness.run.dlq import redrive_all
 from harness.run.provider_control import SimulatorControl
 from harness.run.python_steps import action_of, fault_of, judge
+from harness.run.sns_ledger import SnsObserver
 from harness.run.sqs_receives import collect_receives
 from harness.stack.reaper import reap_orphans
 from harness.stack.supervisor import WORKER_PARTS, Stack, StackInfo, stop_process
@@ -163,9 +164,12 @@ class Collector:
         history: History,
         controls: list[SimulatorControl],
         other_run: Callable[[str], bool] | None = None,
+        sns: SnsObserver | None = None,
     ) -> None:
         self.history = history
         self.controls = controls
+        # The SNS endpoint's publish and endpoint logs, when the system publishes through it.
+        self.sns = sns
         # Rows of an earlier run's tenants (a long-lived system still delivering its backlog)
         # are counted and left out: they are no part of this run's oracle.
         self.other_run = other_run
@@ -198,6 +202,8 @@ class Collector:
                             self.arrivals.append(key)
                 added += len(rows)
             self.rows += added
+            if self.sns is not None:
+                self.sns.poll(self.history)
         return added
 
     def start(self, interval_s: float = 1.0) -> None:
@@ -379,6 +385,14 @@ def wait_for_outcome(
     return "timeout"
 
 
+def _sns_url(stack: Stack, info: StackInfo) -> str | None:
+    """The SNS endpoint the system publishes to, when it is one the harness can read: the
+    stack's own part (the reference on SNS, a target's sns_listen) or a target's sns_endpoint."""
+    if "sns" in info.parts:
+        return info.parts["sns"].url
+    return stack.target.sns_endpoint if stack.target is not None else None
+
+
 def _chaos_targets(stack: Stack, info: StackInfo) -> ChaosTargets:
     parts = info.parts
     target = stack.target
@@ -390,6 +404,8 @@ def _chaos_targets(stack: Stack, info: StackInfo) -> ChaosTargets:
         fcm_url=info.url("fcm"),
         # The SQS endpoint's control API: the stack's own, or a target's when it uses ours.
         sqs_url=parts["sqs"].url if "sqs" in parts else (target.sqs_control if target else None),
+        # The SNS endpoint the system publishes to (the stack's, or served at a target's).
+        sns_url=_sns_url(stack, info),
         kinesis_proxy_url=parts["kinesis-proxy"].url if "kinesis-proxy" in parts else None,
         # A target's processes are not the harness's to kill.
         processes=stack if target is None else None,
@@ -817,7 +833,11 @@ def _load_population(state: RunState) -> None:
     fcm = SimulatorControl(info.url("fcm"))
     apns.unregister([d.token for d in population.devices if d.dead and d.platform == "apns"])
     fcm.unregister([d.token for d in population.devices if d.dead and d.platform == "fcm"])
-    state.collector = Collector(history, [apns, fcm], lambda tenant: of_another_run(tenant, prefix))
+    sns_url = _sns_url(state.stack, info)
+    sns = SnsObserver(sns_url) if sns_url else None
+    state.collector = Collector(
+        history, [apns, fcm], lambda tenant: of_another_run(tenant, prefix), sns=sns
+    )
     state.collector.start()
     calls = load_population(state.contract.api_url, population, driver=state.contract.driver)
     if "inapp" in info.parts:

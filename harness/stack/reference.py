@@ -36,6 +36,18 @@ class ReferenceConfigError(ValueError):
     """The reference's config (a scenario's overrides included) is not valid."""
 
 
+# How the reference sends pushes in a local stack unless a scenario's `reference:` (or `run
+# --push-transport`) says otherwise: through SNS mobile push, as the design has it (seed 004;
+# reference_impl/sns_push.py), the stack then starting its SNS endpoint. A stack started with
+# named parts and no `sns` among them sends direct (an SNS-less stack has nothing to publish to).
+DEFAULT_PUSH_TRANSPORT = "sns"
+
+
+def publishes_through_sns(overrides: Mapping[str, Any]) -> bool:
+    """Whether the reference, with a scenario's overrides, publishes pushes through SNS."""
+    return overrides.get("push_transport", DEFAULT_PUSH_TRANSPORT) == "sns"
+
+
 def config_values(urls: Mapping[str, str | None], extra: Mapping[str, Any]) -> dict[str, Any]:
     """The reference's config for a local stack whose parts answer at ``urls`` (part -> URL,
     None when the stack has no such part); ``extra`` (the stack's own values and a scenario's
@@ -56,11 +68,12 @@ def config_values(urls: Mapping[str, str | None], extra: Mapping[str, Any]) -> d
         "audit_retention_days": 1,
         "apns_url": url("apns"),
         "fcm_url": url("fcm"),
+        "push_transport": DEFAULT_PUSH_TRANSPORT if url("sns") else "direct",
+        # Pushes (push_transport: sns) and SMS (Publish with PhoneNumber) go out through it.
+        "sns_endpoint": url("sns"),
         "fcm_projects": ["fanout-sender-0", "fanout-sender-1"],
         "ses_url": url("ses"),
         "inapp_url": url("inapp"),
-        # SMS goes out through the SNS endpoint (Publish with PhoneNumber).
-        "sns_endpoint": url("sns"),
         "celebrity_threshold": 50,
         # Small pages and short walks, so that a run at demo scale already goes through the
         # fan-out of fan-out (walk tasks handing on, page tasks in parallel).

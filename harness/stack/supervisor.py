@@ -102,6 +102,15 @@ CLIENT_PARTS = {
 }
 
 
+# Parts a target places: the target file's key with the host:port the system was told.
+_TARGET_LISTEN = {
+    "apns": "apns_listen",
+    "fcm": "fcm_listen",
+    "kinesis-proxy": "kinesis_listen",
+    "sns": "sns_listen",
+}
+
+
 class StackError(RuntimeError):
     """A part could not start, or the machine lacks something the stack needs."""
 
@@ -304,13 +313,22 @@ class Stack:
                 ("kinesis-proxy", bool(target.kinesis_listen)),
                 ("apns", bool(target.apns_listen)),
                 ("fcm", bool(target.fcm_listen)),
+                ("sns", bool(target.sns_listen)),
             ) if wanted]  # fmt: skip
             self.apns_tls = target.apns_tls
         unknown = sorted(set(parts or ()) - set(PARTS))
         if unknown:
             raise StackError(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(PARTS)}")
+        wanted_optional = (
+            {"sns"}
+            if parts is None and reference.publishes_through_sns(self.reference_overrides)
+            else set()
+        )
         self.selected = tuple(
-            p for p in PARTS if (parts is None and p not in OPTIONAL_PARTS) or p in (parts or ())
+            p
+            for p in PARTS
+            if (parts is None and (p not in OPTIONAL_PARTS or p in wanted_optional))
+            or p in (parts or ())
         )
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         # Process groups the stack did not start but stops with its own (the load generator).
@@ -537,6 +555,9 @@ class Stack:
         for flag, part in (("--apns-url", "apns"), ("--fcm-url", "fcm"), ("--sqs-url", "sqs")):
             if part in parts and parts[part].url:
                 argv += [flag, str(parts[part].url)]
+        if "sqs" not in parts and self.target is not None and self.target.sqs_endpoint:
+            # A target's own SQS: its platform applications' events go to its queues.
+            argv += ["--sqs-url", self.target.sqs_endpoint]
         if "apns" in parts and self.info.tls_ca:
             argv += ["--apns-ca-file", self.info.tls_ca]
         return argv
@@ -697,8 +718,8 @@ class Stack:
     def _spawn(self, part: str, port: int | None) -> tuple[PartInfo, subprocess.Popen[bytes]]:
         if part == "toxiproxy":
             self._write_proxy_config()
-        if port is None and self.target is not None and part in ("apns", "fcm", "kinesis-proxy"):
-            key = {"apns": "apns_listen", "fcm": "fcm_listen", "kinesis-proxy": "kinesis_listen"}
+        if port is None and self.target is not None and part in _TARGET_LISTEN:
+            key = _TARGET_LISTEN
             port = port_of(getattr(self.target, key[part]) or "", key[part])
         if port is None and part not in ("fanout-worker", "push-consumer"):
             port = free_port()

@@ -50,6 +50,15 @@ class Target:
     apns_listen: str | None = None
     apns_tls: bool = False
     fcm_listen: str | None = None
+    # Optional: host:port where the system was told to find SNS (it publishes its pushes to SNS
+    # mobile push): the harness serves its SNS endpoint there, delivering to its APNs and FCM
+    # simulators (and the platform applications' events to sqs_endpoint), and reads its
+    # publish ledger. The system creates its platform applications and endpoints against it.
+    sns_listen: str | None = None
+    # Or: the URL of the harness's SNS endpoint already running beside the system (`python -m
+    # harness serve sns`, long-lived, so the system's platform applications outlive a run): the
+    # harness reads its ledger and injects its faults there, and starts none of its own.
+    sns_endpoint: str | None = None
     # Optional: host:port where the system's Kinesis consumer was told to find Kinesis (the
     # harness serves its AWS fault proxy there) and the URL of the Kinesis it forwards to.
     # Without them the kinesis-shard-hold fault is not available on this target.
@@ -169,6 +178,12 @@ def parse(data: Any, where: str) -> Target:
         hosts.append(("toxiproxy_url", urlsplit(target.toxiproxy_url).hostname or ""))
     elif bool(target.dedup_redis) != bool(target.dedup_listen):
         raise TargetError(f"{where}: dedup_redis and dedup_listen go together")
+    if target.sns_listen and target.sns_endpoint:
+        raise TargetError(f"{where}: sns_listen and sns_endpoint exclude each other")
+    if target.sns_endpoint:
+        if not urlsplit(target.sns_endpoint).scheme.startswith("http"):
+            raise TargetError(f"{where}: sns_endpoint must be an http(s) URL")
+        hosts.append(("sns_endpoint", urlsplit(target.sns_endpoint).hostname or ""))
     if bool(target.kinesis_listen) != bool(target.kinesis_upstream):
         raise TargetError(f"{where}: kinesis_listen and kinesis_upstream go together")
     if target.kinesis_upstream:
@@ -176,11 +191,12 @@ def parse(data: Any, where: str) -> Target:
         if upstream.scheme not in ("http", "https") or not upstream.hostname:
             raise TargetError(f"{where}: kinesis_upstream must be an http(s) URL")
         hosts.append(("kinesis_upstream", upstream.hostname))
-    for key in ("dedup_redis", "dedup_listen", "apns_listen", "fcm_listen", "kinesis_listen"):
+    listens = ("apns_listen", "fcm_listen", "kinesis_listen", "sns_listen")
+    for key in ("dedup_redis", "dedup_listen", *listens):
         value = getattr(target, key)
         if value:
             hosts.append((key, _host_port(value, key)[0]))
-    for key in ("dedup_listen", "apns_listen", "fcm_listen", "kinesis_listen"):
+    for key in ("dedup_listen", *listens):
         value = getattr(target, key)
         if value and not _is_loopback(_host_port(value, key)[0]):
             raise TargetError(f"{where}: {key} must be a loopback address the harness can bind")
