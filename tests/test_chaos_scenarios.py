@@ -53,6 +53,22 @@ def _variant(tmp_path: Path, name: str, defects: list[str] | None = None, **conf
     return path
 
 
+@pytest.mark.parametrize("scenario", ["smoke", "apns-429-storm", "game-day"])
+def test_the_direct_transport_passes_too(scenario, tmp_path):
+    """The stack's reference publishes through SNS; its other transport, straight to APNs and
+    FCM, must keep every promise as well (issue 15: at least these three)."""
+    result = run_cli(
+        "run", scenario, "--seed", "7", "--out", str(tmp_path), "--no-report",
+        "--push-transport", "direct", timeout=400,
+    )  # fmt: skip
+    [run] = [p for p in tmp_path.iterdir() if p.is_dir()]
+    summary = json.loads((run / "summary.json").read_text())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert summary["verdict"] == "pass"
+    assert summary["checkers"]["effectively_once"]["delivered"] > 0
+    assert json.loads((run / "stack" / "reference.json").read_text())["push_transport"] == "direct"
+
+
 @pytest.mark.parametrize("scenario", CHAOS)
 def test_shipped_scenario_passes_on_the_reference(scenario, tmp_path):
     code, summary, output = _run(scenario, tmp_path)
