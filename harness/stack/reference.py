@@ -198,6 +198,14 @@ def contract(info: Any, durable: bool) -> SystemContract:
         sqs_log_url=sqs.url if sqs is not None else None,
         # The reference texts through the stack's SNS endpoint (sns_endpoint in its config).
         sms_ledger_url=sns.url if sns is not None and config.sns_endpoint else None,
-        # Straight to redis-server, not through the fault proxy: read after the faults.
-        dedup_store_url=info.redis_url if "redis" in info.parts else None,
+        # Straight to the store, not through the fault proxy: read after the faults. The
+        # stack's redis-server, unless the reference's config names a store of its own (e.g.
+        # a cluster), which the proxy does not stand in front of.
+        dedup_store_url=(
+            config.redis_url
+            if config.redis_url and config.redis_url != info.dedup_url
+            else info.redis_url
+            if "redis" in info.parts
+            else None
+        ),
     )
