@@ -69,6 +69,7 @@ RETRYABLE_CODES = frozenset(
     }
 )
 MAX_BACKOFF_SECONDS = 20.0
+JSON_CONTENT_TYPE = "application/x-amz-json-1.0"
 
 # Operations the delivery path calls often enough for their CPU to matter.
 HOT_OPERATIONS = {
@@ -239,15 +240,19 @@ class JsonCaller:
             self._keys = {(secret, day): key}  # one day's key at a time
         return key
 
-    def _request(self, operation: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+    def _signed_post(
+        self, body: bytes, target: str | None, content_type: str
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One signed POST on this thread's kept-alive connection: status, lower-cased headers,
+        body. ``target``: the JSON protocol's x-amz-target, None for the query protocol."""
         creds = self.credentials()
         amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         headers = sigv4_headers(
             host=self.host,
             path=self.path,
             body=body,
-            target=f"{self.target_prefix}.{operation}",
-            content_type="application/x-amz-json-1.0",
+            target=target,
+            content_type=content_type,
             region=self.region,
             service=self.service,
             access_key=creds.access_key,
@@ -274,7 +279,9 @@ class JsonCaller:
         body = json.dumps(params, separators=(",", ":"), default=_encode_default).encode()
         for attempt in range(1, self.max_attempts + 1):
             try:
-                status, headers, data = self._request(operation, body)
+                status, headers, data = self._signed_post(
+                    body, f"{self.target_prefix}.{operation}", JSON_CONTENT_TYPE
+                )
             except (OSError, http.client.HTTPException) as exc:
                 self._drop_connection()
                 if attempt == self.max_attempts:

@@ -71,10 +71,26 @@ class Target:
 
 class ChannelConsumer(JobConsumer):
     """A channel with one recipient per job. Subclasses set ``scope`` (the provider the gate
-    paces and pauses) and implement :meth:`target`."""
+    paces and pauses) and ``provider_client``, and implement :meth:`target`."""
 
     scope: ClassVar[str] = ""
     log: ClassVar[logging.Logger] = log
+    # The channel's provider client, built from the config as ``self.provider``.
+    provider_client: ClassVar[Callable[[Config], Any]]
+
+    def __init__(
+        self,
+        config: Config,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        redis_client: Any = None,
+        gate: ProviderGate | None = None,
+        audit_sink: AuditSink | None = None,
+        dead_tokens: DeadTokens | None = None,
+    ) -> None:
+        # First: a config the client refuses (in-app without the gateway's URL) fails before
+        # any AWS call is made.
+        self.provider = type(self).provider_client(config)
+        super().__init__(config, clock, redis_client, gate, audit_sink, dead_tokens)
 
     def target(self, job: dict[str, Any], prefs: dict[str, Any] | None) -> Target | None:
         """The job's target, or None after auditing why there is none."""
@@ -119,18 +135,8 @@ class EmailConsumer(ChannelConsumer):
     channel = "email"
     component = "email-consumer"
     scope = "ses"
-
-    def __init__(
-        self,
-        config: Config,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        redis_client: Any = None,
-        gate: ProviderGate | None = None,
-        audit_sink: AuditSink | None = None,
-        dead_tokens: DeadTokens | None = None,
-    ) -> None:
-        super().__init__(config, clock, redis_client, gate, audit_sink, dead_tokens)
-        self.ses = SesClient(config)
+    provider_client = SesClient
+    provider: SesClient
 
     def target(self, job: dict[str, Any], prefs: dict[str, Any] | None) -> Target | None:
         if not email_consent_granted(prefs):
@@ -145,7 +151,7 @@ class EmailConsumer(ChannelConsumer):
         return Target(
             email_recipient(job["recipient_user_id"], address),
             {"address_sha256": hashlib.sha256(address.encode()).hexdigest()},
-            lambda: self.ses.send(address, job),
+            lambda: self.provider.send(address, job),
         )
 
 
@@ -154,19 +160,8 @@ class InAppConsumer(ChannelConsumer):
     component = "in-app-consumer"
     scope = "inapp"
     durable_fallback = False
-
-    def __init__(
-        self,
-        config: Config,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        redis_client: Any = None,
-        gate: ProviderGate | None = None,
-        audit_sink: AuditSink | None = None,
-        dead_tokens: DeadTokens | None = None,
-    ) -> None:
-        # First: a config without the gateway's URL fails before any AWS call is made.
-        self.gateway = InAppClient(config)
-        super().__init__(config, clock, redis_client, gate, audit_sink, dead_tokens)
+    provider_client = InAppClient
+    provider: InAppClient
 
     def target(self, job: dict[str, Any], prefs: dict[str, Any] | None) -> Target | None:
         if self.switched_off(job, prefs):
@@ -175,7 +170,7 @@ class InAppConsumer(ChannelConsumer):
         return Target(
             inapp_recipient(job["recipient_user_id"]),
             {"connection_id": connection},
-            lambda: self.gateway.send(connection, job),
+            lambda: self.provider.send(connection, job),
         )
 
 
@@ -191,18 +186,8 @@ class SmsConsumer(ChannelConsumer):
     channel = "sms"
     component = "sms-consumer"
     scope = "sns-sms"
-
-    def __init__(
-        self,
-        config: Config,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        redis_client: Any = None,
-        gate: ProviderGate | None = None,
-        audit_sink: AuditSink | None = None,
-        dead_tokens: DeadTokens | None = None,
-    ) -> None:
-        super().__init__(config, clock, redis_client, gate, audit_sink, dead_tokens)
-        self.sms = SmsClient(config)
+    provider_client = SmsClient
+    provider: SmsClient
 
     def target(self, job: dict[str, Any], prefs: dict[str, Any] | None) -> Target | None:
         if not sms_consent_granted(prefs):
@@ -217,7 +202,7 @@ class SmsConsumer(ChannelConsumer):
         return Target(
             sms_recipient(job["recipient_user_id"], number),
             {"phone_sha256": hashlib.sha256(number.encode()).hexdigest()},
-            lambda: self.sms.send(number, job),
+            lambda: self.provider.send(number, job),
         )
 
     def deferred(self, job: dict[str, Any], prefs: dict[str, Any] | None) -> bool:
@@ -255,7 +240,7 @@ class SmsConsumer(ChannelConsumer):
         if "sms_ignores_opt_out" not in self.defects:
             number = phone_of(prefs)
             assert number is not None
-            answer = self.sms.opted_out(number)
+            answer = self.provider.opted_out(number)
             if answer.error is not None:
                 self.unanswered(state, fields, answer.error)
                 return

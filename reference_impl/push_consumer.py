@@ -68,6 +68,7 @@ from reference_impl.rate_limit import (
     digest_text,
     to_ms,
 )
+from reference_impl.redis_store import Command, pipelined
 from reference_impl.shared_deadlines import SharedDeadlines
 from reference_impl.sns_push import (
     EndpointRegistry,
@@ -154,6 +155,9 @@ class PushConsumer(JobConsumer):
         # Through SNS (seed 004): the device's platform endpoint, not the provider, is called.
         self.sns = SnsPushClient(config) if config.push_transport == "sns" else None
         self.endpoints: EndpointRegistry | None = None  # only the fcm_project_random defect's
+        # What the round's accepted publishes were, written in one pipeline once the round's
+        # sends are done (:meth:`remember_sent`).
+        self._sent_notes: list[Command] = []
         self.limits = RateLimits(
             config.rate_limit_per_window,
             config.rate_limit_window_seconds,
@@ -321,11 +325,36 @@ class PushConsumer(JobConsumer):
                 "job": {k: job[k] for k in SENT_JOB_FIELDS if k in job},
                 "device": {k: device[k] for k in ("device_id", "token", "platform")},
             }
-            try:
-                self.redis.set(sent_key(message_id), json.dumps(sent), ex=SENT_MEMORY_SECONDS)
-            except redis_lib.RedisError as exc:  # the send stands; only its failure goes unheard
-                self.log.warning("sns message %s not remembered: %s", message_id, exc)
+            self._sent_notes.append(
+                Command(
+                    "set", (sent_key(message_id), json.dumps(sent)), (("ex", SENT_MEMORY_SECONDS),)
+                )
+            )
         return result
+
+    def send_round(
+        self, pending: Sequence[tuple[JobState, Delivery, str]], dead: set[tuple[str, str]]
+    ) -> None:
+        try:
+            super().send_round(pending, dead)
+        finally:
+            self.remember_sent()
+
+    def remember_sent(self) -> None:
+        """The round's accepted publishes, remembered under their MessageIds in one pipeline:
+        one Redis round trip per round, not one per publish. A failure event that arrives
+        first is looked for again (:data:`FEEDBACK_RECEIVES`); a note Redis refused leaves its
+        send standing, only its failure unheard."""
+        notes, self._sent_notes = self._sent_notes, []
+        if not notes:
+            return
+        try:
+            replies = pipelined(self.redis, notes)
+        except redis_lib.RedisError as exc:
+            replies = [exc] * len(notes)
+        for note, reply in zip(notes, replies, strict=True):
+            if isinstance(reply, Exception):
+                self.log.warning("sns message %s not remembered: %s", note.args[0], reply)
 
     def handle_feedback(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         """The platform applications' delivery-failure events (an SQS batch of raw SNS

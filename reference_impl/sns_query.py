@@ -20,16 +20,16 @@ from __future__ import annotations
 import html
 import http.client
 import re
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from reference_impl.aws_json import JsonCaller, sigv4_headers
+from reference_impl.aws_json import JsonCaller
 
 API_VERSION = "2010-03-31"
+FORM_CONTENT_TYPE = "application/x-www-form-urlencoded; charset=utf-8"
 _MESSAGE_ID = re.compile(rb"<MessageId>([^<]*)</MessageId>")
 _CODE = re.compile(rb"<Code>([^<]*)</Code>")
 _MESSAGE = re.compile(rb"<Message>([^<]*)</Message>")
@@ -83,38 +83,9 @@ class LeanPublisher(JsonCaller):
             max_attempts=1,
         )
 
-    def _post(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
-        creds = self.credentials()
-        amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        headers = sigv4_headers(
-            host=self.host,
-            path=self.path,
-            body=body,
-            target=None,
-            content_type="application/x-www-form-urlencoded; charset=utf-8",
-            region=self.region,
-            service=self.service,
-            access_key=creds.access_key,
-            secret_key=creds.secret_key,
-            token=creds.token,
-            amz_date=amz_date,
-            signing_key=self._signing_key(creds.secret_key, amz_date[:8]),
-        )
-        conn = self._connection()
-        conn.timeout = self.read_timeout
-        if conn.sock is not None:
-            conn.sock.settimeout(self.read_timeout)
-        conn.request("POST", self.path, body=body, headers=headers)
-        response = conn.getresponse()
-        data = response.read()
-        answer_headers = {k.lower(): v for k, v in response.getheaders()}
-        if response.will_close:
-            self._drop_connection()
-        return response.status, answer_headers, data
-
     def publish(self, **params: Any) -> dict[str, Any]:
         try:
-            status, headers, data = self._post(publish_body(params))
+            status, headers, data = self._signed_post(publish_body(params), None, FORM_CONTENT_TYPE)
         except (OSError, http.client.HTTPException) as exc:
             self._drop_connection()
             raise EndpointConnectionError(endpoint_url=self.endpoint_url, error=exc) from exc

@@ -37,6 +37,7 @@ from reference_impl.dedup import (
 from reference_impl.dedup_key import dedup_key
 from reference_impl.ids import device_id
 from reference_impl.job_consumer import JobState, rounds
+from reference_impl.providers import ProviderGate
 from reference_impl.push_consumer import PushConsumer
 from reference_impl.rate_limit import WindowDecision, window_decision
 from reference_impl.redis_store import Command, LuaScript, pipelined, script_command
@@ -444,6 +445,50 @@ def test_a_retry_after_pauses_the_rest_of_the_batch(stack, push):
     ]
     assert push.redis.exists(*keys) == 0
     assert 4 < push.gate.paused_for("apns") <= 5
+
+
+class _SlotWatch(ProviderGate):
+    """A gate that says when a send has asked for its slot (past the first pause check)."""
+
+    def __init__(self) -> None:
+        super().__init__(max_in_flight=1)
+        self.asked = threading.Event()
+
+    def slot(self, scope: str) -> Any:
+        self.asked.set()
+        return super().slot(scope)
+
+
+@pytest.mark.integration
+def test_a_pause_that_arrives_while_a_send_waits_for_its_slot_holds_that_send(stack):
+    """One slot, held; a send waits for it; another poller's 429 pauses the scope meanwhile:
+    once the slot frees, the waiting send must not go out before the pause ends."""
+    gate = _SlotWatch()
+    consumer = PushConsumer(
+        _config(stack), redis_client=redis.Redis.from_url(stack.info.redis_url), gate=gate
+    )
+    t = TenantClient(stack)
+    token = apns_token(9, t.tenant)
+    t.user("waits", devices=[("apns", token)])
+    state = consumer.new_state(_job(t.tenant, "waits", "push"))
+    try:
+        consumer.load_preferences([state.job])
+        consumer.plan([state])
+        [delivery] = state.deliveries
+        sender = threading.Thread(target=consumer.send_all, args=([state],), daemon=True)
+        with gate.slot(delivery.scope):  # the first send, in flight
+            gate.asked.clear()
+            sender.start()
+            assert gate.asked.wait(10), "the second send never asked for its slot"
+            gate.pause(delivery.scope, 30)  # another poller's Retry-After: 30
+        sender.join(10)
+        assert not sender.is_alive()
+    finally:
+        consumer.apns.close()
+        consumer.fcm.close()
+    assert gate.paused_for(delivery.scope) > 0  # the pause is still on: nothing may have gone
+    assert [r for r in t.ledger() if r["token"] == token] == []
+    assert 29 < (state.retry_in or 0) <= 30  # the job waits the pause out
 
 
 @pytest.mark.integration
