@@ -65,6 +65,7 @@ DEFECTS = (
     "audit_first_copy_only",  # a redelivered copy (receive count > 1) leaves no audit record
     "erasure_keeps_audit_key",  # erasure leaves the user's audit data key: their trail readable
     "sms_ignores_opt_out",  # SMS published without asking SNS whether the number opted out
+    "poison_retried",  # a malformed job retried like a transient failure: the retry DLQ, not poison
 )
 
 

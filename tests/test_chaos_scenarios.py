@@ -236,18 +236,25 @@ def test_channels_without_a_dedup_claim_and_queues_redriving_after_ten_are_both_
     assert _failed(summary, "redrive")["wrong_max_receives"] == 4  # push, email, in-app, sms
 
 
-def test_an_hour_long_dedup_window_and_a_window_ending_a_minute_early_are_both_caught(tmp_path):
-    """Two independent defects in one smoke run. Seed 000's classic bug, a dedup window
+def test_an_hour_long_dedup_window_a_window_ending_a_minute_early_and_retried_poison_are_caught(
+    tmp_path,
+):
+    """Three independent defects in one smoke run. Seed 000's classic bug, a dedup window
     shorter than a provider's retry horizon: a run lasts minutes, so only the keys' TTLs show
-    it (dedup_window alone reads them). And 07:59 for a 22:00-08:00 window: the population's
+    it (dedup_window alone reads them). 07:59 for a 22:00-08:00 window: the population's
     windows end at the second they name, so the last minute's sends are inside it (quiet_hours
-    alone judges windows)."""
-    path = _variant(tmp_path, "smoke", ["dedup_window_one_hour", "quiet_hours_end_minute_early"])
+    alone judges windows). And seed 004's poison DLQ: malformed jobs retried like transient
+    failures end in the retry DLQ, which only the jobs the harness put there malformed show
+    (poison_queue alone reads them; no expected delivery is one of them)."""
+    defects = ["dedup_window_one_hour", "quiet_hours_end_minute_early", "poison_retried"]
+    path = _variant(tmp_path, "smoke", defects)
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     result = _failed(summary, "dedup_window")
     assert result["missing_full_window"] == result["required"] > 0
     assert _failed(summary, "quiet_hours")["delivered_inside_window"] > 0
+    poison = _failed(summary, "poison_queue")
+    assert poison["redriven_to_dead"] == poison["injected"] > 0 and poison["in_poison"] == 0
 
 
 def test_quiet_hours_on_standard_time_all_year_are_caught(tmp_path):

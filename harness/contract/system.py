@@ -105,6 +105,8 @@ class SystemContract:
         caps = self.operations() | set(self.extra)
         if self.queues is not None:
             caps.add("queues")
+            if any(c in self.queues.poison for c in self.queues.delivery_channels):
+                caps.add("poison_queue")
         if self.audit is not None:
             caps.add("audit_trail")
         if self.table_writer is not None:

@@ -44,7 +44,7 @@ from harness.model.history import STREAM_FILE, History
 from harness.model.oracle import expected_channel_deliveries
 from harness.model.population import Population, generate, of_another_run
 from harness.model.scenarios import Scenario
-from harness.run.actions import ActionContext
+from harness.run.actions import ActionContext, malformed_id_in
 from harness.run.actions import unavailable as action_unavailable
 from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
 from harness.run.channel_ledgers import ChannelLedgers, opt_out_numbers, register_online_users
@@ -483,6 +483,19 @@ def _redrive_all(info: StackInfo, queues: Queues) -> str:
     return f"moved {sum(moved.values())} message(s) back ({moved})"
 
 
+def _raw_sender(info: StackInfo, queues: Queues) -> Callable[[str, str, dict[str, Any]], None]:
+    """Sends a raw message to a channel's work queue through the public SQS API."""
+    sqs = info.aws_client("sqs")
+    urls: dict[str, str] = {}
+
+    def send(channel: str, body: str, attributes: dict[str, Any]) -> None:
+        if channel not in urls:
+            urls[channel] = sqs.get_queue_url(QueueName=queues.work[channel])["QueueUrl"]
+        sqs.send_message(QueueUrl=urls[channel], MessageBody=body, MessageAttributes=attributes)
+
+    return send
+
+
 def _record_dlqs(info: StackInfo, history: History, queues: Queues) -> int:
     """The dead-letter queues' contents, as the operator would see them at the end of the run."""
     sqs = info.aws_client("sqs")
@@ -512,6 +525,8 @@ def _record_dlqs(info: StackInfo, history: History, queues: Queues) -> int:
                                 "queue": name,
                                 "kind": "poison" if name == queues.poison.get(channel) else "dead",
                                 "recipient_user_id": recipient,
+                                # A job the harness put there malformed (inject-malformed-jobs).
+                                "malformed_id": malformed_id_in(m["Body"]),
                             }
                         ),
                     )
@@ -872,6 +887,12 @@ def _inject_load(state: RunState) -> None:
         driver=contract.driver,
         redrive=(lambda: _redrive_all(info, queues)) if queues is not None else None,
         bound_s=scenario.preference_bound_s,
+        send_raw=_raw_sender(info, queues) if queues is not None else None,
+        poison_channels=tuple(
+            c
+            for c in (queues.delivery_channels if queues is not None else ())
+            if c in queues.poison
+        ),
     )
     nemesis = state.nemesis = Nemesis(
         [ScheduledFault(fault_of(f), f.offset_s, f.duration_s) for f in scenario.faults],
