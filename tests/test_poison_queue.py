@@ -86,6 +86,11 @@ def test_the_history_on_disk_reads_the_same(tmp_path, poison):
         store.close()
 
 
+def test_a_run_that_injected_nothing_is_not_judged_never_a_pass():
+    verdict = poison_queue.check(History().frame())
+    assert verdict.valid is None and not verdict.applies
+
+
 def test_a_system_without_poison_queues_is_not_judged(tmp_path):
     contract = SystemContract("t", "http://127.0.0.1:1", FanoutApiDriver(),
                               queues=Queues(work={"push": "w"}, dead={"push": "d"}))  # fmt: skip

@@ -31,13 +31,17 @@ import pandas as pd
 from harness.checkers.evidence import Evidence
 from harness.checkers.registry import checker
 from harness.checkers.store import HistoryStore
-from harness.checkers.verdict import Verdict
+from harness.checkers.verdict import Verdict, switched_off
 
 EXAMPLES = 5
 
 
 def check(history: pd.DataFrame) -> Verdict:
     malformed = history[history["kind"] == "malformed"]
+    if malformed.empty:
+        # Nothing to judge (the system's poison queues do not exist, or the scenario injects
+        # none): said so, never a pass.
+        return switched_off("poison_queue", "not judged: no malformed job was injected")
     injected = {
         str(n): str(c)
         for n, c in zip(malformed["notification_id"], malformed["detail"], strict=True)

@@ -496,6 +496,22 @@ def _raw_sender(info: StackInfo, queues: Queues) -> Callable[[str, str, dict[str
     return send
 
 
+def _existing_poison_queues(info: StackInfo, queues: Queues) -> tuple[str, ...]:
+    """The delivery channels whose poison queue the contract names and SQS knows."""
+    sqs = info.aws_client("sqs")
+    found = []
+    for channel in queues.delivery_channels:
+        name = queues.poison.get(channel)
+        if not name:
+            continue
+        try:
+            sqs.get_queue_url(QueueName=name)
+        except sqs.exceptions.QueueDoesNotExist:
+            continue
+        found.append(channel)
+    return tuple(found)
+
+
 def _record_dlqs(info: StackInfo, history: History, queues: Queues) -> int:
     """The dead-letter queues' contents, as the operator would see them at the end of the run."""
     sqs = info.aws_client("sqs")
@@ -888,11 +904,7 @@ def _inject_load(state: RunState) -> None:
         redrive=(lambda: _redrive_all(info, queues)) if queues is not None else None,
         bound_s=scenario.preference_bound_s,
         send_raw=_raw_sender(info, queues) if queues is not None else None,
-        poison_channels=tuple(
-            c
-            for c in (queues.delivery_channels if queues is not None else ())
-            if c in queues.poison
-        ),
+        poison_channels=_existing_poison_queues(info, queues) if queues is not None else (),
     )
     nemesis = state.nemesis = Nemesis(
         [ScheduledFault(fault_of(f), f.offset_s, f.duration_s) for f in scenario.faults],
