@@ -66,6 +66,8 @@ DEFECTS = (
     "erasure_keeps_audit_key",  # erasure leaves the user's audit data key: their trail readable
     "sms_ignores_opt_out",  # SMS published without asking SNS whether the number opted out
     "poison_retried",  # a malformed job retried like a transient failure: the retry DLQ, not poison
+    "inbox_ttl_in_milliseconds",  # inbox rows' TTL in epoch ms: DynamoDB never expires them
+    "fallback_sent_without_ttl",  # the fallback dedup store's 'sent' marks carry no TTL
 )
 
 

@@ -233,6 +233,7 @@ class JobConsumer:
                 errors_to_fallback=config.dedup_fallback_errors,
                 hold_seconds=config.dedup_fallback_hold_seconds,
                 recheck="fallback_no_recheck" not in config.defects,
+                sent_ttl="fallback_sent_without_ttl" not in config.defects,
             )
         self.gate = gate or ProviderGate(
             config.provider_max_in_flight, config.provider_max_rate_per_s

@@ -22,6 +22,7 @@ import httpx
 import numpy as np
 import pandas as pd
 import redis
+from botocore.exceptions import BotoCoreError, ClientError
 from ulid import ULID
 
 from chaos.faults import DEDUP_PROXY, ChaosTargets
@@ -54,6 +55,7 @@ from harness.run.provider_control import SimulatorControl
 from harness.run.python_steps import action_of, fault_of, judge
 from harness.run.sns_ledger import SnsObserver
 from harness.run.sqs_receives import collect_receives
+from harness.run.ttl_items import record_scan, scan_expiries
 from harness.stack.reaper import reap_orphans
 from harness.stack.supervisor import WORKER_PARTS, Stack, StackInfo, stop_process
 from harness.stack.target import Target
@@ -1029,6 +1031,14 @@ def _collect(state: RunState) -> None:
         else:
             record_sample(history, sample, pattern, time.monotonic() - state.began)
             progress("collect", f"{sample.keys} dedup key TTL(s) read")
+    for table in contract.ttl_tables:
+        try:
+            scan = scan_expiries(info.aws_client("dynamodb"), table)
+        except (BotoCoreError, ClientError) as exc:
+            progress("collect", f"table {table.table}: TTL attributes not read ({exc})")
+            continue
+        record_scan(history, table, scan)
+        progress("collect", f"{scan.items} {table.purpose} item TTL(s) read from {table.table}")
     if contract.audit is not None:
         audited = contract.audit.read(history)
         progress("collect", f"{audited} audit record(s) read from the system's trail")
