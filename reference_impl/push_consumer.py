@@ -154,10 +154,11 @@ class PushConsumer(JobConsumer):
         # Through SNS (seed 004): the device's platform endpoint, not the provider, is called.
         self.sns = SnsPushClient(config) if config.push_transport == "sns" else None
         self.endpoints: EndpointRegistry | None = None  # only the fcm_project_random defect's
+        daily = config.daily_limit_per_device_type
+        if daily and "daily_cap_off_by_one" in self.defects:
+            daily += 1  # the defect: `count > cap` where `count >= cap` was meant
         self.limits = RateLimits(
-            config.rate_limit_per_window,
-            config.rate_limit_window_seconds,
-            config.daily_limit_per_device_type,
+            config.rate_limit_per_window, config.rate_limit_window_seconds, daily
         )
         self.limiter = RateLimiter(
             self.redis,
@@ -431,9 +432,10 @@ class PushConsumer(JobConsumer):
         if not decision.send:
             assert decision.release_at is not None
             self.defer(job, decision.release_at)
-            self.audit(
-                "deferred", job, reason=decision.reason, until=decision.release_at.isoformat()
-            )
+            until = decision.release_at
+            if "audit_until_naive" in self.defects:
+                until = until.replace(tzinfo=None)  # the defect: a time that names no instant
+            self.audit("deferred", job, reason=decision.reason, until=until.isoformat())
             state.finish()
             return
         if "digest" in job:
