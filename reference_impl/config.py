@@ -65,6 +65,11 @@ DEFECTS = (
     "audit_first_copy_only",  # a redelivered copy (receive count > 1) leaves no audit record
     "erasure_keeps_audit_key",  # erasure leaves the user's audit data key: their trail readable
     "sms_ignores_opt_out",  # SMS published without asking SNS whether the number opted out
+    "poison_retried",  # a malformed job retried like a transient failure: the retry DLQ, not poison
+    "inbox_ttl_in_milliseconds",  # inbox rows' TTL in epoch ms: DynamoDB never expires them
+    "fallback_sent_without_ttl",  # the fallback dedup store's 'sent' marks carry no TTL
+    "daily_cap_off_by_one",  # the daily cap admits one more per (device, kind, local day)
+    "audit_until_naive",  # a deferral's audit record names its release without a UTC offset
 )
 
 

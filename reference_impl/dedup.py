@@ -193,8 +193,10 @@ class FallbackDedup(_OneKey):
         errors_to_fallback: int = 3,
         hold_seconds: float = 5.0,
         recheck: bool = True,
+        sent_ttl: bool = True,
     ) -> None:
         self.primary = primary
+        self.sent_ttl = sent_ttl  # False: the defect fallback_sent_without_ttl
         self.ddb = ddb
         self.table = table
         self.clock = clock  # () -> epoch seconds
@@ -259,14 +261,14 @@ class FallbackDedup(_OneKey):
         return "in_flight"
 
     def _ddb_mark_sent(self, key: str) -> None:
-        self.ddb.put_item(
-            TableName=self.table,
-            Item={
-                "pk": {"S": key},
-                "state": {"S": "sent"},
-                "expires_at": {"N": str(int(self.clock() + self.primary.ttl_seconds))},
-            },
-        )
+        item = {
+            "pk": {"S": key},
+            "state": {"S": "sent"},
+            "expires_at": {"N": str(int(self.clock() + self.primary.ttl_seconds))},
+        }
+        if not self.sent_ttl:
+            del item["expires_at"]  # the defect: a 'sent' mark that lives forever
+        self.ddb.put_item(TableName=self.table, Item=item)
 
     def _ddb_release(self, key: str, owner: str) -> None:
         from botocore.exceptions import ClientError

@@ -49,12 +49,16 @@ def choose_tier(follower_count: int, threshold: int) -> Tier:
     return "celebrity" if follower_count >= threshold else "write"
 
 
-def _expires_at(event: FanoutEvent) -> str:
-    accepted = datetime.fromisoformat(event.accepted_at)
-    return str(int((accepted + INBOX_TTL).timestamp()))
+def _expires_at(event: FanoutEvent, in_milliseconds: bool = False) -> str:
+    """DynamoDB's TTL is epoch seconds; ``in_milliseconds`` is the defect
+    inbox_ttl_in_milliseconds (a date 50,000 years away: the row never expires)."""
+    expires = (datetime.fromisoformat(event.accepted_at) + INBOX_TTL).timestamp()
+    return str(int(expires * 1000 if in_milliseconds else expires))
 
 
-def inbox_item(event: FanoutEvent, follower_id: str) -> dict[str, Any]:
+def inbox_item(
+    event: FanoutEvent, follower_id: str, ttl_in_milliseconds: bool = False
+) -> dict[str, Any]:
     """The follower's inbox row (DynamoDB item), SK = the notification ULID, 90-day TTL."""
     return {
         "pk": {"S": user_key(event.tenant_id, follower_id)},
@@ -62,18 +66,18 @@ def inbox_item(event: FanoutEvent, follower_id: str) -> dict[str, Any]:
         "author_id": {"S": event.author_id},
         "kind": {"S": event.kind},
         "object_id": {"S": event.object_id},
-        "expires_at": {"N": _expires_at(event)},
+        "expires_at": {"N": _expires_at(event, ttl_in_milliseconds)},
     }
 
 
-def pointer_item(event: FanoutEvent) -> dict[str, Any]:
+def pointer_item(event: FanoutEvent, ttl_in_milliseconds: bool = False) -> dict[str, Any]:
     """The one row a celebrity post writes, merged into followers' inboxes at read time."""
     return {
         "pk": {"S": user_key(event.tenant_id, event.author_id)},
         "sk": {"S": event.notification_id},
         "kind": {"S": event.kind},
         "object_id": {"S": event.object_id},
-        "expires_at": {"N": _expires_at(event)},
+        "expires_at": {"N": _expires_at(event, ttl_in_milliseconds)},
     }
 
 

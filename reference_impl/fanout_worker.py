@@ -136,7 +136,8 @@ class FanoutWorker:
         tier = choose_tier(count, self.config.celebrity_threshold)
         if tier == "celebrity":
             self.ddb.put_item(
-                TableName=self.config.table("celebrity_posts"), Item=pointer_item(event)
+                TableName=self.config.table("celebrity_posts"),
+                Item=pointer_item(event, "inbox_ttl_in_milliseconds" in self.config.defects),
             )
         return {"tier": tier, **self.walk(event, tier, None)}
 
@@ -158,10 +159,11 @@ class FanoutWorker:
         if page is None:
             return 0
         if tier == "write":
+            ms = "inbox_ttl_in_milliseconds" in self.config.defects
             batch_write(
                 self.ddb,
                 self.config.table("inbox"),
-                [{"PutRequest": {"Item": inbox_item(event, f)}} for f in page.ids],
+                [{"PutRequest": {"Item": inbox_item(event, f, ms)}} for f in page.ids],
             )
         keys = self.page_keys(event, list(page.ids))
         jobs = follower_jobs(event, page.ids, self.config.channels_for(event.kind))

@@ -233,6 +233,7 @@ class JobConsumer:
                 errors_to_fallback=config.dedup_fallback_errors,
                 hold_seconds=config.dedup_fallback_hold_seconds,
                 recheck="fallback_no_recheck" not in config.defects,
+                sent_ttl="fallback_sent_without_ttl" not in config.defects,
             )
         self.gate = gate or ProviderGate(
             config.provider_max_in_flight, config.provider_max_rate_per_s
@@ -703,11 +704,17 @@ class JobConsumer:
             for record in records:
                 self.sqs.delete_message(QueueUrl=self.queue, ReceiptHandle=record["receiptHandle"])
         batch: list[tuple[dict[str, Any], JobState]] = []
+        retried: list[dict[str, str]] = []
         try:
             for record in records:
                 try:
                     state = self.new_state(self.parse(record))
                 except PoisonJob as exc:
+                    if "poison_retried" in self.defects:
+                        # The defect: a parse error handled like any failure, retried until SQS
+                        # moves it to the retry DLQ (where a redrive sends it round again).
+                        retried.append({"itemIdentifier": record["messageId"]})
+                        continue
                     self.to_poison(record, str(exc))
                     self.log.error("poison job %s: %s", record.get("messageId"), exc)
                     self.audit_poison(record, str(exc))
@@ -725,7 +732,7 @@ class JobConsumer:
             # Raises on an S3 error: the whole batch is retried (and audited again) rather than
             # acknowledged with its trail still in memory.
             self.audit_sink.flush()
-        return {"batchItemFailures": failures}
+        return {"batchItemFailures": failures + retried}
 
     def audit_poison(self, record: dict[str, Any], reason: str) -> None:
         """A malformed copy's record: what of the body can be named safely (a tenant and a

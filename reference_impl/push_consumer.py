@@ -158,10 +158,11 @@ class PushConsumer(JobConsumer):
         # What the round's accepted publishes were, written in one pipeline once the round's
         # sends are done (:meth:`remember_sent`).
         self._sent_notes: list[Command] = []
+        daily = config.daily_limit_per_device_type
+        if daily and "daily_cap_off_by_one" in self.defects:
+            daily += 1  # the defect: `count > cap` where `count >= cap` was meant
         self.limits = RateLimits(
-            config.rate_limit_per_window,
-            config.rate_limit_window_seconds,
-            config.daily_limit_per_device_type,
+            config.rate_limit_per_window, config.rate_limit_window_seconds, daily
         )
         self.limiter = RateLimiter(
             self.redis,
@@ -460,9 +461,10 @@ class PushConsumer(JobConsumer):
         if not decision.send:
             assert decision.release_at is not None
             self.defer(job, decision.release_at)
-            self.audit(
-                "deferred", job, reason=decision.reason, until=decision.release_at.isoformat()
-            )
+            until = decision.release_at
+            if "audit_until_naive" in self.defects:
+                until = until.replace(tzinfo=None)  # the defect: a time that names no instant
+            self.audit("deferred", job, reason=decision.reason, until=until.isoformat())
             state.finish()
             return
         if "digest" in job:

@@ -101,11 +101,18 @@ def test_dedup_fail_open_is_caught_by_fail_closed(tmp_path):
     assert _failed(summary, "fail_closed")["deliveries_during_outage"] > 0
 
 
-def test_fallback_without_recheck_duplicates_across_the_outage(tmp_path):
-    path = _variant(tmp_path, "memorydb-outage-fallback", ["fallback_no_recheck"])
+def test_fallback_without_recheck_and_fallback_marks_without_a_ttl_are_both_caught(tmp_path):
+    """Two independent defects of the fallback dedup store in one memorydb-outage-fallback run:
+    Redis alone deciding after the outage duplicates across it (fail_closed); 'sent' marks
+    written without their TTL attribute live forever (only ttl_attributes reads the table)."""
+    defects = ["fallback_no_recheck", "fallback_sent_without_ttl"]
+    path = _variant(tmp_path, "memorydb-outage-fallback", defects)
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     assert _failed(summary, "fail_closed")["duplicated_across_outage"] > 0
+    ttl = _failed(summary, "ttl_attributes")
+    assert ttl["dedup_fallback_missing_attribute"] > 0
+    assert ttl["inbox_missing_attribute"] == ttl["inbox_early"] == ttl["inbox_late"] == 0
 
 
 def _direct(path: Path) -> Path:
@@ -207,6 +214,20 @@ def test_like_storm_collapses_the_excess_into_digests(tmp_path):
     assert limit["valid"] and limit["per_window"] == 2
     assert limit["held"] > 0 and limit["digests_delivered"] >= limit["digests_expected"] > 0
     assert limit["over_limit_sent"] == 0 and limit["redeliveries_counted"] == 0
+    # Seed 002's daily cap per (device, kind, local day) is on, and the storm fills it.
+    assert limit["daily_limit"] == 8 and limit["daily_buckets_at_limit"] > 0
+    assert limit["over_daily_limit"] == 0
+
+
+def test_a_daily_cap_that_admits_one_too_many_is_caught(tmp_path):
+    # `count > cap` for `count >= cap`: one more like per full (device, kind, local day).
+    path = _variant(tmp_path, "like-storm", ["daily_cap_off_by_one"])
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    result = _failed(summary, "rate_limit")
+    # One more like than the cap on devices the storm takes past it (the window's own counts
+    # may move too: a slot the checker thought spent on a capped like went to a send).
+    assert result["over_daily_limit"] > 0
 
 
 def test_one_window_per_tenant_holds_users_under_their_own_limit(tmp_path):
@@ -236,18 +257,38 @@ def test_channels_without_a_dedup_claim_and_queues_redriving_after_ten_are_both_
     assert _failed(summary, "redrive")["wrong_max_receives"] == 4  # push, email, in-app, sms
 
 
-def test_an_hour_long_dedup_window_and_a_window_ending_a_minute_early_are_both_caught(tmp_path):
-    """Two independent defects in one smoke run. Seed 000's classic bug, a dedup window
+def test_five_independent_defects_in_one_smoke_run_are_each_caught(tmp_path):
+    """Five independent defects in one smoke run. Seed 000's classic bug, a dedup window
     shorter than a provider's retry horizon: a run lasts minutes, so only the keys' TTLs show
-    it (dedup_window alone reads them). And 07:59 for a 22:00-08:00 window: the population's
+    it (dedup_window alone reads them). 07:59 for a 22:00-08:00 window: the population's
     windows end at the second they name, so the last minute's sends are inside it (quiet_hours
-    alone judges windows)."""
-    path = _variant(tmp_path, "smoke", ["dedup_window_one_hour", "quiet_hours_end_minute_early"])
+    alone judges windows). And seed 004's poison DLQ: malformed jobs retried like transient
+    failures end in the retry DLQ, which only the jobs the harness put there malformed show
+    (poison_queue alone reads them; no expected delivery is one of them). And inbox rows whose
+    TTL is in epoch milliseconds, which DynamoDB never expires (ttl_attributes alone reads
+    them; a reader sees the same inbox). And deferrals audited with a release time that has no
+    UTC offset (audit_fields alone reads the records' fields; the release itself is right)."""
+    defects = [
+        "dedup_window_one_hour",
+        "quiet_hours_end_minute_early",
+        "poison_retried",
+        "inbox_ttl_in_milliseconds",
+        "audit_until_naive",
+    ]
+    path = _variant(tmp_path, "smoke", defects)
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     result = _failed(summary, "dedup_window")
     assert result["missing_full_window"] == result["required"] > 0
     assert _failed(summary, "quiet_hours")["delivered_inside_window"] > 0
+    poison = _failed(summary, "poison_queue")
+    assert poison["redriven_to_dead"] == poison["injected"] > 0 and poison["in_poison"] == 0
+    ttl = _failed(summary, "ttl_attributes")
+    assert ttl["inbox_late"] == ttl["inbox_items"] > 0 and ttl["inbox_missing_attribute"] == 0
+    fields = _failed(summary, "audit_fields")
+    assert (
+        fields["until_not_an_instant"] == fields["deferrals"] - fields["deferrals_not_judged"] > 0
+    )
 
 
 def test_quiet_hours_on_standard_time_all_year_are_caught(tmp_path):

@@ -150,6 +150,10 @@ def test_shipped_scenarios_pass_on_minifanout_run_after_run(deps, tmp_path):
             audit = summary["checkers"].get("audit_complete")
             if audit is not None:
                 assert audit["switched_off"].endswith("it has no audit_trail"), audit
+            # No poison queue in its contract: the malformed jobs are not sent, not judged.
+            poison = summary["checkers"].get("poison_queue")
+            if poison is not None:
+                assert poison["switched_off"].endswith("it has no poison_queue"), poison
             judged = [c for c in summary["checkers"].values() if "switched_off" not in c]
             assert judged and all(c["valid"] for c in judged)
             if scenario != "memorydb-outage":  # its own 'sent' claims, read by their pattern

@@ -483,6 +483,41 @@ def test_checker_daily_cap_per_device_kind_and_local_day():
 
 
 @pytest.mark.usefixtures("engine")
+@pytest.mark.parametrize(
+    ("first_s", "second_s", "over"),
+    [
+        # 18:10 and 18:20 UTC on 1 May: one UTC day, but Kathmandu (+05:45) turns 2 May at
+        # 18:15 UTC: two local days, so the second is within the cap.
+        (6 * 3600 + 600, 6 * 3600 + 1200, 0),
+        # 23:50 and 00:10 UTC: two UTC days, one local day (05:35 and 05:55 on 2 May).
+        (11 * 3600 + 3000, 12 * 3600 + 600, 1),
+    ],
+)
+def test_checker_daily_cap_buckets_by_the_recipients_local_day_not_utc(first_s, second_s, over):
+    run = _Run(2, zone="Asia/Kathmandu")
+    run.send(0, at=first_s)
+    run.send(1, at=second_s)
+    verdict = run.check(per_window=0, daily_limit=1)
+    assert verdict.counts["over_daily_limit"] == over
+    assert verdict.counts["daily_buckets_at_limit"] == 2 - over
+
+
+@pytest.mark.usefixtures("engine")
+@pytest.mark.parametrize(("filled_at", "counted"), [(0.1, 0), (5.0, 1)])
+def test_a_window_slot_spent_on_a_capped_notification_is_not_a_redelivery(filled_at, counted):
+    """Window 2, cap 1: the first notification fills the device's bucket; the second, admitted
+    by the window, is blocked by the cap (never sent); the third is held in a digest. The
+    digest opened with one send in the window, but the capped one may have spent the other
+    slot: not a redelivery. Unless the bucket filled only after the digest opened."""
+    run = _Run(3)
+    run.send(0, at=filled_at)
+    run.digest(opened_at=0.3, count=1, at=10.5)
+    verdict = run.check(per_window=2, daily_limit=1)
+    assert verdict.counts["redeliveries_counted"] == counted, verdict.counts
+    assert verdict.counts["over_daily_limit"] == 0
+
+
+@pytest.mark.usefixtures("engine")
 def test_checker_with_the_limits_off_judges_nothing():
     run = _Run(3)
     run.send(0, 1, 2)

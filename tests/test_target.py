@@ -61,12 +61,22 @@ def test_the_shipped_example_parses():
             "sns_listen and sns_endpoint exclude each other",
         ),
         ({"sns_endpoint": "http://10.0.0.2:9911"}, "sns_endpoint (10.0.0.2) not on loopback"),
+        ({"dynamodb_endpoint": "http://10.0.0.3:8000"}, "dynamodb_endpoint (10.0.0.3) not on"),
+        ({"ttl_tables": [{"purpose": "outbox", "table": "x"}]}, "ttl_tables[0] must be"),
+        ({"ttl_tables": [{"purpose": "inbox", "table": "x", "ttl": 9}]}, "ttl_tables[0] must be"),
     ],
 )
 def test_mistakes_are_named(change, message):
     with pytest.raises(TargetError) as caught:
         parse({**GOOD, **change}, "target.yaml")
     assert message in str(caught.value)
+
+
+def test_ttl_tables_name_what_ttl_attributes_reads_and_are_optional():
+    table = {"purpose": "inbox", "table": "s-inbox", "attribute": "ttl", "id_attribute": "sk"}
+    target = parse({**GOOD, "ttl_tables": [table]}, "t")
+    assert target.ttl_tables == [table]
+    assert parse(GOOD, "t").ttl_tables is None
 
 
 def test_a_remote_system_needs_allow_remote():

@@ -29,7 +29,9 @@ Counts:
 * ``redeliveries_counted``: digest windows opened while the sliding window before them held
   fewer than ``per_window`` admitted notifications: the budget went to something other than
   distinct notifications;
-* ``over_daily_limit``: deliveries beyond the cap per (device, kind, local day).
+* ``over_daily_limit``: deliveries beyond the cap per (device, kind, local day), the day in the
+  recipient's IANA zone; ``daily_buckets_at_limit``: those buckets the cap filled (not judged:
+  it says the cap was exercised).
 
 With the daily cap on, a notification the cap blocked on every device of its user is not
 distinguishable from a held one; it is allowed either way (the digest count may or may not
@@ -292,6 +294,45 @@ def judge(
             1 for a, b in zip(starts, starts[1:], strict=False) if b - a < window_seconds * 1000
         )
 
+    over_daily = at_limit = 0
+    # (tenant, token, kind) capped on some day -> when its bucket first filled
+    full_buckets: dict[tuple[str, str, str], float] = {}
+    if daily_limit > 0:
+        # (tenant, token, kind, local day) -> notification -> its first delivery there
+        day_counts: dict[tuple[str, str, str, str], dict[str, float]] = defaultdict(dict)
+        for tenant, token, nid, at in delivered_individual:
+            zone = population.user(tenant, owner[(tenant, token)]).zone
+            bucket = day_counts[(tenant, token, kinds[(tenant, nid)], _local_day(at, zone))]
+            bucket[nid] = min(at, bucket.get(nid, at))
+        over_daily = sum(max(0, len(n) - daily_limit) for n in day_counts.values())
+        for key, sent in day_counts.items():
+            if len(sent) >= daily_limit:
+                filled = sorted(sent.values())[daily_limit - 1]
+                full_buckets[key[:3]] = min(filled, full_buckets.get(key[:3], filled))
+        at_limit = sum(1 for n in day_counts.values() if len(n) >= daily_limit)
+
+    expected_by_user: dict[tuple[str, str], dict[str, set[str]]] = defaultdict(
+        lambda: defaultdict(set)
+    )
+    for tenant, nid, token, user in expected_rows:
+        expected_by_user[(tenant, user)][nid].add(token)
+
+    # Notifications the window may have admitted (spending a slot) that the daily cap then
+    # blocked on every device: never sent, so no request shows when. Not before every one of
+    # their devices' buckets had filled: the earliest instant each can have spent a slot.
+    capped_since: dict[tuple[str, str], np.ndarray] = {}
+    if daily_limit > 0:
+        for (tenant, user), expected in expected_by_user.items():
+            attempted = attempted_by_user.get((tenant, user), set())
+            since = [
+                max(full_buckets[(tenant, token, kinds[(tenant, nid)])] for token in tokens)
+                for nid, tokens in expected.items()
+                if nid not in attempted
+                and all((tenant, token, kinds[(tenant, nid)]) in full_buckets for token in tokens)
+            ]
+            if since:
+                capped_since[(tenant, user)] = np.sort(np.array(since))
+
     redeliveries_counted = 0
     redelivery_examples = []
     if window_on:
@@ -300,7 +341,10 @@ def judge(
             opened = digest.start_ms / 1000
             lo = np.searchsorted(times, opened - window_seconds, side="right")
             hi = np.searchsorted(times, opened + slack_s, side="right")
-            if hi - lo < per_window:
+            # A slot a capped notification may have spent is not a redelivery's.
+            capped = capped_since.get((digest.tenant_id, digest.user_id), np.array([]))
+            unseen = np.searchsorted(capped, opened + slack_s, side="right")
+            if hi - lo + unseen < per_window:
                 redeliveries_counted += 1
                 if len(redelivery_examples) < 5:
                     redelivery_examples.append(
@@ -311,22 +355,6 @@ def judge(
                             "admitted_before": int(hi - lo),
                         }
                     )
-
-    over_daily = 0
-    full_buckets: set[tuple[str, str, str]] = set()  # (tenant, token, kind) capped on some day
-    if daily_limit > 0:
-        day_counts: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
-        for tenant, token, nid, at in delivered_individual:
-            zone = population.user(tenant, owner[(tenant, token)]).zone
-            day_counts[(tenant, token, kinds[(tenant, nid)], _local_day(at, zone))].add(nid)
-        over_daily = sum(max(0, len(n) - daily_limit) for n in day_counts.values())
-        full_buckets = {key[:3] for key, n in day_counts.items() if len(n) >= daily_limit}
-
-    expected_by_user: dict[tuple[str, str], dict[str, set[str]]] = defaultdict(
-        lambda: defaultdict(set)
-    )
-    for tenant, nid, token, user in expected_rows:
-        expected_by_user[(tenant, user)][nid].add(token)
 
     digests_expected = digests_missing = undercount = overcount = held_total = 0
     count_examples = []
@@ -372,6 +400,8 @@ def judge(
         "digest_overcount": overcount,
         "redeliveries_counted": redeliveries_counted,
         "over_daily_limit": over_daily,
+        # (device, kind, local day) buckets the cap filled: the cap was exercised (not gating).
+        "daily_buckets_at_limit": at_limit,
         "unrecognised_requests": unrecognised,
     }
     gating = (

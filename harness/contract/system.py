@@ -13,6 +13,8 @@ the checkers and faults that need it, with a line saying so.
 * ``audit``: a reader of its audit trail, if it has one, in the trail's own format;
 * ``table_writer``: a direct write of a user's preferences to its store, bypassing its API, if
   the target offers one (the change stream must then do the invalidating);
+* ``ttl_tables``: DynamoDB tables whose items' TTL attribute the harness reads at the end of a
+  run (:mod:`harness.run.ttl_items`), with what each is for;
 * ``dedup_store_url``: the Redis its dedup store is, read-only, if the target says: the
   harness reads its keys' remaining TTLs at the end of a run (:mod:`harness.run.dedup_keys`);
 * where its provider traffic goes (the harness's simulators) and its dedup store's fault proxy
@@ -47,6 +49,23 @@ class Queues:
         return tuple(c for c in self.work if c != "pages")
 
 
+TTL_PURPOSES = ("inbox", "dedup_fallback")
+
+
+@dataclass(frozen=True)
+class TtlTable:
+    """A DynamoDB table whose items carry a TTL attribute (epoch seconds) that the design
+    bounds: ``inbox`` rows (and celebrity pointers) live 90 days (seed 000), the fallback dedup
+    store's items the dedup window (30 days)."""
+
+    purpose: str
+    table: str
+    attribute: str = "expires_at"
+    # The attribute holding the item's notification id: its expiry is then judged against
+    # that notification's own acceptance; None, against the run's span.
+    id_attribute: str | None = None
+
+
 @dataclass(frozen=True)
 class AuditSource:
     """Reads a system's audit trail into the history (kind ``audit`` rows) once its workers
@@ -75,6 +94,8 @@ class SystemContract:
     # ledger is what the SMS part of channel_delivery reads (capability ``sms_ledger``).
     sms_ledger_url: str | None = None
     dedup_store_url: str | None = None
+    # Tables whose TTL attribute the harness reads at the end of a run (public DynamoDB Scan).
+    ttl_tables: tuple[TtlTable, ...] = ()
     extra: set[str] = field(default_factory=set)
 
     def operations(self) -> set[str]:
@@ -105,6 +126,8 @@ class SystemContract:
         caps = self.operations() | set(self.extra)
         if self.queues is not None:
             caps.add("queues")
+            if any(c in self.queues.poison for c in self.queues.delivery_channels):
+                caps.add("poison_queue")
         if self.audit is not None:
             caps.add("audit_trail")
         if self.table_writer is not None:
@@ -113,6 +136,8 @@ class SystemContract:
             caps.add("sqs_log")
         if self.sms_ledger_url:
             caps.add("sms_ledger")
+        if self.ttl_tables:
+            caps.add("ttl_tables")
         if self.dedup_store_url and self.policy.dedup_key_pattern:
             caps.add("dedup_store")
         return frozenset(caps)

@@ -39,6 +39,8 @@ class SystemPolicy:
     # Seed 004: a job goes to its channel's dead-letter queue after this many receives.
     max_receives: int = 3
     dedup_key_pattern: str | None = "dedup:*"
+    # Seed 000: inbox rows (and celebrity pointers) carry a 90-day TTL from their acceptance.
+    inbox_ttl_seconds: float = 7_776_000.0
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> SystemPolicy:
@@ -69,4 +71,5 @@ class SystemPolicy:
             "dedup_window_seconds": self.dedup_window_seconds,
             "max_receives": self.max_receives,
             "dedup_key_pattern": self.dedup_key_pattern,
+            "inbox_ttl_seconds": self.inbox_ttl_seconds,
         }

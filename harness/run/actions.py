@@ -13,7 +13,12 @@ acknowledged it, so that the oracle knows what should hold from when.
 * ``erase-users``: erase some followers of the probe authors (retrying while the system cannot
   finish, e.g. with its dedup store cut), then read their inbox and unread count;
 * ``reregister-users``: register the erased users again (same id, same devices), follow the
-  probe authors again, and post the probes again with the same id and content.
+  probe authors again, and post the probes again with the same id and content;
+* ``inject-malformed-jobs``: put jobs no retry can fix straight onto channel work queues
+  through the public SQS API (a body that is not JSON, a JSON job without its fields, a job
+  whose notification id is not a ULID but whose tenant and recipient are real), each carrying
+  an id of its own the harness finds again in whatever queue it ends in (``malformed`` rows);
+  skipped, and said so, on a system that names no poison queue (``poison_queue`` is then off).
 
 The users each action picks come from the run's seed. Every load loop is bounded in count and
 time; an action stops retrying when the run rolls back.
@@ -23,8 +28,10 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -79,6 +86,10 @@ class ActionContext:
     # How long after its acknowledgement a change must have taken effect (the scenario's
     # preference_bound_s): events meant to meet the new state are posted after it.
     bound_s: float = 5.0
+    # Sends a raw message (body, message attributes) to a channel's work queue; the channels
+    # whose system names a poison queue. None / empty: the system exposes no such queues.
+    send_raw: Callable[[str, str, dict[str, Any]], None] | None = None
+    poison_channels: tuple[str, ...] = ()
     probes: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     erased: list[tuple[str, str]] = field(default_factory=list)
     chosen: set[tuple[str, str]] = field(default_factory=set)
@@ -389,6 +400,70 @@ def reregister_users(ctx: ActionContext, params: dict[str, Any]) -> str:
     return f"{done} user(s) registered again; their probes posted again"
 
 
+# -- malformed jobs ---------------------------------------------------------------------------
+
+MALFORMED_FORMS = ("not_json", "missing_fields", "bad_notification_id")
+# The id a malformed job carries in its body: found again in any queue's message by its shape.
+MALFORMED_ID = re.compile(r"malformed-[0-9a-f]{32}")
+
+
+def malformed_id_in(body: str) -> str | None:
+    """The harness's malformed-job id a message body carries, or None."""
+    found = MALFORMED_ID.search(body or "")
+    return found.group(0) if found else None
+
+
+def malformed_job(form: str, marker: str, tenant: str, user: str) -> tuple[str, dict[str, Any]]:
+    """(body, SQS message attributes) of one malformed job. ``bad_notification_id`` names a real
+    tenant and recipient, with the tenant attribute a real job carries: only the id's shape
+    (seed 000: ULIDs) tells it apart, so a consumer that skips that check sends it."""
+    attributes = {"tenant_id": {"DataType": "String", "StringValue": tenant}}
+    if form == "not_json":
+        return f"{{{marker} is not a job", attributes
+    if form == "missing_fields":
+        return json.dumps({"tenant_id": tenant, "malformed_id": marker}), attributes
+    if form == "bad_notification_id":
+        job = {
+            "tenant_id": tenant,
+            "notification_id": marker,
+            "recipient_user_id": user,
+            "author_id": user,
+            "kind": "post",
+        }
+        return json.dumps(job), attributes
+    raise ActionError(f"unknown malformed form {form!r}; known: {', '.join(MALFORMED_FORMS)}")
+
+
+def inject_malformed_jobs(ctx: ActionContext, params: dict[str, Any]) -> str:
+    channels = [str(c) for c in params.get("channels", ["push"])]
+    count = int(params.get("count", 3))
+    if ctx.send_raw is None or not ctx.poison_channels:
+        return "not injected: the system names no poison queue (poison_queue not judged)"
+    wanted = [c for c in channels if c in ctx.poison_channels]
+    skipped = sorted(set(channels) - set(wanted))
+    users = [u for u in _followers(ctx.population) if _live_devices(ctx.population, u)]
+    rng = ctx.rng("malformed")
+    sent = 0
+    for channel in wanted:
+        for i in range(count):
+            if ctx.stop.is_set():
+                break
+            form = MALFORMED_FORMS[i % len(MALFORMED_FORMS)]
+            user = rng.choice(users)
+            marker = f"malformed-{uuid.UUID(int=rng.getrandbits(128)).hex}"
+            body, attributes = malformed_job(form, marker, user.tenant_id, user.user_id)
+            at = time.time()
+            ctx.send_raw(channel, body, attributes)
+            ctx.history.append(
+                "malformed", time=at, end=time.time(), tenant_id=user.tenant_id,
+                user_id=user.user_id, notification_id=marker,
+                detail=json.dumps({"channel": channel, "form": form}),
+            )  # fmt: skip
+            sent += 1
+    note = f"; no poison queue for {', '.join(skipped)}" if skipped else ""
+    return f"{sent} malformed job(s) on {', '.join(wanted) or 'no queue'}{note}"
+
+
 def redrive_dlq(ctx: ActionContext, params: dict[str, Any]) -> str:
     if ctx.redrive is None:
         raise ActionError("this target has no dead-letter queues the harness can redrive")
@@ -401,6 +476,7 @@ ACTIONS: dict[str, Callable[[ActionContext, dict[str, Any]], str]] = {
     "post-probes": post_probes,
     "erase-users": erase_users,
     "reregister-users": reregister_users,
+    "inject-malformed-jobs": inject_malformed_jobs,
 }
 
 
@@ -442,6 +518,10 @@ def validate(name: str, params: dict[str, Any]) -> None:
             )
         if params.get("of", "any") not in ("any", "celebrity", "regular"):
             raise ActionError("of must be any, celebrity or regular (whose followers change)")
+    if name == "inject-malformed-jobs":
+        channels = params.get("channels", ["push"])
+        if not isinstance(channels, list) or not all(isinstance(c, str) for c in channels):
+            raise ActionError(f"{name}: channels must be a list of channel names")
     for key in ("count",):
         value = params.get(key, 1)
         if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= 1000:

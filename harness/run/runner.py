@@ -22,6 +22,7 @@ import httpx
 import numpy as np
 import pandas as pd
 import redis
+from botocore.exceptions import BotoCoreError, ClientError
 from ulid import ULID
 
 from chaos.faults import DEDUP_PROXY, ChaosTargets
@@ -44,7 +45,7 @@ from harness.model.history import STREAM_FILE, History
 from harness.model.oracle import expected_channel_deliveries
 from harness.model.population import Population, generate, of_another_run
 from harness.model.scenarios import Scenario
-from harness.run.actions import ActionContext
+from harness.run.actions import ActionContext, malformed_id_in
 from harness.run.actions import unavailable as action_unavailable
 from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
 from harness.run.channel_ledgers import ChannelLedgers, opt_out_numbers, register_online_users
@@ -54,6 +55,7 @@ from harness.run.provider_control import SimulatorControl
 from harness.run.python_steps import action_of, fault_of, judge
 from harness.run.sns_ledger import SnsObserver
 from harness.run.sqs_receives import collect_receives
+from harness.run.ttl_items import record_scan, scan_expiries
 from harness.stack.reaper import reap_orphans
 from harness.stack.supervisor import WORKER_PARTS, Stack, StackInfo, stop_process
 from harness.stack.target import Target
@@ -483,6 +485,35 @@ def _redrive_all(info: StackInfo, queues: Queues) -> str:
     return f"moved {sum(moved.values())} message(s) back ({moved})"
 
 
+def _raw_sender(info: StackInfo, queues: Queues) -> Callable[[str, str, dict[str, Any]], None]:
+    """Sends a raw message to a channel's work queue through the public SQS API."""
+    sqs = info.aws_client("sqs")
+    urls: dict[str, str] = {}
+
+    def send(channel: str, body: str, attributes: dict[str, Any]) -> None:
+        if channel not in urls:
+            urls[channel] = sqs.get_queue_url(QueueName=queues.work[channel])["QueueUrl"]
+        sqs.send_message(QueueUrl=urls[channel], MessageBody=body, MessageAttributes=attributes)
+
+    return send
+
+
+def _existing_poison_queues(info: StackInfo, queues: Queues) -> tuple[str, ...]:
+    """The delivery channels whose poison queue the contract names and SQS knows."""
+    sqs = info.aws_client("sqs")
+    found = []
+    for channel in queues.delivery_channels:
+        name = queues.poison.get(channel)
+        if not name:
+            continue
+        try:
+            sqs.get_queue_url(QueueName=name)
+        except sqs.exceptions.QueueDoesNotExist:
+            continue
+        found.append(channel)
+    return tuple(found)
+
+
 def _record_dlqs(info: StackInfo, history: History, queues: Queues) -> int:
     """The dead-letter queues' contents, as the operator would see them at the end of the run."""
     sqs = info.aws_client("sqs")
@@ -512,6 +543,8 @@ def _record_dlqs(info: StackInfo, history: History, queues: Queues) -> int:
                                 "queue": name,
                                 "kind": "poison" if name == queues.poison.get(channel) else "dead",
                                 "recipient_user_id": recipient,
+                                # A job the harness put there malformed (inject-malformed-jobs).
+                                "malformed_id": malformed_id_in(m["Body"]),
                             }
                         ),
                     )
@@ -872,6 +905,8 @@ def _inject_load(state: RunState) -> None:
         driver=contract.driver,
         redrive=(lambda: _redrive_all(info, queues)) if queues is not None else None,
         bound_s=scenario.preference_bound_s,
+        send_raw=_raw_sender(info, queues) if queues is not None else None,
+        poison_channels=_existing_poison_queues(info, queues) if queues is not None else (),
     )
     nemesis = state.nemesis = Nemesis(
         [ScheduledFault(fault_of(f), f.offset_s, f.duration_s) for f in scenario.faults],
@@ -996,6 +1031,16 @@ def _collect(state: RunState) -> None:
         else:
             record_sample(history, sample, pattern, time.monotonic() - state.began)
             progress("collect", f"{sample.keys} dedup key TTL(s) read")
+    # A Scan per table: only for a scenario that judges it (a capacity run's inbox is large).
+    judged = {p.name for p in state.scenario.probes}
+    for table in contract.ttl_tables if "ttl_attributes" in judged else ():
+        try:
+            scan = scan_expiries(info.aws_client("dynamodb"), table)
+        except (BotoCoreError, ClientError) as exc:
+            progress("collect", f"table {table.table}: TTL attributes not read ({exc})")
+            continue
+        record_scan(history, table, scan)
+        progress("collect", f"{scan.items} {table.purpose} item TTL(s) read from {table.table}")
     if contract.audit is not None:
         audited = contract.audit.read(history)
         progress("collect", f"{audited} audit record(s) read from the system's trail")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract.driver import FanoutApiDriver
-from harness.contract.system import AuditSource, JobIdentity, Queues, SystemContract
+from harness.contract.system import AuditSource, JobIdentity, Queues, SystemContract, TtlTable
 from harness.model.system import SystemPolicy
 from reference_impl.config import CHANNELS, PAGES_QUEUE, Config, ConfigError
 from reference_impl.ids import user_key
@@ -196,6 +196,11 @@ def contract(info: Any, durable: bool) -> SystemContract:
         audit=audit,
         table_writer=write_preferences,
         sqs_log_url=sqs.url if sqs is not None else None,
+        ttl_tables=(
+            TtlTable("inbox", config.table("inbox"), "expires_at", "sk"),
+            TtlTable("inbox", config.table("celebrity_posts"), "expires_at", "sk"),
+            TtlTable("dedup_fallback", config.table("dedup_fallback"), "expires_at"),
+        ),
         # The reference texts through the stack's SNS endpoint (sns_endpoint in its config).
         sms_ledger_url=sns.url if sns is not None and config.sns_endpoint else None,
         # Straight to the store, not through the fault proxy: read after the faults. The

@@ -426,6 +426,8 @@ class Stack:
         self.info.endpoints["event-api"] = target.event_api.rstrip("/")
         if target.sqs_endpoint:
             self.info.endpoints["sqs"] = target.sqs_endpoint
+        if target.dynamodb_endpoint:  # where ttl_attributes scans its ttl_tables
+            self.info.endpoints["dynamodb"] = target.dynamodb_endpoint
         self.info.region = target.region
         keys = {
             "aws_access_key_id": target.aws_access_key_id,

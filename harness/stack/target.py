@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from harness.contract.driver import load_driver
-from harness.contract.system import JobIdentity, Queues, SystemContract
+from harness.contract.system import TTL_PURPOSES, JobIdentity, Queues, SystemContract, TtlTable
 from harness.model.system import SystemPolicy
 
 
@@ -36,6 +36,8 @@ class Target:
     event_api: str
     region: str = "us-east-1"
     sqs_endpoint: str | None = None
+    # Its DynamoDB (omit for the region's real one): read only for ttl_tables.
+    dynamodb_endpoint: str | None = None
     aws_access_key_id: str | None = None
     aws_secret_access_key: str | None = None
     queue_prefix: str = "fanout"
@@ -77,6 +79,10 @@ class Target:
     # The control API of the SQS endpoint the system uses, when it is the harness's own
     # (SQS faults, and the receive log per-copy audit accounting reads).
     sqs_control: str | None = None
+    # DynamoDB tables whose items' TTL attribute (epoch seconds) the harness reads at the end:
+    # a list of {purpose: inbox | dedup_fallback, table, attribute (default expires_at),
+    # id_attribute (the item's notification id, optional)}. None: ttl_attributes is off.
+    ttl_tables: list[dict[str, Any]] | None = None
 
     def contract(self, info: Any) -> SystemContract:
         """What the verifier may know of this system (``info``: the stack's StackInfo)."""
@@ -89,6 +95,7 @@ class Target:
             policy=policy,
             queues=self._queues() if self.sqs_endpoint else None,
             sqs_log_url=self.sqs_control,
+            ttl_tables=tuple(TtlTable(**t) for t in self.ttl_tables or ()),
             # Its keys' TTLs are read only when the target says which keys are its dedup keys.
             dedup_store_url=(
                 f"redis://{self.dedup_redis}/0"
@@ -158,6 +165,17 @@ def parse(data: Any, where: str) -> Target:
     for key in ("name", "event_api", "apns_listen", "fcm_listen"):
         if not data.get(key):
             raise TargetError(f"{where}: {key} is required")
+    for i, table in enumerate(data.get("ttl_tables") or []):
+        if (
+            not isinstance(table, dict)
+            or set(table) - {"purpose", "table", "attribute", "id_attribute"}
+            or table.get("purpose") not in TTL_PURPOSES
+            or not isinstance(table.get("table"), str)
+        ):
+            raise TargetError(
+                f"{where}: ttl_tables[{i}] must be {{purpose: {' | '.join(TTL_PURPOSES)}, "
+                "table, attribute, id_attribute}"
+            )
     target = Target(**data)
     try:
         target.contract(None)
@@ -174,6 +192,8 @@ def parse(data: Any, where: str) -> Target:
         raise TargetError(f"{where}: event_api must be an http(s) URL")
     if target.sqs_endpoint:
         hosts.append(("sqs_endpoint", urlsplit(target.sqs_endpoint).hostname or ""))
+    if target.dynamodb_endpoint:
+        hosts.append(("dynamodb_endpoint", urlsplit(target.dynamodb_endpoint).hostname or ""))
     if target.toxiproxy_url:
         hosts.append(("toxiproxy_url", urlsplit(target.toxiproxy_url).hostname or ""))
     elif bool(target.dedup_redis) != bool(target.dedup_listen):
