@@ -31,6 +31,8 @@ from emulators.aws_proxy.dynamodb_streams import (
 from emulators.aws_proxy.dynamodb_ttl import TtlStore
 from emulators.ports import free_port
 from harness.stack.supervisor import NODE_EMULATOR, Stack, StackError, stop_process
+from reference_impl.config import ConfigError
+from reference_impl.provision import ensure_ttl, ttl_tables
 
 TABLE_ARN = "arn:aws:dynamodb:us-east-1:000000000000:table/prefs"
 KEYS = [{"AttributeName": "pk", "KeyType": "HASH"}]
@@ -760,6 +762,27 @@ def test_ttl_through_the_proxy_with_boto3(clients):
     assert ddb.describe_time_to_live(TableName=table)["TimeToLiveDescription"] == {
         "TimeToLiveStatus": "DISABLED"
     }
+
+
+def test_provisioning_enables_ttl_once_and_says_when_it_cannot(clients, dynalite, capsys):
+    ddb, _ = clients
+    assert "inbox" in ttl_tables(()) and "dedup_fallback" in ttl_tables(())
+    assert "inbox" not in ttl_tables(("inbox_ttl_not_enabled",))
+    assert "dedup_fallback" in ttl_tables(("inbox_ttl_not_enabled",))
+    table, _ = _table(ddb, None)
+    assert ensure_ttl(ddb, table, "expires_at")
+    assert ensure_ttl(ddb, table, "expires_at")  # already enabled on it: fine, nothing done
+    assert ddb.describe_time_to_live(TableName=table)["TimeToLiveDescription"] == {
+        "TimeToLiveStatus": "ENABLED",
+        "AttributeName": "expires_at",
+    }
+    with pytest.raises(ConfigError, match="has TTL on 'expires_at', not 'ttl'"):
+        ensure_ttl(ddb, table, "ttl")
+    # Straight to dynalite (no TTL API): said, not raised; the table's TTL stays off.
+    direct, _ = _clients(dynalite)
+    plain, _ = _table(direct, None)
+    assert not ensure_ttl(direct, plain, "expires_at")
+    assert "has no UpdateTimeToLive" in capsys.readouterr().err
 
 
 def test_the_dynamodb_proxy_part_names_its_missing_upstream(tmp_path):
