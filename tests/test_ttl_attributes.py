@@ -21,6 +21,7 @@ from harness.run.ttl_items import (
     scan_expiries,
 )
 from reference_impl.aws import batch_write
+from reference_impl.config import Config
 
 DAY = 86_400
 TTLS = {"inbox": 90 * DAY, "dedup_fallback": 30 * DAY}
@@ -166,8 +167,16 @@ def test_a_scan_reads_every_items_expiry_by_notification(stack):
         capped = scan_expiries(ddb, TtlTable("inbox", table), cap=1000)
         assert not capped.complete and capped.items == 1000
         assert json.loads(_detail("inbox", scan))["expiries"]["n1"] == {"1001": 1050}
-        described = describe_ttl(ddb, TtlTable("inbox", table))
-        assert described.status in ("ENABLED", "DISABLED") and not described.unsupported
+        assert describe_ttl(ddb, TtlTable("inbox", table)) == TtlStatus("DISABLED")
+        ddb.update_time_to_live(
+            TableName=table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"}
+        )
+        assert describe_ttl(ddb, TtlTable("inbox", table)) == TtlStatus("ENABLED", "ttl")
+        # The reference's own tables, as provisioning left them.
+        config = Config.load(stack.info.reference_config)
+        for name in ("inbox", "celebrity_posts", "dedup_fallback", "event_registry"):
+            on = describe_ttl(ddb, TtlTable("inbox", config.table(name)))
+            assert on == TtlStatus("ENABLED", "expires_at"), name
         gone = describe_ttl(ddb, TtlTable("inbox", "ttl-no-such-table"))
         assert gone.status is None and "ResourceNotFoundException" in (gone.error or "")
     finally:
