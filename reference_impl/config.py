@@ -70,6 +70,7 @@ DEFECTS = (
     "fallback_sent_without_ttl",  # the fallback dedup store's 'sent' marks carry no TTL
     "daily_cap_off_by_one",  # the daily cap admits one more per (device, kind, local day)
     "audit_until_naive",  # a deferral's audit record names its release without a UTC offset
+    "inbox_ttl_not_enabled",  # provisioning never enables TTL on the inbox: its rows never expire
 )
 
 

@@ -35,6 +35,20 @@ TABLES: dict[str, bool] = {
 }
 # Tables with a DynamoDB stream, and its view: the stream invalidator reads only the keys.
 STREAMS: dict[str, str] = {"preferences": "KEYS_ONLY"}
+# Tables whose items carry a TTL attribute (seed 000: inbox rows 90 days, dedup keys 30 days;
+# celebrity pointer rows live as the inbox rows they stand for, registry ids as the dedup
+# window). DynamoDB deletes nothing unless TTL is enabled on the table, on that attribute.
+TTL_ATTRIBUTE = "expires_at"
+TTL_TABLES = ("inbox", "celebrity_posts", "dedup_fallback", "event_registry")
+# The endpoint has no TTL API (dynalite when reached without the AWS proxy).
+NO_TTL_API = ("UnknownOperationException",)
+
+
+def ttl_tables(defects: tuple[str, ...]) -> tuple[str, ...]:
+    """The tables whose TTL provisioning enables (the defect leaves the inbox's off)."""
+    if "inbox_ttl_not_enabled" in defects:
+        return tuple(t for t in TTL_TABLES if t != "inbox")
+    return TTL_TABLES
 
 
 def _create_table(ddb: Any, name: str, with_sort_key: bool, stream_view: str | None) -> bool:
@@ -78,6 +92,41 @@ def ensure_stream(ddb: Any, name: str, view: str) -> None:
             "dynalite has no streams: reach it through `python -m emulators.aws_proxy "
             "--dynamodb-streams`"
         ) from exc
+
+
+def ensure_ttl(ddb: Any, name: str, attribute: str) -> bool:
+    """TTL enabled on ``attribute`` (already so: nothing to do). False when the endpoint has no
+    TTL API, said on stderr: the table's items then never expire. ConfigError when TTL is on
+    another attribute (changing it is a decision for whoever set it, not for provisioning)."""
+    try:
+        described = ddb.describe_time_to_live(TableName=name)["TimeToLiveDescription"]
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] not in NO_TTL_API:
+            raise
+        described = {}
+    status, current = described.get("TimeToLiveStatus"), described.get("AttributeName")
+    if status in ("ENABLED", "ENABLING"):
+        if current == attribute:
+            return True
+        raise ConfigError(
+            f"table {name} has TTL on {current!r}, not {attribute!r}: its items would never "
+            "expire; disable that TTL first (UpdateTimeToLive) and provision again"
+        )
+    try:
+        ddb.update_time_to_live(
+            TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": attribute}
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] not in NO_TTL_API:
+            raise ConfigError(f"table {name}: TTL on {attribute} not enabled ({exc})") from exc
+        print(
+            f"warning: table {name}: the DynamoDB endpoint has no UpdateTimeToLive, so its "
+            "items never expire (dynalite: reach it through `python -m emulators.aws_proxy "
+            "--dynamodb-streams`)",
+            file=sys.stderr,
+        )
+        return False
+    return True
 
 
 def _wait_active(describe: Any, status_of: Any, what: str, timeout: float = 30.0) -> None:
@@ -143,6 +192,8 @@ def provision(config: Config) -> dict[str, str]:
             lambda d: d["Table"]["TableStatus"],
             f"table {table}",
         )
+    for name in ttl_tables(config.defects):
+        ensure_ttl(ddb, config.table(name), TTL_ATTRIBUTE)
 
     kinesis = client(config, "kinesis")
     try:

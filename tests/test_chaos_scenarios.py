@@ -257,8 +257,8 @@ def test_channels_without_a_dedup_claim_and_queues_redriving_after_ten_are_both_
     assert _failed(summary, "redrive")["wrong_max_receives"] == 4  # push, email, in-app, sms
 
 
-def test_five_independent_defects_in_one_smoke_run_are_each_caught(tmp_path):
-    """Five independent defects in one smoke run. Seed 000's classic bug, a dedup window
+def test_six_independent_defects_in_one_smoke_run_are_each_caught(tmp_path):
+    """Six independent defects in one smoke run. Seed 000's classic bug, a dedup window
     shorter than a provider's retry horizon: a run lasts minutes, so only the keys' TTLs show
     it (dedup_window alone reads them). 07:59 for a 22:00-08:00 window: the population's
     windows end at the second they name, so the last minute's sends are inside it (quiet_hours
@@ -267,13 +267,16 @@ def test_five_independent_defects_in_one_smoke_run_are_each_caught(tmp_path):
     (poison_queue alone reads them; no expected delivery is one of them). And inbox rows whose
     TTL is in epoch milliseconds, which DynamoDB never expires (ttl_attributes alone reads
     them; a reader sees the same inbox). And deferrals audited with a release time that has no
-    UTC offset (audit_fields alone reads the records' fields; the release itself is right)."""
+    UTC offset (audit_fields alone reads the records' fields; the release itself is right). And
+    an inbox whose TTL provisioning never enabled (ttl_not_enabled alone: DescribeTimeToLive,
+    through the public API; the other tables' TTL is on)."""
     defects = [
         "dedup_window_one_hour",
         "quiet_hours_end_minute_early",
         "poison_retried",
         "inbox_ttl_in_milliseconds",
         "audit_until_naive",
+        "inbox_ttl_not_enabled",
     ]
     path = _variant(tmp_path, "smoke", defects)
     code, summary, _ = _run(str(path), tmp_path / "out")
@@ -285,6 +288,9 @@ def test_five_independent_defects_in_one_smoke_run_are_each_caught(tmp_path):
     assert poison["redriven_to_dead"] == poison["injected"] > 0 and poison["in_poison"] == 0
     ttl = _failed(summary, "ttl_attributes")
     assert ttl["inbox_late"] == ttl["inbox_items"] > 0 and ttl["inbox_missing_attribute"] == 0
+    assert ttl["ttl_not_enabled"] == 1  # the inbox alone: dedup_fallback's TTL is on
+    off = [table for table, said in ttl["ttl_status"].items() if said["status"] != "ENABLED"]
+    assert len(off) == 1 and off[0].endswith("-inbox"), ttl["ttl_status"]
     fields = _failed(summary, "audit_fields")
     assert (
         fields["until_not_an_instant"] == fields["deferrals"] - fields["deferrals_not_judged"] > 0

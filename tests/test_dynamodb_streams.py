@@ -28,8 +28,11 @@ from emulators.aws_proxy.dynamodb_streams import (
     StreamStore,
     sequence_text,
 )
+from emulators.aws_proxy.dynamodb_ttl import TtlStore
 from emulators.ports import free_port
 from harness.stack.supervisor import NODE_EMULATOR, Stack, StackError, stop_process
+from reference_impl.config import ConfigError
+from reference_impl.provision import ensure_ttl, ttl_tables
 
 TABLE_ARN = "arn:aws:dynamodb:us-east-1:000000000000:table/prefs"
 KEYS = [{"AttributeName": "pk", "KeyType": "HASH"}]
@@ -657,6 +660,129 @@ def test_concurrent_writers_to_one_item_leave_a_chain_of_images(clients, proxy):
         for r in records
     ]
     assert counts == [(None, 0)] + [(n, n + 1) for n in range(200)]
+
+
+def test_ttl_status_changes_as_dynamodbs_does():
+    store = TtlStore()
+    assert store.describe("t") == {"TimeToLiveDescription": {"TimeToLiveStatus": "DISABLED"}}
+    on = {"Enabled": True, "AttributeName": "expires_at"}
+    assert store.update("t", on) == {"TimeToLiveSpecification": on}
+    assert store.describe("t")["TimeToLiveDescription"] == {
+        "TimeToLiveStatus": "ENABLED",
+        "AttributeName": "expires_at",
+    }
+    for spec, message in [
+        (on, "TimeToLive is already enabled"),
+        ({"Enabled": True, "AttributeName": "other"}, "TimeToLive is already enabled"),
+        ({"Enabled": False, "AttributeName": "other"}, "current AttributeName is expires_at"),
+        ({"Enabled": True}, "'timeToLiveSpecification.attributeName'"),
+        ({"AttributeName": "x"}, "'timeToLiveSpecification.enabled'"),
+        ({"Enabled": True, "AttributeName": ""}, "length greater than or equal to 1"),
+        ({"Enabled": True, "AttributeName": "x" * 256}, "length less than or equal to 255"),
+        ({"Enabled": "yes", "AttributeName": "x"}, "must be a boolean"),
+        (None, "Value null at 'timeToLiveSpecification'"),
+    ]:
+        with pytest.raises(AwsError, match=message) as caught:
+            store.update("t", spec)
+        assert caught.value.code == "ValidationException"
+    assert store.describe("t")["TimeToLiveDescription"]["AttributeName"] == "expires_at"
+    store.update("t", {"Enabled": False, "AttributeName": "expires_at"})
+    with pytest.raises(AwsError, match="TimeToLive is already disabled"):
+        store.update("t", {"Enabled": False, "AttributeName": "expires_at"})
+    store.update("t", on)
+    store.table_deleted("t")
+    assert store.describe("t")["TimeToLiveDescription"]["TimeToLiveStatus"] == "DISABLED"
+
+
+def test_ttl_through_the_proxy_with_boto3(clients):
+    ddb, _ = clients
+    table, _ = _table(ddb, None)
+    assert ddb.describe_time_to_live(TableName=table)["TimeToLiveDescription"] == {
+        "TimeToLiveStatus": "DISABLED"
+    }
+    on = {"Enabled": True, "AttributeName": "expires_at"}
+    answer = ddb.update_time_to_live(TableName=table, TimeToLiveSpecification=on)
+    assert answer["TimeToLiveSpecification"] == on
+    assert ddb.describe_time_to_live(TableName=table)["TimeToLiveDescription"] == {
+        "TimeToLiveStatus": "ENABLED",
+        "AttributeName": "expires_at",
+    }
+    with pytest.raises(ClientError) as caught:
+        ddb.update_time_to_live(TableName=table, TimeToLiveSpecification=on)
+    error = caught.value.response["Error"]
+    assert (error["Code"], error["Message"]) == (
+        "ValidationException",
+        "TimeToLive is already enabled",
+    )
+    # Another table's status is its own.
+    other, _ = _table(ddb, None)
+    assert ddb.describe_time_to_live(TableName=other)["TimeToLiveDescription"] == {
+        "TimeToLiveStatus": "DISABLED"
+    }
+    ddb.update_time_to_live(
+        TableName=table, TimeToLiveSpecification={"Enabled": False, "AttributeName": "expires_at"}
+    )
+    with pytest.raises(ClientError) as caught:
+        ddb.update_time_to_live(
+            TableName=table,
+            TimeToLiveSpecification={"Enabled": False, "AttributeName": "expires_at"},
+        )
+    assert caught.value.response["Error"]["Message"] == "TimeToLive is already disabled"
+    # Unknown tables are upstream's ResourceNotFoundException, for both calls.
+    missing = f"t-missing-{uuid.uuid4().hex[:6]}"
+    for call in (
+        lambda: ddb.describe_time_to_live(TableName=missing),
+        lambda: ddb.update_time_to_live(TableName=missing, TimeToLiveSpecification=on),
+    ):
+        with pytest.raises(ClientError) as caught:
+            call()
+        assert caught.value.response["Error"]["Code"] == "ResourceNotFoundException"
+    # A missing member, past boto3's own validation, is the endpoint's ValidationException.
+    unchecked = boto3.client(
+        "dynamodb",
+        endpoint_url=ddb.meta.endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=BotoConfig(retries={"max_attempts": 1}, parameter_validation=False),
+    )
+    with pytest.raises(ClientError) as caught:
+        unchecked.update_time_to_live(TableName=table, TimeToLiveSpecification={"Enabled": True})
+    assert caught.value.response["Error"]["Code"] == "ValidationException"
+    assert "timeToLiveSpecification.attributeName" in caught.value.response["Error"]["Message"]
+    # A deleted table's TTL goes with it: made again, it starts disabled.
+    ddb.update_time_to_live(TableName=table, TimeToLiveSpecification=on)
+    ddb.delete_table(TableName=table)
+    ddb.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    assert ddb.describe_time_to_live(TableName=table)["TimeToLiveDescription"] == {
+        "TimeToLiveStatus": "DISABLED"
+    }
+
+
+def test_provisioning_enables_ttl_once_and_says_when_it_cannot(clients, dynalite, capsys):
+    ddb, _ = clients
+    assert "inbox" in ttl_tables(()) and "dedup_fallback" in ttl_tables(())
+    assert "inbox" not in ttl_tables(("inbox_ttl_not_enabled",))
+    assert "dedup_fallback" in ttl_tables(("inbox_ttl_not_enabled",))
+    table, _ = _table(ddb, None)
+    assert ensure_ttl(ddb, table, "expires_at")
+    assert ensure_ttl(ddb, table, "expires_at")  # already enabled on it: fine, nothing done
+    assert ddb.describe_time_to_live(TableName=table)["TimeToLiveDescription"] == {
+        "TimeToLiveStatus": "ENABLED",
+        "AttributeName": "expires_at",
+    }
+    with pytest.raises(ConfigError, match="has TTL on 'expires_at', not 'ttl'"):
+        ensure_ttl(ddb, table, "ttl")
+    # Straight to dynalite (no TTL API): said, not raised; the table's TTL stays off.
+    direct, _ = _clients(dynalite)
+    plain, _ = _table(direct, None)
+    assert not ensure_ttl(direct, plain, "expires_at")
+    assert "has no UpdateTimeToLive" in capsys.readouterr().err
 
 
 def test_the_dynamodb_proxy_part_names_its_missing_upstream(tmp_path):

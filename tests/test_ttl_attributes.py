@@ -12,15 +12,24 @@ import pytest
 from harness.checkers import ttl_attributes
 from harness.contract.system import TtlTable
 from harness.model.history import History
-from harness.run.ttl_items import TtlScan, expiry_of, record_scan, scan_expiries
+from harness.run.ttl_items import (
+    TtlScan,
+    TtlStatus,
+    describe_ttl,
+    expiry_of,
+    record_scan,
+    scan_expiries,
+)
 from reference_impl.aws import batch_write
+from reference_impl.config import Config
 
 DAY = 86_400
 TTLS = {"inbox": 90 * DAY, "dedup_fallback": 30 * DAY}
 SENT, ANSWERED, END = 1_764_000_000.0, 1_764_000_000.4, 1_764_000_060.0
+ON = TtlStatus("ENABLED", "expires_at")
 
 
-def _history(inbox=None, fallback=None, missing=0):
+def _history(inbox=None, fallback=None, missing=0, inbox_ttl=ON, fallback_ttl=ON):
     """One notification n1 sent at SENT, answered at ANSWERED; a scan at END."""
     history = History()
     history.append("inject", time=SENT, end=ANSWERED, tenant_id="t", notification_id="n1")
@@ -29,18 +38,21 @@ def _history(inbox=None, fallback=None, missing=0):
         inbox_scan.expiries["n1"][expiry] += 3
         inbox_scan.items += 3
     inbox_scan.items += missing
-    history.append("ttl_sample", time=END, detail=_detail("inbox", inbox_scan))
+    history.append("ttl_sample", time=END, detail=_detail("inbox", inbox_scan, inbox_ttl))
     fallback_scan = TtlScan()
     for expiry in fallback if fallback is not None else [int(SENT + 30) + 30 * DAY]:
         fallback_scan.expiries[""][expiry] += 1
         fallback_scan.items += 1
-    history.append("ttl_sample", time=END, detail=_detail("dedup_fallback", fallback_scan))
+    history.append(
+        "ttl_sample", time=END, detail=_detail("dedup_fallback", fallback_scan, fallback_ttl)
+    )
     return history.frame()
 
 
-def _detail(purpose, scan):
+def _detail(purpose, scan, status=ON):
     history = History()
-    record_scan(history, TtlTable(purpose, f"fanout-{purpose}", "expires_at", "sk"), scan)
+    table = TtlTable(purpose, f"fanout-{purpose}", "expires_at", "sk")
+    record_scan(history, table, scan, status)
     return history.frame()["detail"].iloc[0]
 
 
@@ -49,6 +61,52 @@ def test_expiries_from_the_acceptance_plus_the_design_ttls_pass():
     assert verdict.valid, verdict.details
     assert verdict.counts["inbox_items"] == verdict.counts["inbox_by_notification"] == 3
     assert verdict.counts["dedup_fallback_items"] == 1
+    assert verdict.counts["ttl_not_enabled"] == 0
+    # ENABLING is AWS's state for up to an hour after UpdateTimeToLive: on.
+    enabling = TtlStatus("ENABLING", "expires_at")
+    assert ttl_attributes.check(_history(inbox_ttl=enabling), TTLS, 5.0).valid
+
+
+def test_ttl_judged_on_is_enabled_on_the_attribute_the_items_carry():
+    assert not ttl_attributes.ttl_not_enabled("ENABLED", "expires_at", "expires_at")
+    assert not ttl_attributes.ttl_not_enabled("ENABLING", "expires_at", "expires_at")
+    assert ttl_attributes.ttl_not_enabled("DISABLED", None, "expires_at")
+    assert ttl_attributes.ttl_not_enabled("DISABLING", "expires_at", "expires_at")
+    assert ttl_attributes.ttl_not_enabled("ENABLED", "ttl", "expires_at")
+
+
+@pytest.mark.parametrize(
+    "status",
+    [TtlStatus("DISABLED"), TtlStatus("ENABLED", "ttl"), TtlStatus("DISABLING", "expires_at")],
+)
+def test_a_table_whose_ttl_is_off_fails_though_its_attributes_are_right(status):
+    verdict = ttl_attributes.check(_history(inbox_ttl=status), TTLS, 5.0)
+    assert verdict.valid is False, verdict.details
+    assert verdict.counts["ttl_not_enabled"] == 1
+    assert verdict.details["ttl_status"]["fanout-inbox"]["status"] == status.status
+    # Off, on a table that holds no item yet, fails as well: nothing written later expires.
+    history = History()
+    history.append("ttl_sample", time=END, detail=_detail("inbox", TtlScan(), status))
+    assert ttl_attributes.check(history.frame(), TTLS, 5.0).valid is False
+
+
+def test_an_endpoint_without_describe_time_to_live_switches_the_count_off_not_on():
+    unsupported = TtlStatus(None, unsupported=True, error="UnknownOperationException: ...")
+    verdict = ttl_attributes.check(
+        _history(inbox_ttl=unsupported, fallback_ttl=unsupported), TTLS, 5.0
+    )
+    assert "ttl_not_enabled" not in verdict.counts
+    assert "does not implement DescribeTimeToLive" in verdict.details["ttl_status"]
+    assert verdict.valid  # the attributes are still judged, and are right
+    wrong = _history(inbox=[int(SENT) + 3600], inbox_ttl=unsupported, fallback_ttl=unsupported)
+    assert ttl_attributes.check(wrong, TTLS, 5.0).valid is False
+
+
+def test_a_status_that_could_not_be_read_is_unknown_never_pass():
+    unread = TtlStatus(None, error="ThrottlingException: slow down")
+    verdict = ttl_attributes.check(_history(fallback_ttl=unread), TTLS, 5.0)
+    assert verdict.valid is None and verdict.details["counts"]["ttl_status_unread"] == 1
+    assert "ThrottlingException" in verdict.details["ttl_status"]["fanout-dedup_fallback"]["error"]
 
 
 @pytest.mark.parametrize(
@@ -109,5 +167,17 @@ def test_a_scan_reads_every_items_expiry_by_notification(stack):
         capped = scan_expiries(ddb, TtlTable("inbox", table), cap=1000)
         assert not capped.complete and capped.items == 1000
         assert json.loads(_detail("inbox", scan))["expiries"]["n1"] == {"1001": 1050}
+        assert describe_ttl(ddb, TtlTable("inbox", table)) == TtlStatus("DISABLED")
+        ddb.update_time_to_live(
+            TableName=table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"}
+        )
+        assert describe_ttl(ddb, TtlTable("inbox", table)) == TtlStatus("ENABLED", "ttl")
+        # The reference's own tables, as provisioning left them.
+        config = Config.load(stack.info.reference_config)
+        for name in ("inbox", "celebrity_posts", "dedup_fallback", "event_registry"):
+            on = describe_ttl(ddb, TtlTable("inbox", config.table(name)))
+            assert on == TtlStatus("ENABLED", "expires_at"), name
+        gone = describe_ttl(ddb, TtlTable("inbox", "ttl-no-such-table"))
+        assert gone.status is None and "ResourceNotFoundException" in (gone.error or "")
     finally:
         ddb.delete_table(TableName=table)

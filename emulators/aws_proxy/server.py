@@ -28,7 +28,8 @@ Bad control input is answered 400 with ``{"error": "..."}``.
 With ``--dynamodb-streams`` the proxy also serves the DynamoDB Streams API
 (``DynamoDBStreams_20120810.*``) on the same port, records a stream record for every write
 that goes through it to a table whose stream is enabled, and adds the stream fields to table
-descriptions (:mod:`emulators.aws_proxy.stream_capture`); health then has
+descriptions (:mod:`emulators.aws_proxy.stream_capture`), and answers UpdateTimeToLive /
+DescribeTimeToLive per table (the status only: nothing is deleted when it expires); health then has
 ``"dynamodb_streams": {"streams", "records", "record_bytes", "trimmed", "trimmed_early",
 "recorded", "unchanged_writes", "image_reads", "capture_errors"}``.
 """

@@ -19,6 +19,10 @@ PutItem's new item is its ``Item`` (compared by value; read back only for the vi
 it, so the record holds what DynamoDB stored, numbers normalised). Writes to other tables, and
 every read, are only forwarded.
 
+Time to Live: UpdateTimeToLive and DescribeTimeToLive are answered here, per table, after
+asking upstream whether the table exists (:mod:`emulators.aws_proxy.dynamodb_ttl`; only the
+status: nothing expires); a deleted table's TTL goes with it.
+
 What it cannot see: writes that reach the upstream without going through the proxy.
 """
 
@@ -58,6 +62,7 @@ from emulators.aws_proxy.dynamodb import (
     with_stream,
 )
 from emulators.aws_proxy.dynamodb_streams import AwsError, Stream, StreamStore
+from emulators.aws_proxy.dynamodb_ttl import TtlStore, ttl_specification
 from emulators.aws_proxy.kinesis import json_object
 from emulators.http_server import Request, Response
 
@@ -68,6 +73,7 @@ Send = Callable[[Request], Awaitable[Response]]
 NOT_FOR_READS = frozenset(
     {"x-amz-target", "content-encoding", "content-length", "x-amz-crc32", "accept-encoding"}
 )
+TTL_CALLS = ("UpdateTimeToLive", "DescribeTimeToLive")
 BATCH_GET_MAX = 100
 BATCH_GET_ATTEMPTS = 5
 
@@ -116,6 +122,7 @@ class StreamCapture:
     def __init__(self, store: StreamStore, send: Send) -> None:
         self.store = store
         self.send = send
+        self.ttl = TtlStore()
         self.locks = KeyLocks()
         self.counts: Counter[str] = Counter()
 
@@ -140,6 +147,14 @@ class StreamCapture:
 
     # -- DynamoDB ---------------------------------------------------------------------------------
     async def dynamodb(self, request: Request, operation: str | None) -> Response:
+        if operation in TTL_CALLS:
+            body = self._body(request)
+            if body is None:
+                return error_answer(AwsError("SerializationException", "the body must be JSON"))
+            try:
+                return await self._ttl_call(request, operation, body)
+            except AwsError as error:
+                return error_answer(error)
         if operation in TABLE_CALLS:
             body = self._body(request)
             if body is not None:
@@ -321,6 +336,7 @@ class StreamCapture:
             if described is None:
                 return answer
             self.store.table_deleted(table)  # a stream left from a table deleted behind our back
+            self.ttl.table_deleted(table)
             if enabled and view is not None:
                 self.store.enable(table, described["TableArn"], described["KeySchema"], view)
             return self._with_stream(answer, "TableDescription", described, table)
@@ -329,12 +345,35 @@ class StreamCapture:
         answer = await self.send(request)
         key = "Table" if operation == "DescribeTable" else "TableDescription"
         described = self._described(answer, key)
+        if described is not None and operation == "DeleteTable":
+            self.ttl.table_deleted(table)
         if described is None or table not in self.store.latest:
             return answer
         out = self._with_stream(answer, key, described, table)
         if operation == "DeleteTable":
             self.store.table_deleted(table)
         return out
+
+    async def _ttl_call(self, request: Request, operation: str, body: dict[str, Any]) -> Response:
+        """UpdateTimeToLive and DescribeTimeToLive, answered here (dynalite has no TTL)."""
+        table = body.get("TableName")
+        if not isinstance(table, str):
+            raise AwsError(
+                "ValidationException",
+                "1 validation error detected: Value null at 'tableName' failed to satisfy "
+                "constraint: Member must not be null",
+            )
+        if operation == "UpdateTimeToLive":
+            ttl_specification(body.get("TimeToLiveSpecification"))  # input first, as AWS
+        # The table must exist (else DynamoDB's own ResourceNotFoundException).
+        answer, found = await self._call(request, "DescribeTable", {"TableName": table})
+        if found is None or not isinstance(found.get("Table"), dict):
+            return answer
+        if operation == "DescribeTimeToLive":
+            out = self.ttl.describe(table)
+        else:
+            out = self.ttl.update(table, body["TimeToLiveSpecification"])
+        return aws_json(200, json.dumps(out, separators=(",", ":")).encode())
 
     @classmethod
     def _described(cls, answer: Response, key: str) -> dict[str, Any] | None:

@@ -11,6 +11,15 @@ expiries come from ``ttl_sample`` rows (:mod:`harness.run.ttl_items`). Counts pe
 ``<purpose>_items``, ``<purpose>_by_notification`` (those judged against their own
 notification's acceptance), ``<purpose>_missing_attribute`` (none, or not a number),
 ``<purpose>_early`` and ``<purpose>_late`` (outside the bounds; milliseconds are ``late``).
+
+Right attributes expire nothing unless TTL is enabled on the table, on that attribute: the row
+also holds the table's DescribeTimeToLive answer, and ``ttl_not_enabled`` counts the tables
+whose TTL is off (DISABLED, DISABLING) or on another attribute. ENABLING counts as on: it is
+AWS's state for up to an hour after UpdateTimeToLive, so a system deployed just before the run
+is not wrong. A status that could not be read is ``ttl_status_unread`` (the verdict is then
+unknown, never a pass, unless something else failed); an endpoint without DescribeTimeToLive
+gets ``ttl_not_enabled`` switched off, said in ``ttl_status``, and the attributes are still
+judged.
 """
 
 from __future__ import annotations
@@ -27,6 +36,38 @@ from harness.checkers.verdict import Verdict
 from harness.contract.system import TTL_PURPOSES
 
 EXAMPLES = 5
+TTL_ON = ("ENABLED", "ENABLING")
+
+
+def ttl_not_enabled(status: str | None, attribute: str | None, expected: str) -> bool:
+    """Whether DynamoDB, as it describes the table's TTL, would never delete its items by the
+    ``expected`` attribute (a status that was read: ``status`` not None)."""
+    return status not in TTL_ON or attribute != expected
+
+
+def ttl_status_counts(details: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, Any]]:
+    """``ttl_not_enabled`` and ``ttl_status_unread`` over the rows' TTL statuses, and what
+    each table said (or why the count is switched off)."""
+    said = {
+        d["table"]: {"status": d.get("ttl_status"), "attribute": d.get("ttl_attribute")}
+        for d in details
+    }
+    unsupported = [d["table"] for d in details if d.get("ttl_unsupported")]
+    if unsupported:
+        why = (
+            "switched off: the DynamoDB endpoint does not implement DescribeTimeToLive "
+            f"({', '.join(unsupported)}): whether TTL is enabled was not judged"
+        )
+        return {}, {"ttl_status": why}
+    counts = {"ttl_not_enabled": 0, "ttl_status_unread": 0}
+    for detail in details:
+        status = detail.get("ttl_status")
+        if status is None:
+            counts["ttl_status_unread"] += 1
+            said[detail["table"]]["error"] = detail.get("ttl_error") or "not read"
+        elif ttl_not_enabled(status, detail.get("ttl_attribute"), str(detail["attribute"])):
+            counts["ttl_not_enabled"] += 1
+    return counts, {"ttl_status": said}
 
 
 def acceptance_bounds(history: pd.DataFrame, until: float) -> dict[str, tuple[float, float]]:
@@ -56,7 +97,10 @@ def check(history: pd.DataFrame, ttls: Mapping[str, float], slack_s: float) -> V
         for what in ("items", "by_notification", "missing_attribute", "early", "late"):
             counts[f"{purpose}_{what}"] = 0
     examples: list[dict[str, Any]] = []
-    for detail in (json.loads(str(d)) for d in samples["detail"]):
+    details = [json.loads(str(d)) for d in samples["detail"]]
+    status_counts, status_said = ttl_status_counts(details)
+    counts.update(status_counts)
+    for detail in details:
         purpose = detail["purpose"]
         ttl = float(ttls[purpose])
         counts[f"{purpose}_items"] += int(detail["items"])
@@ -81,17 +125,20 @@ def check(history: pd.DataFrame, ttls: Mapping[str, float], slack_s: float) -> V
                         "expires_at": at, "expected_from": round(low + ttl, 3),
                         "expected_until": round(high + ttl, 3), "items": n,
                     })  # fmt: skip
-    if not sum(counts[f"{p}_items"] for p in TTL_PURPOSES):
-        return unknown_verdict("ttl_attributes", "the tables read held no item", counts=counts)
-    wrong = sum(
+    wrong = counts.get("ttl_not_enabled", 0) + sum(
         counts[f"{p}_{w}"] for p in TTL_PURPOSES for w in ("missing_attribute", "early", "late")
     )
-    return Verdict(
-        "ttl_attributes",
-        wrong == 0,
-        counts,
-        {"ttl_seconds": dict(ttls), "slack_s": slack_s, "examples": examples},
-    )
+    details_out = {"ttl_seconds": dict(ttls), "slack_s": slack_s, "examples": examples}
+    details_out.update(status_said)
+    if wrong:
+        return Verdict("ttl_attributes", False, counts, details_out)
+    if not sum(counts[f"{p}_items"] for p in TTL_PURPOSES):
+        return unknown_verdict("ttl_attributes", "the tables read held no item", counts=counts)
+    if counts.get("ttl_status_unread"):
+        return unknown_verdict(
+            "ttl_attributes", "a table's TTL status could not be read", counts=counts, **status_said
+        )
+    return Verdict("ttl_attributes", True, counts, details_out)
 
 
 @checker(

@@ -55,7 +55,7 @@ from harness.run.provider_control import SimulatorControl
 from harness.run.python_steps import action_of, fault_of, judge
 from harness.run.sns_ledger import SnsObserver
 from harness.run.sqs_receives import collect_receives
-from harness.run.ttl_items import record_scan, scan_expiries
+from harness.run.ttl_items import describe_ttl, record_scan, scan_expiries
 from harness.stack.reaper import reap_orphans
 from harness.stack.supervisor import WORKER_PARTS, Stack, StackInfo, stop_process
 from harness.stack.target import Target
@@ -1034,12 +1034,14 @@ def _collect(state: RunState) -> None:
     # A Scan per table: only for a scenario that judges it (a capacity run's inbox is large).
     judged = {p.name for p in state.scenario.probes}
     for table in contract.ttl_tables if "ttl_attributes" in judged else ():
+        ddb = info.aws_client("dynamodb")
+        status = describe_ttl(ddb, table)  # is TTL on, on that attribute? (never raises)
         try:
-            scan = scan_expiries(info.aws_client("dynamodb"), table)
+            scan = scan_expiries(ddb, table)
         except (BotoCoreError, ClientError) as exc:
             progress("collect", f"table {table.table}: TTL attributes not read ({exc})")
             continue
-        record_scan(history, table, scan)
+        record_scan(history, table, scan, status)
         progress("collect", f"{scan.items} {table.purpose} item TTL(s) read from {table.table}")
     if contract.audit is not None:
         audited = contract.audit.read(history)

@@ -9,6 +9,12 @@ lives forever. A run lasts minutes, so only the attributes show it: the runner r
 the system has settled, and records one ``ttl_sample`` row per table: how many items carry each
 expiry, by notification where the contract names the id attribute. ``ttl_attributes`` judges it.
 
+The attributes are half of it: DynamoDB deletes nothing unless TTL is enabled on the table, on
+that attribute. The runner asks (DescribeTimeToLive, public API) and records the answer in the
+same row: ``ttl_status`` (ENABLED, DISABLED, ENABLING, DISABLING; null when not read),
+``ttl_attribute``, ``ttl_unsupported`` (the endpoint has no DescribeTimeToLive) and
+``ttl_error``.
+
 Bounded: at most ``cap`` items per table.
 """
 
@@ -20,11 +26,38 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from harness.contract.system import TtlTable
 from harness.model.history import History
 
 DEFAULT_CAP = 500_000
 PAGE = 1000
+# Error codes of an endpoint without the TTL API (dynalite answers UnknownOperationException).
+NO_TTL_API = ("UnknownOperationException", "NotImplemented", "NotImplementedError")
+
+
+@dataclass(frozen=True)
+class TtlStatus:
+    """A table's TTL as DescribeTimeToLive answers it; ``status`` None when not read."""
+
+    status: str | None
+    attribute: str | None = None
+    unsupported: bool = False
+    error: str | None = None
+
+
+def describe_ttl(ddb: Any, table: TtlTable) -> TtlStatus:
+    """The table's TTL status, never raising for an AWS answer: an endpoint without the API is
+    ``unsupported``, any other error is kept as text."""
+    try:
+        described = ddb.describe_time_to_live(TableName=table.table)["TimeToLiveDescription"]
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        return TtlStatus(None, unsupported=code in NO_TTL_API, error=f"{code}: {exc}")
+    except BotoCoreError as exc:
+        return TtlStatus(None, error=str(exc))
+    return TtlStatus(described.get("TimeToLiveStatus"), described.get("AttributeName"))
 
 
 @dataclass
@@ -84,8 +117,11 @@ def scan_expiries(ddb: Any, table: TtlTable, cap: int = DEFAULT_CAP) -> TtlScan:
     return scan
 
 
-def record_scan(history: History, table: TtlTable, scan: TtlScan) -> None:
-    """One ``ttl_sample`` row for the table."""
+def record_scan(
+    history: History, table: TtlTable, scan: TtlScan, status: TtlStatus | None = None
+) -> None:
+    """One ``ttl_sample`` row for the table (``status`` None: the TTL status was not asked)."""
+    status = status or TtlStatus(None, error="not asked")
     history.append(
         "ttl_sample",
         time=time.time(),
@@ -98,6 +134,10 @@ def record_scan(history: History, table: TtlTable, scan: TtlScan) -> None:
                 "items": scan.items,
                 "missing": scan.missing,
                 "complete": scan.complete,
+                "ttl_status": status.status,
+                "ttl_attribute": status.attribute,
+                "ttl_unsupported": status.unsupported,
+                "ttl_error": status.error,
                 "expiries": {
                     ident: {str(k): v for k, v in sorted(c.items())}
                     for ident, c in sorted(scan.expiries.items())
