@@ -711,9 +711,8 @@ def test_harness_serve_sns_next_to_a_running_stack(
                 return None
 
         providers = wait_for(health, "harness serve sns to answer", timeout=30)["providers"]
-        # h2c on the APNs simulator's TLS port: the emulators' own hop (Stack._sns_provider_url).
         assert (providers["apns"], providers["fcm"], providers["sqs"]) == (
-            urls["apns"].replace("https://", "http://", 1),
+            urls["apns"],
             urls["fcm"],
             urls["sqs"],
         )

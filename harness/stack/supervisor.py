@@ -569,8 +569,10 @@ class Stack:
         APNs simulator's TLS port: SNS's relay to APNs is the emulators' own hop, its TLS
         proves nothing about the system under test (whose direct APNs client still meets TLS)
         and took about a seventh of the SNS endpoint's CPU in a 20,000-delivery burst (py-spy).
-        granian serves no plaintext on a TLS port."""
-        if part == "apns" and self.sim_server == "h2" and url.startswith("https://"):
+        granian serves no plaintext on a TLS port, so only a simulator this stack started
+        (whose server it knows) is reached so."""
+        started_here = part in self.procs and self.sim_server == "h2"
+        if part == "apns" and started_here and url.startswith("https://"):
             return "http://" + url.removeprefix("https://")
         return url
 
