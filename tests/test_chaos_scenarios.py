@@ -108,17 +108,10 @@ def test_fallback_without_recheck_duplicates_across_the_outage(tmp_path):
     assert _failed(summary, "fail_closed")["duplicated_across_outage"] > 0
 
 
-def _direct(path: Path) -> Path:
-    """The variant on the direct transport: the publisher itself meets the provider's answers
-    (through SNS it never sees a 5xx or a 429 of APNs: SNS retries the provider itself)."""
-    data = yaml.safe_load(path.read_text())
-    data["configuration"].setdefault("reference", {})["push_transport"] = "direct"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 def test_ignoring_retry_after_is_caught_by_backpressure(tmp_path):
-    path = _direct(_variant(tmp_path, "apns-429-storm", ["ignore_retry_after"]))
+    # The shipped scenario sends straight to APNs and FCM: through SNS the publisher would never
+    # meet a 429, and a consumer that ignored (or misread) Retry-After would pass.
+    path = _variant(tmp_path, "apns-429-storm", ["ignore_retry_after"])
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     assert _failed(summary, "backpressure")["requests_inside_retry_after"] > 0
@@ -127,7 +120,7 @@ def test_ignoring_retry_after_is_caught_by_backpressure(tmp_path):
 def test_no_collapse_id_shows_accepted_then_5xx_twice(tmp_path):
     # Not in one run with the defect above: ignoring Retry-After ends the load before the
     # accepted-then-5xx window opens, and nothing is resent.
-    path = _direct(_variant(tmp_path, "apns-429-storm", ["no_collapse_id"]))
+    path = _variant(tmp_path, "apns-429-storm", ["no_collapse_id"])
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     assert _failed(summary, "effectively_once")["visible_duplicates"] > 0

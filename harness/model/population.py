@@ -21,6 +21,7 @@ import base64
 import json
 import random
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -268,10 +269,16 @@ def _sms_fields(
     return phone_number(index), consent, opted_out
 
 
+def consent_stands(record: Any) -> bool:
+    """A consent record (``{granted_at, version[, revoked_at]}``) stands: a record, not
+    withdrawn. The harness writes a withdrawal as ``revoked_at`` after ``granted_at`` (or as no
+    record at all) and never grants again after one, so a ``revoked_at`` means withdrawn."""
+    return isinstance(record, Mapping) and not record.get("revoked_at")
+
+
 def sms_consented(user: User) -> bool:
-    """The user's SMS consent stands: a record, not withdrawn (the population writes a
-    withdrawal as ``revoked_at``, after ``granted_at``; it never grants again)."""
-    return user.sms_consent is not None and not user.sms_consent.get("revoked_at")
+    """The user's SMS consent stands (:func:`consent_stands`)."""
+    return consent_stands(user.sms_consent)
 
 
 def connection_id(tenant_id: str, user_id: str) -> str:

@@ -3,7 +3,8 @@ mid-run, each recorded in the history with the instant it was sent and the insta
 acknowledged it, so that the oracle knows what should hold from when.
 
 * ``redrive-dlq``: the runbook's DLQ redrive (every channel queue and the page queue);
-* ``change-preferences``: some users withdraw or grant push consent, move their quiet hours
+* ``change-preferences``: some users withdraw push consent (no record, or the record kept with
+  ``revoked_at``), turn push off (``channels.push`` false), grant consent, move their quiet hours
   over the present, or move to a zone where their window covers the present; through the API,
   or written straight to the system's preferences table (``via``: api, table, mixed); and
   some get a zone no tz database knows (``unknown_zone``) or a quiet window no clock can read
@@ -27,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, available_timezones
 
@@ -43,6 +44,8 @@ from harness.model.timeline import PENDING_AFTER_S
 
 PREFERENCE_CHANGES = (
     "withdraw_consent",
+    "revoke_consent",
+    "switch_off_push",
     "grant_consent",
     "enter_quiet_hours",
     "change_zone",
@@ -147,6 +150,13 @@ def preference_change(kind: str, user: User, now: float, horizon: float) -> dict
     calm = user.quiet_state in ("none", "outside")
     if kind == "withdraw_consent" and user.consent is not None and calm:
         return {**body, "push_consent": None}
+    # The other way to withdraw: the record kept (the proof it was once given), revoked now.
+    if kind == "revoke_consent" and user.consent is not None and calm:
+        revoked = datetime.fromtimestamp(now, UTC).isoformat()
+        return {**body, "push_consent": {**user.consent, "revoked_at": revoked}}
+    # Push turned off in the app's settings, consent untouched: an opt-out holds all the same.
+    if kind == "switch_off_push" and user.consent is not None and calm:
+        return {**body, "channels": {**body.get("channels", {}), "push": False}}
     if kind == "grant_consent" and user.consent is None and calm:
         return {**body, "push_consent": CONSENT}
     if kind == "enter_quiet_hours" and user.consent is not None and calm:
