@@ -65,9 +65,10 @@ DEFECTS = (
     "audit_first_copy_only",  # a redelivered copy (receive count > 1) leaves no audit record
     "erasure_keeps_audit_key",  # erasure leaves the user's audit data key: their trail readable
     "sms_ignores_opt_out",  # SMS published without asking SNS whether the number opted out
-    "consent_ignores_revoked_at",  # a push consent record with revoked_at still grants
+    "consent_ignores_revoked_at",  # a push or email consent record with revoked_at still grants
     "push_switch_ignored",  # a user who turned push off (channels.push false) still gets pushes
     "read_flags_ignore_watermark",  # inbox pages flag items read only one by one, not read-all
+    "audit_sent_before_answer",  # a send audited 'sent' whatever the provider answered (a 429)
 )
 
 

@@ -117,13 +117,15 @@ def test_ignoring_retry_after_is_caught_by_backpressure(tmp_path):
     assert _failed(summary, "backpressure")["requests_inside_retry_after"] > 0
 
 
-def test_no_collapse_id_shows_accepted_then_5xx_twice(tmp_path):
+def test_no_collapse_id_and_sent_records_written_before_the_answer_are_both_caught(tmp_path):
     # Not in one run with the defect above: ignoring Retry-After ends the load before the
-    # accepted-then-5xx window opens, and nothing is resent.
-    path = _variant(tmp_path, "apns-429-storm", ["no_collapse_id"])
+    # accepted-then-5xx window opens, and nothing is resent. The second defect only writes the
+    # trail ('sent' for an attempt answered 429 or 5xx), which no count of the first reads.
+    path = _variant(tmp_path, "apns-429-storm", ["no_collapse_id", "audit_sent_before_answer"])
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     assert _failed(summary, "effectively_once")["visible_duplicates"] > 0
+    assert _failed(summary, "audit_outcomes")["sent_beyond_acceptance"] > 0
 
 
 def test_skipping_dedup_is_caught_under_sqs_redelivery(tmp_path):
@@ -294,10 +296,15 @@ def test_a_mention_reaches_push_email_in_app_and_sms_each_checked_against_the_or
     assert channels["sms_to_opted_out"] == channels["sms_without_consent"] == 0
 
 
-def test_texting_opted_out_numbers_is_caught_by_channel_delivery(tmp_path):
-    path = _variant(tmp_path, "mention-channels", ["sms_ignores_opt_out"])
+def test_texting_opted_out_numbers_and_mailing_revoked_consents_are_caught(tmp_path):
+    """Two independent defects in one run: SMS to numbers on the opt-out list, and an email
+    consent kept with ``revoked_at`` read as granted (the population has both kinds of users
+    without email consent: no record, and a record withdrawn)."""
+    defects = ["sms_ignores_opt_out", "consent_ignores_revoked_at"]
+    path = _variant(tmp_path, "mention-channels", defects)
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     result = _failed(summary, "channel_delivery")
     # SNS texted none of them (its ledger says OPTED_OUT): only the publishes give it away.
     assert result["sms_to_opted_out"] > 0 and result["sms_unexpected"] == 0
+    assert result["email_unexpected"] > 0

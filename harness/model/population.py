@@ -10,7 +10,7 @@ notifications must be deferred and then delivered), users outside their window, 
 window. Windows are written in the user's local wall-clock time of their IANA zone.
 
 The other channels (seed 000: email, in-app): a user may have an email address and an email
-consent, and may be online (an open WebSocket connection for in-app delivery). They are drawn
+consent (or one withdrawn, kept with ``revoked_at``), and may be online (an open WebSocket connection for in-app delivery). They are drawn
 from a generator of their own, so a seed yields the same push population as before they
 existed, and a population file written before them still loads (no address, offline).
 """
@@ -395,11 +395,19 @@ def generate(
                 if channel_rng.random() < spec.email_fraction
                 else None
             )
-            email_consent = (
-                None
-                if channel_rng.random() < spec.no_email_consent_fraction
-                else {"granted_at": "2026-01-01T00:00:00+00:00", "version": "2026-01"}
-            )
+            email_consent: dict[str, Any] | None = {
+                "granted_at": "2026-01-01T00:00:00+00:00",
+                "version": "2026-01",
+            }
+            if channel_rng.random() < spec.no_email_consent_fraction:
+                # As for SMS, half of those without it withdrew it (the record kept, revoked):
+                # both must deny. A draw of its own, so the channel stream stays aligned.
+                withdrew = random.Random(f"email-withdrawn:{seed}:{tenant}:{user_id}").random()
+                email_consent = (
+                    {**email_consent, "revoked_at": "2026-06-01T00:00:00+00:00"}
+                    if withdrew < 0.5
+                    else None
+                )
             online = channel_rng.random() < spec.online_fraction
             population.users.append(
                 User(
