@@ -69,6 +69,7 @@ DEFECTS = (
     "push_switch_ignored",  # a user who turned push off (channels.push false) still gets pushes
     "read_flags_ignore_watermark",  # inbox pages flag items read only one by one, not read-all
     "audit_sent_before_answer",  # a send audited 'sent' whatever the provider answered (a 429)
+    "erasure_skips_celebrity_pages",  # erasure forgets follows made past the threshold
 )
 
 

@@ -116,12 +116,18 @@ def test_unknown_zones_unreadable_windows_revoked_consents_push_off_and_collapse
     assert _failed(code, summary, "effectively_once")["hidden_by_collapse"] > 0
 
 
-def test_erasures_that_delete_rows_first_or_keep_the_audit_key_are_both_caught(tmp_path):
-    """Two independent defects of the erasure in one run: rows deleted before the dedup keys
-    (a re-registered user who reuses the id loses a notification) and the audit key kept (the
-    trail stays readable); neither count can come from the other defect."""
-    path = _variant(tmp_path, "gdpr-erasure", ["erasure_rows_first", "erasure_keeps_audit_key"])
+def test_erasures_that_delete_rows_first_keep_the_audit_key_or_skip_pages_are_all_caught(
+    tmp_path,
+):
+    """Three independent defects of the erasure in one run: rows deleted before the dedup keys
+    (a re-registered user who reuses the id loses a notification), the audit key kept (the
+    trail stays readable), and the user left in the follower pages of a celebrity they followed
+    after it crossed the threshold (no per-edge row names it: their inbox still shows its
+    posts); no count below can come from another of them."""
+    defects = ["erasure_rows_first", "erasure_keeps_audit_key", "erasure_skips_celebrity_pages"]
+    path = _variant(tmp_path, "gdpr-erasure", defects)
     code, summary, _ = _run(path, tmp_path / "o")
     result = _failed(code, summary, "erasure")
     assert result["reused_id_lost"] > 0
     assert result["records_still_readable"] > 0
+    assert result["inbox_items_after_erasure"] > 0

@@ -79,6 +79,11 @@ class PopulationSpec:
     # sends them no push). Below 1 it is what makes a million-follower celebrity loadable:
     # the seed sizes a celebrity burst by the ~20% of followers who have push enabled.
     push_enabled_fraction: float = 1.0
+    # Followers per follow call when loading (0: as many as the system's driver takes in one).
+    # Small, a celebrity's list is loaded in several calls and it crosses a system's celebrity
+    # threshold part way: the later follows are made to an author already above it, as most of
+    # a real celebrity's are.
+    followers_per_call: int = 0
 
     def problem(self) -> str | None:
         """What makes this spec unusable, said plainly; None when it is fine."""

@@ -13,6 +13,7 @@ acknowledged it, so that the oracle knows what should hold from when.
 * ``post-probes``: one event per chosen author, remembered for ``reregister-users``;
 * ``erase-users``: erase some followers of the probe authors (retrying while the system cannot
   finish, e.g. with its dedup store cut), then read their inbox and unread count;
+  ``latest_followers`` (a fraction) picks them among each author's last followers as loaded;
 * ``reregister-users``: register the erased users again (same id, same devices), follow the
   probe authors again, and post the probes again with the same id and content.
 
@@ -288,6 +289,18 @@ def _retrying(ctx: ActionContext, attempt: Callable[[], bool], for_s: float) -> 
             return False
 
 
+def latest_followers(authors: list[Author], fraction: float) -> set[tuple[str, str]]:
+    """(tenant, user) of the last ``fraction`` (at least one) of each author's followers as the
+    loader adds them: with the population's ``followers_per_call`` small, their follow reached
+    an author already past any celebrity threshold below its count (a path the first follows
+    never take)."""
+    return {
+        (a.tenant_id, f)
+        for a in authors
+        for f in a.followers[len(a.followers) - max(1, int(len(a.followers) * fraction)) :]
+    }
+
+
 def erase_users(ctx: ActionContext, params: dict[str, Any]) -> str:
     if not ctx.probes:
         raise ActionError("erase-users needs post-probes earlier in the method")
@@ -302,6 +315,10 @@ def erase_users(ctx: ActionContext, params: dict[str, Any]) -> str:
         and u.quiet_state in ("none", "outside")
         and _live_devices(ctx.population, u)
     ]
+    latest = float(params.get("latest_followers", 0.0))
+    if latest:
+        late = latest_followers(authors, latest)
+        eligible = [u for u in eligible if (u.tenant_id, u.user_id) in late] or eligible
     erased = 0
     with ctx.client() as http:
         for user in _pick(ctx, "erase", eligible, count):
