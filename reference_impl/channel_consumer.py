@@ -139,7 +139,10 @@ class EmailConsumer(ChannelConsumer):
     provider: SesClient
 
     def target(self, job: dict[str, Any], prefs: dict[str, Any] | None) -> Target | None:
-        if not email_consent_granted(prefs):
+        granted = email_consent_granted(prefs)
+        if "consent_ignores_revoked_at" in self.defects and prefs:  # the defect: granted once
+            granted = bool((prefs.get("email_consent") or {}).get("granted_at"))
+        if not granted:
             self.audit("denied_consent", job)
             return None
         if self.switched_off(job, prefs):

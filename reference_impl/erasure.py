@@ -116,7 +116,9 @@ def erase_user(config: Config, ddb: Any, redis: Any, tenant: str, user: str) -> 
     # The authors the user follows: the per-edge rows kept below the threshold, and the
     # tenant's celebrities whose follower pages hold the user (read before the cache goes).
     following = list(_query_all(ddb, config.table("following"), pk))
-    authors = {f["sk"]["S"] for f in following} | set(inbox.followed_celebrities(tenant, user))
+    authors = {f["sk"]["S"] for f in following}
+    if "erasure_skips_celebrity_pages" not in config.defects:  # the defect: per-edge rows only
+        authors |= set(inbox.followed_celebrities(tenant, user))
 
     counts: dict[str, int] = {"devices": len(device_ids)}  # they go with the record
 

@@ -646,7 +646,9 @@ class JobConsumer:
             self.audit("dead_token", job, **fields, reason="deactivated")
         elif isinstance(answer, SendResult):
             if answer.outcome == "retry":
-                self.audit("retry", job, **fields, status=answer.status)
+                # The defect: the outcome written before the answer was read (a 429 'sent').
+                outcome = "sent" if "audit_sent_before_answer" in self.defects else "retry"
+                self.audit(outcome, job, **fields, status=answer.status)
                 return
             if delivery.on_definite is not None:
                 delivery.on_definite(answer)

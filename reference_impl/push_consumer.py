@@ -429,11 +429,18 @@ class PushConsumer(JobConsumer):
         """Consent, the push switch and quiet hours; a digest job that came early waits."""
         job = state.job
         prefs = self.preferences(job["tenant_id"], job["recipient_user_id"])
-        if not push_consent_granted(prefs):
+        granted = push_consent_granted(prefs)
+        if "consent_ignores_revoked_at" in self.defects and prefs:  # the defect: granted once
+            granted = bool((prefs.get("push_consent") or {}).get("granted_at"))
+        if not granted:
             self.audit("denied_consent", job)
             state.finish()
             return
-        if prefs and prefs.get("channels", {}).get("push") is False:
+        if (
+            prefs
+            and prefs.get("channels", {}).get("push") is False
+            and "push_switch_ignored" not in self.defects  # the defect: the opt-out unread
+        ):
             self.audit("opted_out", job)
             state.finish()
             return

@@ -23,7 +23,7 @@ from helpers import TenantClient, apns_token, audit_lines, fcm_token
 from ulid import ULID
 
 from emulators.ports import free_port
-from harness.checkers import audit_complete
+from harness.checkers import audit_complete, audit_outcomes
 from harness.checkers.audit_personal import readable_personal_ids
 from harness.load.loader import load_population, post_event
 from harness.model.history import History
@@ -896,3 +896,43 @@ def test_erasure_leaves_the_users_audit_records_intact_but_unreadable(stack):
     # Retried, the erasure ends in the same state.
     again = t.api.delete(f"/v1/tenants/{t.tenant}/users/gone")
     assert again.status_code == 200 and again.json()["removed"]["audit_keys"] == 0
+
+
+def _outcome(history: History, outcome: str, token: str, **detail: object) -> None:
+    fields = {"token_sha256": audit_complete.token_sha256(token), **detail}
+    history.append(
+        "audit", tenant_id=T, notification_id="n1", reason=outcome, detail=json.dumps(fields)
+    )
+
+
+def test_sent_records_may_not_outnumber_what_the_provider_or_sns_accepted():
+    history = History()
+    # Straight to APNs: a 429, then a 200 on the retry.
+    history.extend_provider(
+        [
+            {"received_at": 1.0, "tenant_id": T, "notification_id": "n1", "token": "direct",
+             "provider": "apns", "project": None, "status": status, "reason": None}
+            for status in (429, 200)
+        ]
+    )  # fmt: skip
+    # Through SNS: the publish accepted, the token then dead at APNs (SNS's own request).
+    history.append("sns_publish", time=1.0, tenant_id=T, notification_id="n1", token="via-sns",
+                   provider="sns", reason=None)  # fmt: skip
+    history.extend_provider(
+        [{"received_at": 1.1, "tenant_id": T, "notification_id": "n1", "token": "via-sns",
+          "provider": "apns", "project": None, "status": 410, "reason": "Unregistered"}]
+    )  # fmt: skip
+    _outcome(history, "retry", "direct")
+    _outcome(history, "sent", "direct")
+    _outcome(history, "sent", "direct")  # the same record stored twice counts once
+    _outcome(history, "sent", "via-sns", channel="push")
+    _outcome(history, "sent", "mail", channel="email")  # another channel's: not judged here
+    verdict = audit_outcomes.check(history.frame())
+    assert verdict.valid, verdict.details
+    assert verdict.counts["devices_judged"] == 2
+    # The 429 written down as 'sent' before its answer was read.
+    _outcome(history, "sent", "direct", status=429)
+    verdict = audit_outcomes.check(history.frame())
+    assert not verdict.valid
+    assert verdict.counts["sent_beyond_acceptance"] == 1 and verdict.counts["devices_over"] == 1
+    assert verdict.details["examples"][0]["accepted"] == 1

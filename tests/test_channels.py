@@ -34,6 +34,7 @@ from harness.model.population import (
     Population,
     PopulationSpec,
     User,
+    consent_stands,
     generate,
     preferences_body,
 )
@@ -51,6 +52,7 @@ from reference_impl.ids import valid_phone
 KEYS = {"region_name": "us-east-1", "aws_access_key_id": "x", "aws_secret_access_key": "y"}
 KEYS_CONFIG = {"aws_access_key_id": "x", "aws_secret_access_key": "y"}
 CONSENT = {"granted_at": "2026-01-01T00:00:00+00:00", "version": "1"}
+REVOKED = {**CONSENT, "revoked_at": "2026-06-01T00:00:00+00:00"}
 NID = "01JD5V3KX9B9Q0ZC4S6Y2M8N7P"
 
 
@@ -242,6 +244,9 @@ def test_channel_attributes_leave_the_push_population_as_it_was() -> None:
     assert all(u.email is None for u in none.users)
     assert all(u.email and u.email.endswith("@mail.example.com") for u in every.users)
     assert any(u.online for u in every.users) and not all(u.online for u in every.users)
+    # Of those without email consent, some never gave it, some withdrew it (record kept).
+    without = [u.email_consent for u in every.users if not consent_stands(u.email_consent)]
+    assert None in without and any(c and c["revoked_at"] for c in without)
 
 
 def _channel_population() -> Population:
@@ -252,9 +257,11 @@ def _channel_population() -> Population:
         User(t, "no-consent", "UTC", None, CONSENT, "none", None, "nc@x.example", None, True),
         User(t, "offline", "UTC", None, CONSENT, "none", None, "off@x.example", CONSENT, False),
         User(t, "no-email", "UTC", None, CONSENT, "none", None, None, None, True),
+        # Withdrawn, the record kept: no email either.
+        User(t, "revoked", "UTC", None, CONSENT, "none", None, "rv@x.example", REVOKED, False),
     ]
     devices = [Device(t, "both", "apns", apns_token(1, "p"), False)]
-    followers = ("both", "no-consent", "offline", "no-email")
+    followers = ("both", "no-consent", "offline", "no-email", "revoked")
     return Population(0, 0.0, PopulationSpec(), users, devices, [Author(t, "a", False, followers)])
 
 

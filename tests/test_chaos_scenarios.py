@@ -53,20 +53,26 @@ def _variant(tmp_path: Path, name: str, defects: list[str] | None = None, **conf
     return path
 
 
-@pytest.mark.parametrize("scenario", ["smoke", "apns-429-storm", "game-day"])
-def test_the_direct_transport_passes_too(scenario, tmp_path):
-    """The stack's reference publishes through SNS; its other transport, straight to APNs and
-    FCM, must keep every promise as well (issue 15: at least these three)."""
+@pytest.mark.parametrize(
+    ("scenario", "transport"),
+    [("smoke", "direct"), ("apns-429-storm", "sns"), ("game-day", "direct")],
+)
+def test_the_other_transport_passes_too(scenario, transport, tmp_path):
+    """Each scenario on the transport it does not ship with: smoke and game-day publish through
+    SNS (the stack's default) and must also pass straight to APNs and FCM (issue 15);
+    apns-429-storm ships direct (the publisher meets the 429s itself) and must also pass
+    through SNS, which retries the provider on its own."""
     result = run_cli(
         "run", scenario, "--seed", "7", "--out", str(tmp_path), "--no-report",
-        "--push-transport", "direct", timeout=400,
+        "--push-transport", transport, timeout=400,
     )  # fmt: skip
     [run] = [p for p in tmp_path.iterdir() if p.is_dir()]
     summary = json.loads((run / "summary.json").read_text())
     assert result.returncode == 0, result.stdout + result.stderr
     assert summary["verdict"] == "pass"
     assert summary["checkers"]["effectively_once"]["delivered"] > 0
-    assert json.loads((run / "stack" / "reference.json").read_text())["push_transport"] == "direct"
+    reference = json.loads((run / "stack" / "reference.json").read_text())
+    assert reference["push_transport"] == transport
 
 
 @pytest.mark.parametrize("scenario", CHAOS)
@@ -115,29 +121,24 @@ def test_fallback_without_recheck_and_fallback_marks_without_a_ttl_are_both_caug
     assert ttl["inbox_missing_attribute"] == ttl["inbox_early"] == ttl["inbox_late"] == 0
 
 
-def _direct(path: Path) -> Path:
-    """The variant on the direct transport: the publisher itself meets the provider's answers
-    (through SNS it never sees a 5xx or a 429 of APNs: SNS retries the provider itself)."""
-    data = yaml.safe_load(path.read_text())
-    data["configuration"].setdefault("reference", {})["push_transport"] = "direct"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 def test_ignoring_retry_after_is_caught_by_backpressure(tmp_path):
-    path = _direct(_variant(tmp_path, "apns-429-storm", ["ignore_retry_after"]))
+    # The shipped scenario sends straight to APNs and FCM: through SNS the publisher would never
+    # meet a 429, and a consumer that ignored (or misread) Retry-After would pass.
+    path = _variant(tmp_path, "apns-429-storm", ["ignore_retry_after"])
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     assert _failed(summary, "backpressure")["requests_inside_retry_after"] > 0
 
 
-def test_no_collapse_id_shows_accepted_then_5xx_twice(tmp_path):
+def test_no_collapse_id_and_sent_records_written_before_the_answer_are_both_caught(tmp_path):
     # Not in one run with the defect above: ignoring Retry-After ends the load before the
-    # accepted-then-5xx window opens, and nothing is resent.
-    path = _direct(_variant(tmp_path, "apns-429-storm", ["no_collapse_id"]))
+    # accepted-then-5xx window opens, and nothing is resent. The second defect only writes the
+    # trail ('sent' for an attempt answered 429 or 5xx), which no count of the first reads.
+    path = _variant(tmp_path, "apns-429-storm", ["no_collapse_id", "audit_sent_before_answer"])
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     assert _failed(summary, "effectively_once")["visible_duplicates"] > 0
+    assert _failed(summary, "audit_outcomes")["sent_beyond_acceptance"] > 0
 
 
 def test_skipping_dedup_is_caught_under_sqs_redelivery(tmp_path):
@@ -348,10 +349,15 @@ def test_a_mention_reaches_push_email_in_app_and_sms_each_checked_against_the_or
     assert channels["sms_to_opted_out"] == channels["sms_without_consent"] == 0
 
 
-def test_texting_opted_out_numbers_is_caught_by_channel_delivery(tmp_path):
-    path = _variant(tmp_path, "mention-channels", ["sms_ignores_opt_out"])
+def test_texting_opted_out_numbers_and_mailing_revoked_consents_are_caught(tmp_path):
+    """Two independent defects in one run: SMS to numbers on the opt-out list, and an email
+    consent kept with ``revoked_at`` read as granted (the population has both kinds of users
+    without email consent: no record, and a record withdrawn)."""
+    defects = ["sms_ignores_opt_out", "consent_ignores_revoked_at"]
+    path = _variant(tmp_path, "mention-channels", defects)
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     result = _failed(summary, "channel_delivery")
     # SNS texted none of them (its ledger says OPTED_OUT): only the publishes give it away.
     assert result["sms_to_opted_out"] > 0 and result["sms_unexpected"] == 0
+    assert result["email_unexpected"] > 0

@@ -138,3 +138,24 @@ def test_each_author_follower_list_loads_as_one_ordered_chain():
         assert sent == list(author.followers)
         assert all(len(c.body["followers"]) <= driver.followers_per_call for c in chain)
     assert max(len(chain) for chain in chains) == 3  # 25,000 followers: 10,000 a call
+
+
+def test_a_celebrity_loaded_a_few_followers_a_call_and_its_latest_followers():
+    # gdpr-erasure loads 10 a call, so a system's celebrity threshold is crossed part way and
+    # the users it erases (the last followers loaded) followed an author already above it.
+    from harness.contract.driver import FanoutApiDriver
+    from harness.load.loader import _follower_calls
+    from harness.run.actions import latest_followers
+
+    spec = PopulationSpec(tenants=1, users_per_tenant=120, celebrity_followers=60,
+                          followers_per_call=10)  # fmt: skip
+    population = generate(2, START, spec)
+    celebrity = next(a for a in population.authors if a.celebrity)
+    [chain] = [c for a, c in zip(population.authors, _follower_calls(population,
+               FanoutApiDriver()), strict=True) if a is celebrity]  # fmt: skip
+    assert [len(c.body["followers"]) for c in chain] == [10] * 6
+    assert [f for c in chain for f in c.body["followers"]] == list(celebrity.followers)
+    late = latest_followers([celebrity], 0.1)
+    assert late == {("tenant-0", f) for f in celebrity.followers[-6:]}
+    assert spec.problem() is None
+    assert PopulationSpec(followers_per_call=-1).problem() is not None

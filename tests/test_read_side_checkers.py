@@ -172,6 +172,38 @@ def test_unread_after_read_all_counts_only_newer_less_items_read():
     assert verdict.counts["overcount"] == 2 and verdict.counts["undercount"] == 1
 
 
+def _flagged_page(history, tenant, user, walk, ids, read, at):
+    detail = {"walk": walk, "page": 0, "limit": 20, "cursor": None, "next_cursor": None,
+              "ids": ids, "authors": [None] * len(ids), "read": read}  # fmt: skip
+    history.append("read", time=at, end=at + 0.01, tenant_id=tenant, user_id=user, status=200,
+                   reason="page", detail=json.dumps(detail))  # fmt: skip
+
+
+def test_page_read_flags_follow_the_read_all_and_the_items_read():
+    population, history, posts, reader = _scene()  # 8 posts between T0 and T0+4
+    _op(history, "read_all", "tenant-0", reader, T0 + 2.2)  # the 5 older ones are read
+    ids = sorted((p[0] for p in posts), reverse=True)
+    newer = [i for i in ids if ULID.from_str(i).timestamp > T0 + 2.3]
+    _op(history, "mark_read", "tenant-0", reader, T0 + 30, newer[0])
+    right = [i not in newer or i == newer[0] for i in ids]
+    _flagged_page(history, "tenant-0", reader, "right", ids, right, T0 + 60)
+    verdict = unread.check(evidence_from(population, history.frame()))
+    assert verdict.valid, verdict.details
+    assert verdict.counts["page_items_judged"] == 8
+    # A page that forgets the read-all and the item read (all unread), and one that shows
+    # everything read (the newer posts nothing covered included).
+    _flagged_page(history, "tenant-0", reader, "unread", ids, [False] * 8, T0 + 61)
+    _flagged_page(history, "tenant-0", reader, "read", ids, [True] * 8, T0 + 62)
+    verdict = unread.check(evidence_from(population, history.frame()))
+    assert not verdict.valid
+    assert verdict.counts["read_shown_unread"] == (8 - len(newer)) + 1
+    assert verdict.counts["unread_shown_read"] == len(newer) - 1
+    # A read-all still in flight when the page was answered may or may not cover the rest.
+    _op(history, "read_all", "tenant-0", reader, T0 + 62.005)
+    verdict = unread.check(evidence_from(population, history.frame()))
+    assert verdict.counts["unread_shown_read"] == 0
+
+
 def _fcm(history, tenant, token, project, at=T0):
     history.extend_provider([{"received_at": at, "tenant_id": tenant, "notification_id": "n",
                               "token": token, "provider": "fcm", "project": project,

@@ -62,15 +62,19 @@ def test_one_authors_posts_over_several_shards_show_out_of_order(tmp_path):
     assert _failed(code, summary, "author_order")["later_seen_earlier_missing"] > 0
 
 
-def test_unread_that_forgets_item_reads_and_fcm_projects_per_notification_are_both_caught(
+def test_unread_and_read_flags_that_forget_reads_and_fcm_projects_per_notification_are_caught(
     tmp_path,
 ):
-    """Two independent defects in one run (a run each would cost a minute of the suite): the
-    unread count is served by the API, the FCM project chosen by the consumer, and neither
-    count below can come from the other defect."""
-    path = _variant(tmp_path, "read-side", ["unread_ignores_item_reads", "fcm_project_random"])
+    """Three independent defects in one run (a run each would cost a minute of the suite): the
+    unread count and the pages' read flags are served by the API (the count forgets the items
+    read one by one, the flags forget the read-all: each touches only its own answer), the FCM
+    project is chosen by the consumer, and no count below can come from another defect."""
+    defects = ["unread_ignores_item_reads", "fcm_project_random", "read_flags_ignore_watermark"]
+    path = _variant(tmp_path, "read-side", defects)
     code, summary, _ = _run(path, tmp_path / "o")
-    assert _failed(code, summary, "unread")["overcount"] > 0
+    result = _failed(code, summary, "unread")
+    assert result["overcount"] > 0
+    assert result["read_shown_unread"] > 0
     result = _failed(code, summary, "fcm_stickiness")
     assert result["users_on_several_projects"] > 0 and result["wrong_project"] > 0
 
@@ -82,28 +86,48 @@ def test_a_change_written_to_the_table_that_leaves_the_cache_is_caught(tmp_path)
     assert _failed(code, summary, "preference_changes")["violations"] > 0
 
 
-def test_unknown_zones_unreadable_windows_and_a_collapse_id_per_author_are_all_caught(tmp_path):
-    """Three independent defects in one preference-changes run (a run each would cost the
+def test_unknown_zones_unreadable_windows_revoked_consents_push_off_and_collapse_ids_are_caught(
+    tmp_path,
+):
+    """Five independent defects in one preference-changes run (a run each would cost the
     suite two minutes), each asserted by a count no other of them can make: the run writes
     "Mars/Olympus_Mons" to some users' records and a 25:00 window to others' (the API refuses
     both), and every push to them after the bound must be held, which the first two defects
-    send anyway (the zone read as UTC, the window as none); the celebrity posts three times,
-    and a collapse id per author makes each push replace the last on every follower's device."""
-    defects = ["unknown_zone_sent", "unreadable_quiet_hours_sent", "collapse_id_per_author"]
+    send anyway (the zone read as UTC, the window as none); it revokes some consents keeping
+    the record (``revoked_at``) and turns push off for others, which the next two defects
+    ignore; the celebrity posts three times, and a collapse id per author makes each push
+    replace the last on every follower's device."""
+    defects = [
+        "unknown_zone_sent",
+        "unreadable_quiet_hours_sent",
+        "collapse_id_per_author",
+        "consent_ignores_revoked_at",
+        "push_switch_ignored",
+    ]
     path = _variant(tmp_path, "preference-changes", defects)
     code, summary, _ = _run(path, tmp_path / "o")
     changes = _failed(code, summary, "preference_changes")
     assert changes["to_an_unknown_zone"] > 0
     assert changes["despite_unreadable_quiet_hours"] > 0
+    # A consent kept with revoked_at (the other withdrawal, a record with none stays denied)
+    # and push switched off with consent kept: sent anyway.
+    assert changes["after_withdrawal"] > 0
+    assert changes["after_push_switched_off"] > 0
     assert _failed(code, summary, "effectively_once")["hidden_by_collapse"] > 0
 
 
-def test_erasures_that_delete_rows_first_or_keep_the_audit_key_are_both_caught(tmp_path):
-    """Two independent defects of the erasure in one run: rows deleted before the dedup keys
-    (a re-registered user who reuses the id loses a notification) and the audit key kept (the
-    trail stays readable); neither count can come from the other defect."""
-    path = _variant(tmp_path, "gdpr-erasure", ["erasure_rows_first", "erasure_keeps_audit_key"])
+def test_erasures_that_delete_rows_first_keep_the_audit_key_or_skip_pages_are_all_caught(
+    tmp_path,
+):
+    """Three independent defects of the erasure in one run: rows deleted before the dedup keys
+    (a re-registered user who reuses the id loses a notification), the audit key kept (the
+    trail stays readable), and the user left in the follower pages of a celebrity they followed
+    after it crossed the threshold (no per-edge row names it: their inbox still shows its
+    posts); no count below can come from another of them."""
+    defects = ["erasure_rows_first", "erasure_keeps_audit_key", "erasure_skips_celebrity_pages"]
+    path = _variant(tmp_path, "gdpr-erasure", defects)
     code, summary, _ = _run(path, tmp_path / "o")
     result = _failed(code, summary, "erasure")
     assert result["reused_id_lost"] > 0
     assert result["records_still_readable"] > 0
+    assert result["inbox_items_after_erasure"] > 0

@@ -125,6 +125,34 @@ def test_a_withdrawal_allows_no_delivery_after_the_bound_and_makes_the_oracle_un
     assert not verdict.valid and verdict.counts["after_withdrawal"] == 1
 
 
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [("revoke_consent", "after_withdrawal"), ("switch_off_push", "after_push_switched_off")],
+)
+def test_a_revoked_record_or_push_switched_off_allows_no_delivery_after_the_bound(kind, reason):
+    # Two ways to say "no more pushes" that keep a consent record: its revoked_at set (the
+    # proof it was once given stays), or the app's push switch off with consent untouched.
+    population, author, user, device = _scene()
+    body = preference_change(kind, user, T0 + 10, T0 + 3600)
+    assert body is not None and body["push_consent"]
+    if kind == "revoke_consent":
+        assert body["push_consent"]["revoked_at"] > body["push_consent"]["granted_at"]
+    else:
+        assert body["channels"]["push"] is False
+    history = History()
+    _change(history, user, T0 + 10, T0 + 10.1, change="preferences", what=kind,
+            preferences=body)  # fmt: skip
+    _inject(history, author, "before", T0 + 5)
+    _inject(history, author, "after", T0 + 30)
+    evidence = evidence_from(population, history.frame(), bound_s=5)
+    assert not (evidence.expectation.deliveries["user_id"] == user.user_id).any()
+    _deliver(history, device, "before", T0 + 12)  # within the bound: allowed
+    assert preference_changes.check(evidence_from(population, history.frame(), bound_s=5)).valid
+    _deliver(history, device, "after", T0 + 31)
+    verdict = preference_changes.check(evidence_from(population, history.frame(), bound_s=5))
+    assert not verdict.valid and verdict.counts[reason] == 1
+
+
 def test_a_granted_consent_makes_later_notifications_due():
     population = generate(5, START, SPEC)
     author = next(a for a in population.authors if a.celebrity)

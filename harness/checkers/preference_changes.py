@@ -9,7 +9,8 @@ stream can tell the system). The oracle knows when each change was sent and ackn
 states a correct system may act on at that instant: the new state from when the change was
 sent, the old one until ``bound_s`` (the scenario's ``preference_bound_s``) after it was
 acknowledged. A delivery no such state allows is a violation, by reason (``after_withdrawal``,
-``inside_quiet_hours``). A notification a granted consent makes due is required as any other:
+whether the consent was removed or kept with a ``revoked_at``; ``after_push_switched_off``, the
+user turned push off with consent kept; ``inside_quiet_hours``). A notification a granted consent makes due is required as any other:
 ``missed`` counts those never delivered.
 """
 
@@ -29,6 +30,7 @@ from harness.checkers.windows import delivery_rows
 EXAMPLES = 5
 REASONS = {
     "no_consent": "after_withdrawal",
+    "push_switched_off": "after_push_switched_off",
     "quiet_hours_pending": "inside_quiet_hours",
     "quiet_hours": "inside_quiet_hours",
     "unknown_zone": "to_an_unknown_zone",

@@ -63,10 +63,13 @@ def _bulk_calls(population: Population, driver: Driver) -> list[Call]:
 
 
 def _follower_calls(population: Population, driver: Driver) -> list[list[Call]]:
-    """Each author's follower list in calls of the driver's size, as one chain per author: a
+    """Each author's follower list in calls of the driver's size (or the population's
+    ``followers_per_call``, when smaller), as one chain per author: a
     system may serialise changes to one author's list (the reference does), so the calls of
     one author go one after another and the authors go in parallel."""
     size = getattr(driver, "followers_per_call", 10_000)
+    if population.spec.followers_per_call:
+        size = min(size, int(population.spec.followers_per_call))
     chains = []
     for author in population.authors:
         followers = list(author.followers)

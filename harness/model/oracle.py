@@ -8,7 +8,13 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from harness.model.population import Population, User, connection_id, sms_consented
+from harness.model.population import (
+    Population,
+    User,
+    connection_id,
+    consent_stands,
+    sms_consented,
+)
 from harness.model.timeline import Timeline
 
 EXPECTED_COLUMNS = ["tenant_id", "notification_id", "token", "user_id", "quiet_until"]
@@ -180,7 +186,7 @@ def expected_channel_deliveries(
         author = population.author(event.tenant_id, event.author_id)
         for follower in author.followers:
             user = population.user(event.tenant_id, follower)
-            if "email" in channels and user.email and user.email_consent is not None:
+            if "email" in channels and user.email and consent_stands(user.email_consent):
                 rows.append((event.tenant_id, event.notification_id, user.email, "email"))
             if "in_app" in channels and user.online:
                 token = connection_id(event.tenant_id, follower)

@@ -10,7 +10,7 @@ notifications must be deferred and then delivered), users outside their window, 
 window. Windows are written in the user's local wall-clock time of their IANA zone.
 
 The other channels (seed 000: email, in-app): a user may have an email address and an email
-consent, and may be online (an open WebSocket connection for in-app delivery). They are drawn
+consent (or one withdrawn, kept with ``revoked_at``), and may be online (an open WebSocket connection for in-app delivery). They are drawn
 from a generator of their own, so a seed yields the same push population as before they
 existed, and a population file written before them still loads (no address, offline).
 """
@@ -21,6 +21,7 @@ import base64
 import json
 import random
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -78,6 +79,11 @@ class PopulationSpec:
     # sends them no push). Below 1 it is what makes a million-follower celebrity loadable:
     # the seed sizes a celebrity burst by the ~20% of followers who have push enabled.
     push_enabled_fraction: float = 1.0
+    # Followers per follow call when loading (0: as many as the system's driver takes in one).
+    # Small, a celebrity's list is loaded in several calls and it crosses a system's celebrity
+    # threshold part way: the later follows are made to an author already above it, as most of
+    # a real celebrity's are.
+    followers_per_call: int = 0
 
     def problem(self) -> str | None:
         """What makes this spec unusable, said plainly; None when it is fine."""
@@ -268,10 +274,16 @@ def _sms_fields(
     return phone_number(index), consent, opted_out
 
 
+def consent_stands(record: Any) -> bool:
+    """A consent record (``{granted_at, version[, revoked_at]}``) stands: a record, not
+    withdrawn. The harness writes a withdrawal as ``revoked_at`` after ``granted_at`` (or as no
+    record at all) and never grants again after one, so a ``revoked_at`` means withdrawn."""
+    return isinstance(record, Mapping) and not record.get("revoked_at")
+
+
 def sms_consented(user: User) -> bool:
-    """The user's SMS consent stands: a record, not withdrawn (the population writes a
-    withdrawal as ``revoked_at``, after ``granted_at``; it never grants again)."""
-    return user.sms_consent is not None and not user.sms_consent.get("revoked_at")
+    """The user's SMS consent stands (:func:`consent_stands`)."""
+    return consent_stands(user.sms_consent)
 
 
 def connection_id(tenant_id: str, user_id: str) -> str:
@@ -388,11 +400,19 @@ def generate(
                 if channel_rng.random() < spec.email_fraction
                 else None
             )
-            email_consent = (
-                None
-                if channel_rng.random() < spec.no_email_consent_fraction
-                else {"granted_at": "2026-01-01T00:00:00+00:00", "version": "2026-01"}
-            )
+            email_consent: dict[str, Any] | None = {
+                "granted_at": "2026-01-01T00:00:00+00:00",
+                "version": "2026-01",
+            }
+            if channel_rng.random() < spec.no_email_consent_fraction:
+                # As for SMS, half of those without it withdrew it (the record kept, revoked):
+                # both must deny. A draw of its own, so the channel stream stays aligned.
+                withdrew = random.Random(f"email-withdrawn:{seed}:{tenant}:{user_id}").random()
+                email_consent = (
+                    {**email_consent, "revoked_at": "2026-06-01T00:00:00+00:00"}
+                    if withdrew < 0.5
+                    else None
+                )
             online = channel_rng.random() < spec.online_fraction
             population.users.append(
                 User(

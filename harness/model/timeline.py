@@ -29,7 +29,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from harness.model import local_time
-from harness.model.population import Device, Population, QuietState, User
+from harness.model.population import Device, Population, QuietState, User, consent_stands
 
 DEFAULT_BOUND_S = 5.0
 # A deferral that ends later than this after the population's start is not released in a run.
@@ -55,6 +55,8 @@ class State:
     erased: bool = False
     # Authors (tenant, id) followed; None: as the population says.
     follows: frozenset[UserKey] | None = None
+    # The user turned push off (``channels.push`` false): an opt-out holds whatever the consent.
+    push_off: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,8 @@ class Timeline:
             return ("suppress", "no_device")
         if not state.consent:
             return ("suppress", "no_consent")
+        if state.push_off:
+            return ("suppress", "push_switched_off")
         if not local_time.known_zone(state.zone):
             # Fails closed whatever the window (none at all included): deferred until the zone
             # is known again, which no run sees.
@@ -173,9 +177,13 @@ def _next_state(previous: State, change: Change, original: User) -> State:
         return replace(fresh, since=change.sent, follows=frozenset(change.follows))
     prefs = change.preferences or {}
     consent = prefs.get("push_consent", "absent")
+    channels = prefs.get("channels")
+    push = channels.get("push") if isinstance(channels, dict) else None
     return replace(
         base,
-        consent=previous.consent if consent == "absent" else consent is not None,
+        # A withdrawal is no record at all or one with ``revoked_at``: both deny.
+        consent=previous.consent if consent == "absent" else consent_stands(consent),
+        push_off=previous.push_off if push is None else push is False,
         zone=str(prefs.get("zone", previous.zone)),
         quiet_hours=prefs.get("quiet_hours", previous.quiet_hours),
         # A changed window is evaluated, no longer planned.

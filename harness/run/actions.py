@@ -3,7 +3,8 @@ mid-run, each recorded in the history with the instant it was sent and the insta
 acknowledged it, so that the oracle knows what should hold from when.
 
 * ``redrive-dlq``: the runbook's DLQ redrive (every channel queue and the page queue);
-* ``change-preferences``: some users withdraw or grant push consent, move their quiet hours
+* ``change-preferences``: some users withdraw push consent (no record, or the record kept with
+  ``revoked_at``), turn push off (``channels.push`` false), grant consent, move their quiet hours
   over the present, or move to a zone where their window covers the present; through the API,
   or written straight to the system's preferences table (``via``: api, table, mixed); and
   some get a zone no tz database knows (``unknown_zone``) or a quiet window no clock can read
@@ -12,6 +13,7 @@ acknowledged it, so that the oracle knows what should hold from when.
 * ``post-probes``: one event per chosen author, remembered for ``reregister-users``;
 * ``erase-users``: erase some followers of the probe authors (retrying while the system cannot
   finish, e.g. with its dedup store cut), then read their inbox and unread count;
+  ``latest_followers`` (a fraction) picks them among each author's last followers as loaded;
 * ``reregister-users``: register the erased users again (same id, same devices), follow the
   probe authors again, and post the probes again with the same id and content;
 * ``inject-malformed-jobs``: put jobs no retry can fix straight onto channel work queues
@@ -34,7 +36,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, available_timezones
 
@@ -50,6 +52,8 @@ from harness.model.timeline import PENDING_AFTER_S
 
 PREFERENCE_CHANGES = (
     "withdraw_consent",
+    "revoke_consent",
+    "switch_off_push",
     "grant_consent",
     "enter_quiet_hours",
     "change_zone",
@@ -158,6 +162,13 @@ def preference_change(kind: str, user: User, now: float, horizon: float) -> dict
     calm = user.quiet_state in ("none", "outside")
     if kind == "withdraw_consent" and user.consent is not None and calm:
         return {**body, "push_consent": None}
+    # The other way to withdraw: the record kept (the proof it was once given), revoked now.
+    if kind == "revoke_consent" and user.consent is not None and calm:
+        revoked = datetime.fromtimestamp(now, UTC).isoformat()
+        return {**body, "push_consent": {**user.consent, "revoked_at": revoked}}
+    # Push turned off in the app's settings, consent untouched: an opt-out holds all the same.
+    if kind == "switch_off_push" and user.consent is not None and calm:
+        return {**body, "channels": {**body.get("channels", {}), "push": False}}
     if kind == "grant_consent" and user.consent is None and calm:
         return {**body, "push_consent": CONSENT}
     if kind == "enter_quiet_hours" and user.consent is not None and calm:
@@ -289,6 +300,18 @@ def _retrying(ctx: ActionContext, attempt: Callable[[], bool], for_s: float) -> 
             return False
 
 
+def latest_followers(authors: list[Author], fraction: float) -> set[tuple[str, str]]:
+    """(tenant, user) of the last ``fraction`` (at least one) of each author's followers as the
+    loader adds them: with the population's ``followers_per_call`` small, their follow reached
+    an author already past any celebrity threshold below its count (a path the first follows
+    never take)."""
+    return {
+        (a.tenant_id, f)
+        for a in authors
+        for f in a.followers[len(a.followers) - max(1, int(len(a.followers) * fraction)) :]
+    }
+
+
 def erase_users(ctx: ActionContext, params: dict[str, Any]) -> str:
     if not ctx.probes:
         raise ActionError("erase-users needs post-probes earlier in the method")
@@ -303,6 +326,10 @@ def erase_users(ctx: ActionContext, params: dict[str, Any]) -> str:
         and u.quiet_state in ("none", "outside")
         and _live_devices(ctx.population, u)
     ]
+    latest = float(params.get("latest_followers", 0.0))
+    if latest:
+        late = latest_followers(authors, latest)
+        eligible = [u for u in eligible if (u.tenant_id, u.user_id) in late] or eligible
     erased = 0
     with ctx.client() as http:
         for user in _pick(ctx, "erase", eligible, count):

@@ -6,7 +6,7 @@ What minifanout does not offer raises :class:`Unsupported`: a bulk user load (th
 makes one call per person and per device) and per-item reads (its feed has only a seen
 watermark). Preferences are translated: ``zone`` -> ``timezone``, ``quiet_hours {start, end}``
 -> ``dnd {from, to}``, ``push_consent {granted_at, version}`` -> ``push.consent {at, version}``,
-``channels.push`` -> ``push.enabled``; email fields are dropped (minifanout has no email
+``channels.push`` -> ``push.enabled`` (a consent with ``revoked_at`` -> none); email fields are dropped (minifanout has no email
 channel).
 """
 
@@ -41,7 +41,8 @@ def settings_from_preferences(preferences: Mapping[str, Any]) -> dict[str, Any]:
             "enabled": bool(channels.get("push", True)),
             "consent": (
                 {"at": str(consent["granted_at"]), "version": str(consent["version"])}
-                if consent
+                # minifanout keeps no revoked consent: a withdrawn record is no consent there.
+                if consent and not consent.get("revoked_at")
                 else None
             ),
         },
