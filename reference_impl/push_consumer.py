@@ -21,6 +21,7 @@ import argparse
 import json
 import logging
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -87,9 +88,17 @@ SENT_MEMORY_SECONDS = 600
 # Receives of a delivery-failure event whose message is not known yet before it is dropped (the
 # feedback queue's visibility timeout apart: reference_impl/sns_push.py).
 FEEDBACK_RECEIVES = 5
+# Notes a failing Redis refused, kept (per process) to write again: a publish SNS accepted while
+# the store was down must still be findable when its delivery-failure event comes, or the dead
+# token's notification is never audited. Bounded; the oldest go first.
+MAX_REFUSED_NOTES = 50_000
 SENT_JOB_FIELDS = (
     "tenant_id", "notification_id", "recipient_user_id", "author_id", "kind", "audit_kid",
 )  # fmt: skip
+
+
+_REFUSED_NOTES: list[Command] = []
+_REFUSED_LOCK = threading.Lock()
 
 
 def sent_key(message_id: str) -> str:
@@ -344,18 +353,31 @@ class PushConsumer(JobConsumer):
     def remember_sent(self) -> None:
         """The round's accepted publishes, remembered under their MessageIds in one pipeline:
         one Redis round trip per round, not one per publish. A failure event that arrives
-        first is looked for again (:data:`FEEDBACK_RECEIVES`); a note Redis refused leaves its
-        send standing, only its failure unheard."""
-        notes, self._sent_notes = self._sent_notes, []
+        first is looked for again (:data:`FEEDBACK_RECEIVES`); a note Redis refused (the store
+        down) is kept in this process and written with the next round, or before the next
+        failure event is looked up."""
+        with _REFUSED_LOCK:
+            notes = [*_REFUSED_NOTES, *self._sent_notes]
+            _REFUSED_NOTES.clear()
+        self._sent_notes = []
         if not notes:
             return
         try:
             replies = pipelined(self.redis, notes)
         except redis_lib.RedisError as exc:
             replies = [exc] * len(notes)
-        for note, reply in zip(notes, replies, strict=True):
-            if isinstance(reply, Exception):
-                self.log.warning("sns message %s not remembered: %s", note.args[0], reply)
+        refused = [
+            note for note, reply in zip(notes, replies, strict=True) if isinstance(reply, Exception)
+        ]
+        if refused:
+            self.log.warning(
+                "%d sns message notes not remembered yet (kept to write again): %s",
+                len(refused),
+                next(r for r in replies if isinstance(r, Exception)),
+            )
+            with _REFUSED_LOCK:
+                _REFUSED_NOTES[:0] = refused
+                del _REFUSED_NOTES[: max(0, len(_REFUSED_NOTES) - MAX_REFUSED_NOTES)]
 
     def handle_feedback(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         """The platform applications' delivery-failure events (an SQS batch of raw SNS
@@ -391,6 +413,8 @@ class PushConsumer(JobConsumer):
             return True
         if body.get("FailureType") != "InvalidPlatformToken":
             return True
+        if _REFUSED_NOTES:
+            self.remember_sent()  # notes a Redis outage held back go in before the lookup
         raw = self.redis.get(sent_key(str(body["MessageId"])))
         if raw is None:
             self.log.info(

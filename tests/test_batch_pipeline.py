@@ -706,3 +706,30 @@ def test_a_token_dead_for_one_poller_is_not_tried_by_another_that_read_it_before
             consumer.fcm.close()
     tried = [r for r in t.ledger() if r["token"] == token]
     assert [r["status"] for r in tried] == ([410] if shared else [410, 410])
+
+
+@pytest.mark.integration
+def test_publish_notes_a_dead_store_refused_are_written_when_it_answers_again(stack, push):
+    """A publish SNS accepted while the store was down must still be findable by its
+    delivery-failure event once the store is back (a game-day run lost a dead token's audit
+    record this way): the refused notes are kept and written with the next round."""
+    from reference_impl import push_consumer as module
+    from reference_impl.push_consumer import SENT_MEMORY_SECONDS, sent_key
+
+    live = push.redis
+    message_id = uuid.uuid4().hex
+    body = json.dumps({"job": {}, "device": {}})
+    note = Command("set", (sent_key(message_id), body), (("ex", SENT_MEMORY_SECONDS),))
+    try:
+        push.redis = _dead_redis()
+        push._sent_notes.append(note)
+        push.remember_sent()
+        assert live.get(sent_key(message_id)) is None
+        assert len(module._REFUSED_NOTES) == 1
+        push.redis = live
+        push.remember_sent()  # the next round, with nothing of its own to note
+        assert live.get(sent_key(message_id)) is not None
+        assert module._REFUSED_NOTES == []
+    finally:
+        push.redis = live
+        module._REFUSED_NOTES.clear()
