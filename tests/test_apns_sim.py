@@ -505,7 +505,7 @@ def test_apns_ids_are_unique_version_4_uuids() -> None:
         (b"{not json", None),
         (b"\xff\xfe\x00", None),
         (b"", None),
-        (b" " * ((1 << 20) + 1), None),
+        (b"  ", None),
     ],
 )
 def test_parse_json_body(body: bytes, expected: object) -> None:

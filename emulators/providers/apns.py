@@ -108,11 +108,11 @@ _decode_json = json.JSONDecoder().decode
 
 
 def parse_json_body(body: bytes) -> Any:
-    """The body as JSON, or None when it is not JSON (or larger than 1 MiB).
+    """The body as JSON, or None when it is not JSON.
 
     A UTF-8 body is decoded as ``str`` first: ``json.loads`` on bytes guesses the encoding
     each time, which cost more than the parsing (3.2 µs against 1.4 for a small push)."""
-    if not body or len(body) > 1 << 20:
+    if not body:
         return None
     try:
         return _decode_json(body.decode())
@@ -199,7 +199,7 @@ class ApnsSimulator:
         token = path[len(PATH_PREFIX) :] if path.startswith(PATH_PREFIX) else ""
         # Parsed up front (best effort) so that every ledger row, errors included, carries the
         # tenant_id / notification_id of the payload when it has them.
-        payload = parse_json_body(request.body)
+        payload = parse_json_body(request.body) if len(request.body) <= 1 << 20 else None
         rejected = self._rejection(request, token, given_id, payload)
         if rejected is not None:
             return self._answer(request, token, apns_id, payload, *rejected)
