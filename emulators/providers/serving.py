@@ -15,13 +15,14 @@ on a connection: starting it answers 400).
 
 Why both (``make bench``, ``benchmarks/bench_simulators.py --candidates``, 2-core machine,
 h2load over h2c, the APNs success path with every request in the ledger; README has the
-figures): our server spends 125-144 µs of CPU per request, nearly all of it in the pure-Python
+figures): our server spends 125-138 µs of CPU per request, nearly all of it in the pure-Python
 ``h2``/``hpack`` state machine and Huffman coding, so one process does 5,000-8,000 req/s on a
 quiet machine and a second adds only what the second core has spare; under granian the same
-simulator code costs 31-34 µs per request (about 12 µs of it our Python), four times less, and
-two workers reach 52,000-58,000 req/s of what two cores can give (measured rates on the shared
-machine: 16,700-32,700). The ``h2`` server stays the default because only it offers every
-fault and both TLS modes; ``granian`` is for a load a real consumer fleet drives.
+simulator code costs 22-26 µs per request (about 6 µs of it our Python, the rest hyper's HTTP/2
+and granian's bridge: a minimal RSGI application costs 14-16), five times less, and two workers
+have a ceiling of 69,000-78,000 req/s on two cores. The ``h2`` server stays the default because
+only it offers every fault and both TLS modes; ``granian`` is for a load a real consumer fleet
+drives.
 
 The processes share one state directory (:mod:`emulators.providers.shared`): the control API
 applies to all of them, and the ledger is one Arrow file per process, merged for readers
