@@ -15,12 +15,12 @@ on a connection: starting it answers 400).
 
 Why both (``make bench``, ``benchmarks/bench_simulators.py --candidates``, 2-core machine,
 h2load over h2c, the APNs success path with every request in the ledger; README has the
-figures): our server spends 125-138 µs of CPU per request, nearly all of it in the pure-Python
-``h2``/``hpack`` state machine and Huffman coding, so one process does 5,000-8,000 req/s on a
-quiet machine and a second adds only what the second core has spare; under granian the same
-simulator code costs 22-26 µs per request (about 6 µs of it our Python, the rest hyper's HTTP/2
+figures): our server spends 110-138 µs of CPU per request, nearly all of it in the pure-Python
+``h2``/``hpack`` state machine and Huffman coding, so one process does 6,500-9,000 req/s on an
+idle machine and two 12,000-14,000; under granian the same
+simulator code costs 20-26 µs per request (about 6 µs of it our Python, the rest hyper's HTTP/2
 and granian's bridge: a minimal RSGI application costs 14-16), five times less, and two workers
-have a ceiling of 69,000-78,000 req/s on two cores. The ``h2`` server stays the default because
+answered 65,000-73,000 req/s on the idle machine. The ``h2`` server stays the default because
 only it offers every fault and both TLS modes; ``granian`` is for a load a real consumer fleet
 drives.
 
