@@ -79,7 +79,7 @@ class PortInUseError(OSError):
         return f"port {self.port} on {self.host} is already in use"
 
 
-@dataclass
+@dataclass(slots=True)  # slots: built and read for every request
 class Request:
     method: str
     path: str
@@ -99,7 +99,7 @@ class Request:
         return json.loads(self.body)
 
 
-@dataclass
+@dataclass(slots=True)
 class Response:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)

@@ -463,3 +463,52 @@ def test_signal_stops_cleanly(tmp_path: Path, sig: int) -> None:
     err = proc.stderr.read()
     proc.stderr.close()
     assert "TLS material in" in err and "Traceback" not in err
+
+
+# -- the hot path's shortcuts keep Apple's answers --------------------------------------------
+@pytest.mark.parametrize("http2", [True, False])
+def test_duplicate_apns_headers_over_h2_and_http11(sim: Sim, http2: bool) -> None:
+    """Repeated apns-* names are refused whether or not the server added a host header (the
+    check is skipped only when no name can repeat)."""
+    with httpx.Client(http1=not http2, http2=http2, base_url=sim.url, timeout=20) as client:
+        for headers in (
+            [("apns-priority", "10"), ("apns-priority", "5")],
+            [("x-a", "1"), ("x-a", "2"), ("apns-topic", "a"), ("apns-topic", "b")],
+        ):
+            r = client.post(f"/3/device/{new_token()}", json={"aps": {}}, headers=headers)
+            assert (r.status_code, r.json()["reason"]) == (400, "DuplicateHeaders")
+        r = client.post(
+            f"/3/device/{new_token()}",
+            json={"aps": {}},
+            headers=[("x-a", "1"), ("x-a", "2"), ("apns-topic", "a")],
+        )
+        assert r.status_code == 200
+
+
+def test_apns_ids_are_unique_version_4_uuids() -> None:
+    from emulators.providers.apns import ApnsIds
+
+    first, second = ApnsIds(), ApnsIds()
+    ids = [first() for _ in range(2000)] + [second() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for value in ids[::97] + ids[-3:]:
+        parsed = uuid.UUID(value)
+        assert (str(parsed), parsed.version, parsed.variant) == (value, 4, uuid.RFC_4122)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"aps":{}}', {"aps": {}}),
+        (b'\xef\xbb\xbf{"aps":{}}', {"aps": {}}),  # a UTF-8 BOM, as json.loads reads it
+        ('{"aps":{"alert":"é"}}'.encode("utf-16"), {"aps": {"alert": "é"}}),
+        (b"{not json", None),
+        (b"\xff\xfe\x00", None),
+        (b"", None),
+        (b"  ", None),
+    ],
+)
+def test_parse_json_body(body: bytes, expected: object) -> None:
+    from emulators.providers.apns import parse_json_body
+
+    assert parse_json_body(body) == expected

@@ -294,3 +294,30 @@ def test_port_in_use_exits_2() -> None:
         )
     assert proc.returncode == 2
     assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr
+
+
+# -- the hot path's shortcuts keep Google's answers -------------------------------------------
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        ({"message": {"token": "t"}, "extra": 1}, 'Unknown name "extra": Cannot find field.'),
+        ({"message": {"token": "t", "bogus": 1}}, "Unknown name \"bogus\" at 'message'"),
+    ],
+)
+def test_unknown_field_named_in_the_error(body: dict, text: str) -> None:
+    from emulators.providers.fcm import _Reject, _validate
+
+    with pytest.raises(_Reject) as caught:
+        _validate(body)
+    assert caught.value.response.status == 400
+    assert text in json.loads(caught.value.response.body)["error"]["message"]
+
+
+def test_sent_answer_is_the_json_google_writes() -> None:
+    from emulators.providers.fcm import _sent
+
+    response = _sent('odd"project\u00e9')
+    assert response.headers == {"content-type": "application/json"}
+    name = json.loads(response.body)["name"]
+    assert name.startswith('projects/odd"project\u00e9/messages/0:')
+    assert response.body == json.dumps({"name": name}, separators=(",", ":")).encode()

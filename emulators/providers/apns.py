@@ -24,7 +24,9 @@ from __future__ import annotations
 import argparse
 import base64
 import functools
+import itertools
 import json
+import os
 import re
 import sys
 import time
@@ -88,9 +90,45 @@ def new_apns_id() -> str:
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
 
+class ApnsIds:
+    """Version-4 UUID strings for the answers to requests without an apns-id: 74 random bits
+    drawn once (per process: ``os.urandom``, so forked workers differ) and a 48-bit counter
+    from a random start. Unique, as Apple's are; 0.1 µs where :func:`new_apns_id` costs 1."""
+
+    def __init__(self) -> None:
+        prefix = new_apns_id()
+        self._prefix = prefix[:-12]
+        self._count = itertools.count(int.from_bytes(os.urandom(5), "big"))
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._count) & 0xFFFFFFFFFFFF:012x}"
+
+
+_decode_json = json.JSONDecoder().decode
+
+
+def parse_json_body(body: bytes) -> Any:
+    """The body as JSON, or None when it is not JSON.
+
+    A UTF-8 body is decoded as ``str`` first: ``json.loads`` on bytes guesses the encoding
+    each time, which cost more than the parsing (3.2 µs against 1.4 for a small push)."""
+    if not body:
+        return None
+    try:
+        return _decode_json(body.decode())
+    except ValueError:
+        pass  # not UTF-8 (json.loads also reads UTF-16/32), a BOM, or not JSON at all
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
 def _custom_key(payload: Any, key: str) -> str | None:
-    if isinstance(payload, dict) and payload.get(key) is not None:
-        return str(payload[key])
+    if isinstance(payload, dict):
+        value = payload.get(key)
+        if value is not None:
+            return value if value.__class__ is str else str(value)
     return None
 
 
@@ -99,6 +137,7 @@ class ApnsSimulator:
 
     def __init__(self, state: ProviderState | None = None) -> None:
         self.state = state if state is not None else ProviderState(PROVIDER)
+        self._new_id = ApnsIds()
 
     async def handle(self, request: Request) -> Response:
         if request.path.startswith("/_sim/"):
@@ -111,107 +150,131 @@ class ApnsSimulator:
             return await finish(response)
         return response
 
+    def _answer(
+        self,
+        request: Request,
+        token: str,
+        apns_id: str,
+        payload: Any,
+        status: int,
+        reason: str | None,
+        extra: dict[str, Any] | None = None,
+        *,
+        delivered: bool | None = None,
+        fault: str | None = None,
+        retry_after: int | None = None,
+        answer_delay: float = 0.0,
+    ) -> Response:
+        """The ledger row of one request, and its answer."""
+        self.state.ledger.append_row(
+            (
+                PROVIDER,
+                request.received_at,
+                time.time() + answer_delay,
+                _custom_key(payload, "tenant_id"),
+                _custom_key(payload, "notification_id"),
+                token,
+                None,  # project
+                status,
+                reason,
+                apns_id,
+                status == 200 if delivered is None else delivered,
+                fault,
+                retry_after,
+                request.headers.get("apns-collapse-id"),
+            )
+        )
+        if reason is None:
+            return Response(status, {"apns-id": apns_id}, b"")
+        hdrs = {"apns-id": apns_id}
+        if retry_after is not None:
+            hdrs["retry-after"] = str(retry_after)
+        return json_response(status, {"reason": reason, **(extra or {})}, hdrs)
+
     def push(self, request: Request) -> Response:
         headers = request.headers
         given_id = headers.get("apns-id")
-        apns_id = given_id if given_id and _UUID_RE.match(given_id) else new_apns_id()
+        apns_id = given_id if given_id and _UUID_RE.match(given_id) else self._new_id()
         path = request.path
         token = path[len(PATH_PREFIX) :] if path.startswith(PATH_PREFIX) else ""
         # Parsed up front (best effort) so that every ledger row, errors included, carries the
         # tenant_id / notification_id of the payload when it has them.
-        payload: Any = None
-        if request.body and len(request.body) <= 1 << 20:
-            try:
-                payload = json.loads(request.body)
-            except ValueError:
-                payload = None
-
-        def answer(
-            status: int,
-            reason: str | None,
-            extra: dict[str, Any] | None = None,
-            *,
-            delivered: bool | None = None,
-            fault: str | None = None,
-            retry_after: int | None = None,
-            answer_delay: float = 0.0,
-        ) -> Response:
-            self.state.ledger.append_row(
-                (
-                    PROVIDER,
-                    request.received_at,
-                    time.time() + answer_delay,
-                    _custom_key(payload, "tenant_id"),
-                    _custom_key(payload, "notification_id"),
-                    token,
-                    None,  # project
-                    status,
-                    reason,
-                    apns_id,
-                    status == 200 if delivered is None else delivered,
-                    fault,
-                    retry_after,
-                    headers.get("apns-collapse-id"),
-                )
+        payload = parse_json_body(request.body) if len(request.body) <= 1 << 20 else None
+        rejected = self._rejection(request, token, given_id, payload)
+        if rejected is not None:
+            return self._answer(request, token, apns_id, payload, *rejected)
+        if self.state.faults.active:
+            outcome = self.state.faults.evaluate(token, None, request)
+            answer = functools.partial(
+                self._answer, request, token, apns_id, payload, answer_delay=outcome.delay
             )
-            if reason is None:
-                return Response(status, {"apns-id": apns_id}, b"")
-            hdrs = {"apns-id": apns_id}
-            if retry_after is not None:
-                hdrs["retry-after"] = str(retry_after)
-            return json_response(status, {"reason": reason, **(extra or {})}, hdrs)
+            return outcome.response(self._faulted(outcome, token, answer))
+        stamp = self.state.unregistered_at(token)
+        if stamp is not None:
+            by = self.state.unregistered_by(token)
+            return self._answer(
+                request,
+                token,
+                apns_id,
+                payload,
+                410,
+                "Unregistered",
+                {"timestamp": stamp},
+                fault=by,
+            )
+        return self._answer(request, token, apns_id, payload, 200, None)
 
+    def _rejection(
+        self, request: Request, token: str, given_id: str | None, payload: Any
+    ) -> tuple[int, str] | None:
+        """Apple's (status, reason) for a request that fails a check, in Apple's order."""
+        path = request.path
         if not path.startswith(PATH_PREFIX) or "/" in token:
-            return answer(404, "BadPath")
+            return 404, "BadPath"
         if request.method != "POST":
-            return answer(405, "MethodNotAllowed")
-        seen: set[str] = set()
-        for name, _ in request.raw_headers:
-            if name.startswith("apns-") or name == "authorization":
-                if name in seen:
-                    return answer(400, "DuplicateHeaders")
-                seen.add(name)
+            return 405, "MethodNotAllowed"
+        headers = request.headers
+        raw = request.raw_headers
+        # a name repeats only when the joined dict has no more keys than the list (the servers
+        # add at most one: host, from :authority), so the usual request skips the loop
+        if len(raw) >= len(headers):
+            seen: set[str] = set()
+            for name, _ in raw:
+                if name.startswith("apns-") or name == "authorization":
+                    if name in seen:
+                        return 400, "DuplicateHeaders"
+                    seen.add(name)
         if given_id is not None and not _UUID_RE.match(given_id):
-            return answer(400, "BadMessageId")
+            return 400, "BadMessageId"
         auth = headers.get("authorization")
         if auth is not None:
             scheme, _, credential = auth.partition(" ")
             if scheme.lower() != "bearer" or not looks_like_jwt(credential.strip()):
-                return answer(403, "InvalidProviderToken")
+                return 403, "InvalidProviderToken"
         priority = headers.get("apns-priority")
         if priority is not None and priority not in ("1", "5", "10"):
-            return answer(400, "BadPriority")
+            return 400, "BadPriority"
         expiration = headers.get("apns-expiration")
         if expiration is not None and not expiration.isdigit():
-            return answer(400, "BadExpirationDate")
+            return 400, "BadExpirationDate"
         push_type = headers.get("apns-push-type")
         if push_type is not None and push_type not in PUSH_TYPES:
-            return answer(400, "InvalidPushType")
+            return 400, "InvalidPushType"
         collapse_id = headers.get("apns-collapse-id")
         if collapse_id is not None and len(collapse_id.encode()) > 64:
-            return answer(400, "BadCollapseId")
+            return 400, "BadCollapseId"
         if not token:
-            return answer(400, "MissingDeviceToken")
+            return 400, "MissingDeviceToken"
         if not _TOKEN_RE.match(token):
-            return answer(400, "BadDeviceToken")
-        limit = MAX_VOIP_PAYLOAD if push_type == "voip" else MAX_PAYLOAD
-        if len(request.body) > limit:
-            return answer(413, "PayloadTooLarge")
-        if not request.body.strip():
-            return answer(400, "PayloadEmpty")
-        if not isinstance(payload, dict):
-            return answer(400, MALFORMED_PAYLOAD_REASON)
+            return 400, "BadDeviceToken"
+        body = request.body
+        if len(body) > (MAX_VOIP_PAYLOAD if push_type == "voip" else MAX_PAYLOAD):
+            return 413, "PayloadTooLarge"
+        if not isinstance(payload, dict):  # whitespace alone is not JSON either
+            return 400, "PayloadEmpty" if not body.strip() else MALFORMED_PAYLOAD_REASON
         if not payload:
-            return answer(400, "PayloadEmpty")
-        if self.state.faults.active:
-            outcome = self.state.faults.evaluate(token, None, request)
-            delayed = functools.partial(answer, answer_delay=outcome.delay)
-            return outcome.response(self._faulted(outcome, token, delayed))
-        stamp = self.state.unregistered_at(token)
-        if stamp is not None:
-            by = self.state.unregistered_by(token)
-            return answer(410, "Unregistered", {"timestamp": stamp}, fault=by)
-        return answer(200, None)
+            return 400, "PayloadEmpty"
+        return None
 
     def _faulted(self, outcome: Outcome, token: str, answer: Callable[..., Response]) -> Response:
         """The answer to a valid request while faults are active."""

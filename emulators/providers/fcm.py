@@ -32,13 +32,14 @@ import secrets
 import sys
 import time
 from collections.abc import Callable
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from pathlib import Path
 from random import getrandbits
 from typing import Any
 from urllib.parse import parse_qs
 
 from emulators.http_server import Request, Response, json_response
-from emulators.providers.apns import looks_like_jwt
+from emulators.providers.apns import looks_like_jwt, parse_json_body
 from emulators.providers.faults import Fault, Outcome, finish
 from emulators.providers.ledger import ProviderState, control
 from emulators.providers.serving import ServeOptions, add_serving_arguments, serve
@@ -127,22 +128,22 @@ def _validate(body: Any) -> tuple[dict[str, Any], bool]:
     """(message, validate_only) or raise _Reject."""
     if not isinstance(body, dict):
         raise _invalid("Invalid JSON payload received. Expected an object.", fcm=False)
-    for key in body:
-        if key not in _REQUEST_FIELDS:
-            raise _invalid(
-                f'Invalid JSON payload received. Unknown name "{key}": Cannot find field.',
-                fcm=False,
-            )
+    if not _REQUEST_FIELDS.issuperset(body):  # one C call when every name is known
+        key = next(k for k in body if k not in _REQUEST_FIELDS)
+        raise _invalid(
+            f'Invalid JSON payload received. Unknown name "{key}": Cannot find field.',
+            fcm=False,
+        )
     message = body.get("message")
     if not isinstance(message, dict):
         raise _invalid("Request contains an invalid argument.", field="message")
-    for key in message:
-        if key not in _MESSAGE_FIELDS:
-            raise _invalid(
-                f"Invalid JSON payload received. Unknown name \"{key}\" at 'message': "
-                "Cannot find field.",
-                fcm=False,
-            )
+    if not _MESSAGE_FIELDS.issuperset(message):
+        key = next(k for k in message if k not in _MESSAGE_FIELDS)
+        raise _invalid(
+            f"Invalid JSON payload received. Unknown name \"{key}\" at 'message': "
+            "Cannot find field.",
+            fcm=False,
+        )
     targets = [k for k in ("token", "topic", "condition") if message.get(k) not in (None, "")]
     if not targets:
         raise _invalid("Recipient of the message is not set.", field="message")
@@ -269,12 +270,7 @@ class FcmSimulator:
     def send(self, request: Request) -> Response:
         match = _SEND_RE.match(request.path)
         project = match.group(1) if match else None
-        body: Any = None
-        if request.body:
-            try:
-                body = json.loads(request.body)
-            except ValueError:
-                body = None
+        body = parse_json_body(request.body)
 
         def record(
             status: int,
@@ -404,7 +400,9 @@ class _Unregistered(_Reject):
 def _sent(project: str | None) -> Response:
     # random, not secrets: an id must be unique, not unguessable (and this saves a system call)
     message_id = f"0:{time.time_ns() // 1000}%{getrandbits(64):016x}"
-    return json_response(200, {"name": f"projects/{project}/messages/{message_id}"})
+    # what json_response writes, without json.dumps's call chain (a third of a send's cost)
+    name = encode_basestring_ascii(f"projects/{project}/messages/{message_id}")
+    return Response(200, {"content-type": "application/json"}, f'{{"name":{name}}}'.encode())
 
 
 def write_service_account_file(path: Path, token_uri: str, project_id: str) -> Path:

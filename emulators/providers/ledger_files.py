@@ -20,6 +20,7 @@ it see every row answered before the call.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import os
 from pathlib import Path
@@ -61,7 +62,10 @@ def rows_to_batch(rows: list[tuple[Any, ...]], first_seq: int) -> pa.RecordBatch
     """Buffered row tuples (``ROW_COLUMNS`` order) as a record batch numbered from
     ``first_seq``."""
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(ROW_COLUMNS)
-    arrays = [pa.array(range(first_seq, first_seq + len(rows)), pa.int64())]
+    # seq from a C array's buffer: pa.array(range(...)) converts int by int, which cost more
+    # (1.1 µs a row) than every other column together
+    seq = array.array("q", range(first_seq, first_seq + len(rows)))
+    arrays = [pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(seq)])]
     arrays += [pa.array(col, typ) for col, typ in zip(columns, _TYPES, strict=True)]
     return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
 
