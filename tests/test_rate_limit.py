@@ -528,7 +528,9 @@ def test_checker_with_the_limits_off_judges_nothing():
 
 # -- the reference on a real stack -----------------------------------------------------------
 
-LIMIT, WINDOW_S = 3, 3
+# The window must outlast the burst's own spread from post to consumer: at 3 s a loaded machine
+# (load average ~20) spread seven likes over two windows, and the test saw more sends than LIMIT.
+LIMIT, WINDOW_S = 3, 8
 
 
 @pytest.fixture(scope="module")
@@ -583,7 +585,7 @@ def test_a_burst_from_many_authors_gives_limit_sends_and_one_digest(limited):
         t.follow(author, ["fan"])
     jobs = {t.post(author, kind="like"): author for author in authors}
     # LIMIT individual pushes and one digest, to each of the two devices.
-    wait_until(lambda: len(t.ledger()) >= 2 * (LIMIT + 1), 30, "the sends and the digest")
+    wait_until(lambda: len(t.ledger()) >= 2 * (LIMIT + 1), 60, "the sends and the digest")
     wait_until(lambda: _queue_idle(limited), 20, "the push queue to drain")
     rows = t.ledger()
     assert {r["status"] for r in rows} == {200}
