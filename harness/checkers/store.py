@@ -21,6 +21,9 @@ equal and a null equals a null (its code is the dictionary's last). Tables:
 * ``other``: every row that is not a provider row, all columns as written (small kinds);
 * ``tenants``, ``nids``, ``tokens``: the dictionaries (``value``, ``code``).
 
+These are in the store's file; the tables the checkers make from them (``dkeys`` and the like)
+are in an in-memory catalog, ``scratch``, first on the search path, that spills past the cap.
+
 Small runs never come here: a checker takes this path only when ``Evidence.store`` is set (the
 runner and the benchmark set it when the history is large; the tests set it to prove both paths
 equal).
