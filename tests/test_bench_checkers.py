@@ -11,6 +11,7 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -20,7 +21,12 @@ import pytest
 
 from harness.checkers import Evidence, run_probe
 from harness.checkers.registry import get
-from harness.checkers.store import HistoryStore, out_of_core_if_large
+from harness.checkers.store import (
+    HistoryStore,
+    _dictionary_join,
+    _Finishing,
+    out_of_core_if_large,
+)
 from harness.model.history import COLUMNS
 from harness.model.oracle import expected_deliveries
 
@@ -394,6 +400,50 @@ def test_benchmark_writes_its_report(tmp_path):
         assert run["planted_found"] == {"effectively_once": True, "consent": True}
     assert size["engines_agree"] == {"effectively_once": True, "consent": True}
     assert "prepare_seconds" in size["engines"]["duckdb"]
+    for run in size["engines"].values():
+        assert 0 < run["checkers_cpu_seconds"] <= run["total_cpu_seconds"]
+    assert size["engines"]["duckdb"]["prepare_cpu_seconds"] > 0
+
+
+def _codes(con: duckdb.DuckDBPyConnection, join: str) -> list[int | None]:
+    return [
+        code
+        for (code,) in con.execute(
+            f"SELECT d.code FROM rows r {join.format(alias='d', column='r.v')} ORDER BY r.i"
+        ).fetchall()
+    ]
+
+
+def test_a_dictionary_whose_hashes_clash_is_joined_on_its_strings():
+    """The store joins values to their codes by hash only when no two entries of the
+    dictionary share a hash; else on the strings, with the same codes (a null its own)."""
+    con = duckdb.connect()
+    finishing = _Finishing(con)
+    con.execute(
+        "CREATE TABLE tokens AS SELECT * FROM (VALUES ('a', 0), ('b', 1), (NULL, 2)) t(value, code)"
+    )
+    con.execute(
+        "CREATE TABLE rows AS SELECT * FROM (VALUES (0, 'b'), (1, NULL), (2, 'a'), (3, 'b')) r(i, v)"
+    )
+    hashed = _dictionary_join(finishing, "tokens")("{alias}", "{column}")
+    assert "hash(" in hashed
+    assert _codes(con, hashed) == [1, 2, 0, 1]
+    # Two entries with one hash (a value twice stands in for a clash): the strings decide.
+    con.execute("INSERT INTO tokens VALUES ('a', 3)")
+    by_string = _dictionary_join(finishing, "tokens")("{alias}", "{column}")
+    assert "hash(" not in by_string
+    assert sorted(_codes(con, by_string), key=str) == [0, 1, 1, 2, 3]
+
+
+def test_the_checkers_tables_stay_out_of_the_history_file(synthetic):
+    """The history's tables are in the store's file; what the checkers make (per-key tables)
+    is in memory, spilling past the cap, and does not grow the file."""
+    evidence = synthetic.evidence()
+    with HistoryStore.from_frame(synthetic.history, synthetic.expectation) as store:
+        run_probe("effectively_once", {}, dataclasses.replace(evidence, store=store))
+        where = dict(store.sql("SELECT table_name, database_name FROM duckdb_tables()").fetchall())
+    assert where["prov"] == where["exp"] == "history"
+    assert where["dkeys"] == where["once_keys"] == "scratch"
 
 
 def test_a_nan_in_a_float_column_reads_as_missing_on_both_engines(synthetic, tmp_path):
