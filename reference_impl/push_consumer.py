@@ -85,8 +85,11 @@ log = logging.getLogger("reference_impl.push_consumer")
 # How long a publish SNS accepted is remembered for its delivery-failure event (which comes
 # seconds after, not minutes), and what of its job the dead_token record needs.
 SENT_MEMORY_SECONDS = 600
-# Receives of a delivery-failure event whose message is not known yet before it is dropped (the
-# feedback queue's visibility timeout apart: reference_impl/sns_push.py).
+# How long a delivery-failure event whose message is not known yet is looked at again before it
+# is dropped (its SentTimestamp's age; the feedback queue's visibility timeout apart:
+# reference_impl/sns_push.py). An age, not a receive count: SQS's duplicate delivery handed one
+# event out five times in 6 ms, before the publisher's round had written its note.
+FEEDBACK_PATIENCE_SECONDS = 60.0
 FEEDBACK_RECEIVES = 5
 # Notes a failing Redis refused, kept (per process) to write again: a publish SNS accepted while
 # the store was down must still be findable when its delivery-failure event comes, or the dead
@@ -99,6 +102,17 @@ SENT_JOB_FIELDS = (
 
 _REFUSED_NOTES: list[Command] = []
 _REFUSED_LOCK = threading.Lock()
+
+
+def look_again(record: dict[str, Any], now: float) -> bool:
+    """Whether a failure event naming a message not known yet is kept for another look: while
+    it is younger than :data:`FEEDBACK_PATIENCE_SECONDS` by its ``SentTimestamp``; a record that
+    does not say when it was sent gets :data:`FEEDBACK_RECEIVES` receives."""
+    sent_ms = (record.get("attributes") or {}).get("SentTimestamp")
+    try:
+        return now - int(sent_ms) / 1000 < FEEDBACK_PATIENCE_SECONDS
+    except (TypeError, ValueError):
+        return receive_count(record) < FEEDBACK_RECEIVES
 
 
 def sent_key(message_id: str) -> str:
@@ -353,7 +367,7 @@ class PushConsumer(JobConsumer):
     def remember_sent(self) -> None:
         """The round's accepted publishes, remembered under their MessageIds in one pipeline:
         one Redis round trip per round, not one per publish. A failure event that arrives
-        first is looked for again (:data:`FEEDBACK_RECEIVES`); a note Redis refused (the store
+        first is looked for again (:data:`FEEDBACK_PATIENCE_SECONDS`); a note Redis refused (the store
         down) is kept in this process and written with the next round, or before the next
         failure event is looked up."""
         with _REFUSED_LOCK:
@@ -388,7 +402,7 @@ class PushConsumer(JobConsumer):
         for record in event.get("Records", []):
             try:
                 known = self.feedback(json.loads(record["body"]))
-                if not known and receive_count(record) < FEEDBACK_RECEIVES:
+                if not known and look_again(record, self.clock().timestamp()):
                     # The event can overtake the publisher's note of its MessageId (SNS sends
                     # it before the publisher has the answer): look again shortly.
                     failures.append({"itemIdentifier": record["messageId"]})

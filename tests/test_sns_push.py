@@ -270,3 +270,25 @@ def test_the_lean_publisher_answers_as_boto3_does(
     finally:
         httpx.delete(f"{apns}/_sim/faults", verify=ca)
     assert (result.outcome, result.reason, result.retry_after) == ("retry", "Throttling", 2.0)
+
+
+def test_a_failure_event_overtaking_its_note_is_looked_at_again_by_age_not_receives() -> None:
+    """SQS's duplicate delivery handed one delivery-failure event out five times in 6 ms, before
+    the publisher's round had noted its MessageId: a receive count is no clock. The event is
+    kept while it is young, whatever its receive count."""
+    from reference_impl.push_consumer import FEEDBACK_PATIENCE_SECONDS, look_again
+
+    now = 1_800_000_000.0
+
+    def record(sent_ago: float | None, receives: int) -> dict[str, Any]:
+        attributes = {"ApproximateReceiveCount": str(receives)}
+        if sent_ago is not None:
+            attributes["SentTimestamp"] = str(int((now - sent_ago) * 1000))
+        return {"attributes": attributes}
+
+    assert look_again(record(0.01, 5), now)
+    assert look_again(record(FEEDBACK_PATIENCE_SECONDS - 1, 50), now)
+    assert not look_again(record(FEEDBACK_PATIENCE_SECONDS + 1, 1), now)
+    # A record that does not say when it was sent: a few receives, then it is dropped.
+    assert look_again(record(None, 2), now)
+    assert not look_again(record(None, 5), now)
