@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import ssl
 import sys
 import tempfile
@@ -82,13 +83,19 @@ def load_or_generate_tls_material(directory: Path) -> TlsMaterial:
     Reuse keeps clients that already trust the CA working across simulator restarts.
     """
     directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
     names = ("ca.pem", "server.pem", "server.key")
-    if all((directory / n).is_file() for n in names):
-        try:
-            return _material(directory)
-        except (ssl.SSLError, OSError):
-            pass
-    return generate_tls_material(directory)
+    # Simulators sharing a directory start at the same time (a stack's APNs and FCM): without
+    # the lock both generated, one CA overwrote the other's, and a reader in between found an
+    # empty ca.pem (NO_CERTIFICATE_OR_CRL_FOUND).
+    with (directory / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if all((directory / n).is_file() for n in names):
+            try:
+                return _material(directory)
+            except (ssl.SSLError, OSError):
+                pass
+        return generate_tls_material(directory)
 
 
 def simulator_tls(

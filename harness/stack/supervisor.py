@@ -625,8 +625,9 @@ class Stack:
         ca = self.workdir / "tls" / "ca.pem"
         if not ca.exists():
             return False
-        context = ssl.create_default_context(cafile=str(ca))
         try:
+            # Also an SSLError: the simulator may be writing the file right now.
+            context = ssl.create_default_context(cafile=str(ca))
             with urllib.request.urlopen(
                 f"https://{LOOPBACK}:{info.port}/_sim/health", timeout=1, context=context
             ) as response:
