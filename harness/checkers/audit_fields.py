@@ -131,6 +131,9 @@ def check(
     summary="audit records say when (after the event) and, for a deferral, the window's end",
     tolerances={"slack_s": 1.0},
     needs=("audit_trail",),
+    # With the history on disk: only the audit records and the injections, not the provider
+    # rows (the bulk of a large history).
+    reads=("audit", "inject", "inject_info"),
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     changed: set[tuple[str, str]] = set()
