@@ -753,6 +753,11 @@ def test_ttl_through_the_proxy_with_boto3(clients):
     # A deleted table's TTL goes with it: made again, it starts disabled.
     ddb.update_time_to_live(TableName=table, TimeToLiveSpecification=on)
     ddb.delete_table(TableName=table)
+    # dynalite deletes in the background (DELETING, then gone): a CreateTable before that is a
+    # ResourceInUseException, as on AWS.
+    ddb.get_waiter("table_not_exists").wait(
+        TableName=table, WaiterConfig={"Delay": 1, "MaxAttempts": 30}
+    )
     ddb.create_table(
         TableName=table,
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
