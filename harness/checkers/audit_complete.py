@@ -232,7 +232,7 @@ class _Trail:
                 continue
             outcome = str(row.reason)
             self.outcomes[outcome] += 1
-            detail = _detail(row.detail)
+            detail = record_detail(row.detail)
             if detail.get("channel", "push") != "push":
                 # An email or in-app record must not stand in for the push job's own record
                 # (same tenant, notification and user).
@@ -263,7 +263,9 @@ def _personal(detail: dict[str, Any], field: str) -> Any:
     return detail.get(field)
 
 
-def _detail(value: Any) -> dict[str, Any]:
+def record_detail(value: Any) -> dict[str, Any]:
+    """An audit row's ``detail`` as a mapping; {} when it is not a JSON object (the audit
+    checkers' one reading of it)."""
     if not isinstance(value, str):
         return {}
     try:
@@ -366,7 +368,7 @@ def _judge_dead_letters(
     and those without a final record."""
     parked = unaudited_dlq = 0
     for row in dlq_rows.itertuples(index=False):
-        detail = _detail(row.detail)
+        detail = record_detail(row.detail)
         if str(detail.get("queue", "")).endswith("-poison"):
             continue
         user = detail.get("recipient_user_id")

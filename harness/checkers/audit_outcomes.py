@@ -18,14 +18,13 @@ device (an erased user's) is not judged; identical records (a batch stored twice
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
-from harness.checkers.audit_complete import token_sha256
+from harness.checkers.audit_complete import record_detail, token_sha256
 from harness.checkers.evidence import Evidence
 from harness.checkers.registry import checker
 from harness.checkers.verdict import Verdict
@@ -33,16 +32,6 @@ from harness.checkers.verdict import Verdict
 EXAMPLES = 5
 PUSH_PROVIDERS = ("apns", "fcm")
 Key = tuple[str, str, str]  # tenant, notification, token SHA-256
-
-
-def _detail(value: Any) -> dict[str, Any]:
-    if not isinstance(value, str):
-        return {}
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
 
 
 def _device_of(detail: dict[str, Any], token: Any) -> str | None:
@@ -61,7 +50,7 @@ def sent_records(history: pd.DataFrame) -> Counter[Key]:
     rows = rows[["tenant_id", "notification_id", "token", "detail"]].drop_duplicates()
     out: Counter[Key] = Counter()
     for row in rows.itertuples(index=False):
-        detail = _detail(row.detail)
+        detail = record_detail(row.detail)
         if detail.get("channel", "push") != "push":
             continue
         device = _device_of(detail, row.token)

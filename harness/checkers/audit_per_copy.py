@@ -44,13 +44,13 @@ counts as a subject of its own, so it is never a double.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
+from harness.checkers.audit_complete import record_detail
 from harness.checkers.evidence import Evidence
 from harness.checkers.registry import checker, unknown_verdict
 from harness.checkers.verdict import Verdict
@@ -92,16 +92,6 @@ EXAMPLES = 5
 
 Copy = tuple[str, int]  # message id, receive count
 Subject = tuple[str, ...]
-
-
-def _json(value: Any) -> dict[str, Any]:
-    if not isinstance(value, str):
-        return {}
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
 
 
 def _count(value: Any) -> int | None:
@@ -149,7 +139,7 @@ def check(history: pd.DataFrame, max_unaudited_copies: int = 0) -> Verdict:
     handouts: Counter[Copy] = Counter()
     seen: dict[Copy, dict[str, Any]] = {}
     for row in receives[["time", "detail"]].itertuples(index=False):
-        detail = _json(row.detail)
+        detail = record_detail(row.detail)
         count = _count(detail.get("receive_count"))
         if not isinstance(detail.get("message_id"), str) or count is None:
             continue
@@ -165,7 +155,7 @@ def check(history: pd.DataFrame, max_unaudited_copies: int = 0) -> Verdict:
     for row in audits[["seq", "reason", "notification_id", "detail"]].itertuples(index=False):
         if pd.isna(row.reason):
             continue
-        detail = _json(row.detail)
+        detail = record_detail(row.detail)
         key = copy_of(detail)
         if key is None:
             continue
