@@ -57,7 +57,13 @@ from harness.run.sns_ledger import SnsObserver
 from harness.run.sqs_receives import collect_receives
 from harness.run.ttl_items import describe_ttl, record_scan, scan_expiries
 from harness.stack.reaper import reap_orphans
-from harness.stack.supervisor import WORKER_PARTS, Stack, StackInfo, stop_process
+from harness.stack.supervisor import (
+    STOP_GRACE_SECONDS,
+    WORKER_PARTS,
+    Stack,
+    StackInfo,
+    stop_process,
+)
 from harness.stack.target import Target
 
 Clock = Callable[[], datetime]
@@ -1019,7 +1025,14 @@ def _collect(state: RunState) -> None:
         progress("collect", f"{parked} message(s) left in dead-letter queues")
     if state.target is None:
         # The workers store their buffered audit records on SIGTERM: stop them first.
-        state.stack.stop_parts(["fanout-worker", *WORKER_PARTS[2:]])
+        for part in state.stack.stop_parts(["fanout-worker", *WORKER_PARTS[2:]]):
+            # The harness's failure, not the system's: say so rather than let the audit
+            # checkers blame the system for records the kill destroyed.
+            state.errors.append(
+                f"stack part {part} did not stop within {STOP_GRACE_SECONDS:.0f} s of SIGTERM "
+                "and was killed: the audit records it buffered are lost"
+            )
+            progress("stack", f"{part} did not stop in time: killed")
     state.channels.poll()
     state.channels.close()
     pattern = contract.policy.dedup_key_pattern

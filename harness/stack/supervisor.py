@@ -40,6 +40,12 @@ DEFAULT_STACK_FILE = ROOT / ".stack" / "stack.json"
 AWS_KEYS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 REGION = "us-east-1"
 DEFAULT_SIM_PROCESSES = 1
+# How long a part told to stop (SIGTERM) may take before it is killed: a worker stores the
+# audit records it buffered on the way out, and on a loaded 2-core machine that flush took
+# longer than 5 s (a clean-clone run lost half the push consumer's trail to the SIGKILL). The
+# wait ends as soon as the part is gone, so a quick part costs nothing; above the reference's
+# own 20 s grace for its forked workers, so its escalation is seen before ours.
+STOP_GRACE_SECONDS = 30.0
 
 # Start order. Workers come last: they need everything else.
 PARTS = (
@@ -647,18 +653,21 @@ class Stack:
             if proc.poll() is not None
         }
 
-    def stop_part(self, part: str) -> None:
-        """Stop one part (SIGTERM, then SIGKILL); its port stays reserved for a restart."""
-        self.stop_parts([part])
+    def stop_part(self, part: str, grace: float = STOP_GRACE_SECONDS) -> list[str]:
+        """Stop one part (SIGTERM, then SIGKILL after ``grace``); its port stays reserved for a
+        restart. Returns ``[part]`` when it had to be killed, else ``[]``."""
+        return self.stop_parts([part], grace)
 
-    def stop_parts(self, parts: Sequence[str]) -> None:
+    def stop_parts(self, parts: Sequence[str], grace: float = STOP_GRACE_SECONDS) -> list[str]:
         """Stop several parts at once: each gets its SIGTERM before any is waited for, so their
-        shutdowns (a poller's long poll, an audit flush) overlap."""
-        stopped = [self.procs.pop(part) for part in parts if part in self.procs]
-        stop_processes(stopped)
-        self._forget(stopped)
+        shutdowns (a poller's long poll, an audit flush) overlap. Returns the parts that did
+        not stop within ``grace`` and were killed (what they buffered is lost)."""
+        named = [(part, self.procs.pop(part)) for part in parts if part in self.procs]
+        killed = set(stop_processes([proc for _, proc in named], timeout=grace))
+        self._forget([proc for _, proc in named])
         for part in parts:
             (self.workdir / f"{part}.ready").unlink(missing_ok=True)
+        return [part for part, proc in named if proc in killed]
 
     def kill_part(self, part: str) -> None:
         """kill -9 one part, as a crash would."""
@@ -786,10 +795,12 @@ def stop_process(proc: subprocess.Popen[Any] | int, timeout: float = 5.0) -> Non
         proc.wait(timeout)
 
 
-def stop_processes(procs: Sequence[subprocess.Popen[Any]], timeout: float = 5.0) -> None:
+def stop_processes(
+    procs: Sequence[subprocess.Popen[Any]], timeout: float = 5.0
+) -> list[subprocess.Popen[Any]]:
     """SIGTERM every process group at once, then wait for them all within one ``timeout``
     (not one each: a stack of slow stoppers would otherwise take their sum), SIGKILL for
-    those still there."""
+    those still there. Returns those that had to be killed."""
     for proc in procs:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -801,6 +812,7 @@ def stop_processes(procs: Sequence[subprocess.Popen[Any]], timeout: float = 5.0)
             proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
+    late = [proc for proc in procs if proc.poll() is None]
     for proc in procs:
         # Also when the leader has gone: its group (forked workers) goes with it.
         try:
@@ -818,6 +830,7 @@ def stop_processes(procs: Sequence[subprocess.Popen[Any]], timeout: float = 5.0)
         wait_until(lambda: not any(_group_alive(p.pid) for p in procs), 5.0, "groups to end")
     except TimeoutError:
         pass
+    return late
 
 
 def _group_alive(pgid: int) -> bool:
