@@ -21,7 +21,8 @@ black hole, an APNs 429 window with Retry-After that the sender honours in burst
 each defect is planted (visible and collapsed duplicates, losses with and without a DLQ
 message, deliveries inside the outage, requests inside Retry-After, sends after a dead-token
 answer, deliveries without consent or inside quiet hours, early and late releases, deliveries
-to another tenant's device); the report puts the planted counts beside the verdicts.
+to another tenant's device, audit 'sent' records for attempts APNs answered 429); the report
+puts the planted counts beside the verdicts.
 """
 
 from __future__ import annotations
