@@ -21,7 +21,8 @@ black hole, an APNs 429 window with Retry-After that the sender honours in burst
 each defect is planted (visible and collapsed duplicates, losses with and without a DLQ
 message, deliveries inside the outage, requests inside Retry-After, sends after a dead-token
 answer, deliveries without consent or inside quiet hours, early and late releases, deliveries
-to another tenant's device); the report puts the planted counts beside the verdicts.
+to another tenant's device, audit 'sent' records for attempts APNs answered 429); the report
+puts the planted counts beside the verdicts.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
+import hashlib
 import json
 import os
 import platform
@@ -450,7 +452,7 @@ def _nids(rng: np.random.Generator, count: int) -> np.ndarray:
 # Expected pairs per chunk: a history of any size is generated, and written, a chunk of events
 # at a time (100M rows in about this many rows' worth of arrays at once).
 CHUNK_PAIRS = 4_000_000
-KINDS = ["inject", "fault", "phase", "action", "sample", "provider", "dlq", "dedup_sample"]
+KINDS = ["inject", "fault", "phase", "action", "sample", "provider", "dlq", "dedup_sample", "audit"]
 # The history as the generator writes it: the runner's columns, strings as large_string (a
 # chunk's token column passes 2 GB).
 BENCH_SCHEMA = pa.schema(
@@ -526,6 +528,8 @@ class _Run:
     parked: list[np.ndarray]
     counts: Counter[str]
     suppressed: Counter[str]
+    # Each device's token as a code (devices in two tenants share a token): made once.
+    token_code: np.ndarray | None = None
 
 
 def _generate(
@@ -591,6 +595,12 @@ def _generate(
             "shared_id_deliveries_lost": c["shared_lost"],
         },
         "dead_tokens": {"dead_tokens": c["dead"], "sends_after_dead": c["after_dead"]},
+        "audit_outcomes": {
+            "sent_records": c["audit_sent"] + c["audit_over"],
+            "devices_judged": c["audit_sent"],
+            "sent_beyond_acceptance": c["audit_over"],
+            "devices_over": c["audit_over"],
+        },
     }
     assert c["shared_lost_picked"] >= 1
     return run.suppressed, planted, run
@@ -803,6 +813,7 @@ def _chunk(
     )
     run.per_round += np.bincount((k[sel] - 1).astype(np.int64), minlength=_rounds() + 1)
     counts["throttles"] += len(sel)
+    _audit_throttled(rng, arr, run, provider, sel, rows.concat(), frac(0.0001, 3), sink)
 
     # DLQ: about half the lost jobs were parked (one message per recipient user).
     lost_idx = np.flatnonzero(lost)
@@ -818,6 +829,81 @@ def _chunk(
     counts["deferred_delivered"] += int((deferred & ~lost).sum())
     del provider
     sink.add_history(_provider_columns(rows.concat(), arr, run.nid))
+
+
+def _audit_throttled(
+    rng: np.random.Generator,
+    arr: _Arrays,
+    run: _Run,
+    provider: dict[str, np.ndarray],
+    throttled: np.ndarray,
+    every: dict[str, np.ndarray],
+    wanted: int,
+    sink: _Sink,
+) -> None:
+    """The audit trail of some devices APNs throttled, then accepted once (``throttled``:
+    rows of ``provider`` answered 200 a round after a 429; ``every``: all the chunk's provider
+    rows): a 'sent' record each, for a tenth of them (at least one) a second 'sent' written
+    for the 429 (the planted ``audit_outcomes`` defect), and a few records stored twice.
+
+    Few records (``wanted``, about 1 per 10,000 expected deliveries): the audit checkers read
+    the trail into memory, and a record per send would time the trail, not the history."""
+    if run.token_code is None:
+        run.token_code = np.unique(arr.d_token, return_inverse=True)[1].astype(np.int64)
+    n_tok = int(run.token_code.max()) + 1
+    n_events = len(run.nid)
+
+    def key(rows: dict[str, np.ndarray], at: np.ndarray | slice = slice(None)) -> np.ndarray:
+        return (rows["tenant"][at] * n_events + rows["event"][at]) * n_tok + run.token_code[
+            rows["device"][at]
+        ]
+
+    accepted, n_accepted = np.unique(key(every, every["status"] == 200), return_counts=True)
+    once = accepted[n_accepted == 1]
+    pool = throttled[provider["status"][throttled] == 200]
+    pool = pool[np.isin(key(provider, pool), once)]
+    chosen = rng.choice(pool, min(len(pool), wanted), replace=False)
+    n_over = max(1, len(chosen) // 10) if len(chosen) else 0
+    n_twice = len(chosen) // 20
+    rows = np.r_[chosen, chosen[:n_over], chosen[n_over : n_over + n_twice]]
+    attempt = np.r_[np.full(len(chosen), 2), np.ones(n_over, int), np.full(n_twice, 2)]
+    at = provider["time"][rows]
+    details = [
+        json.dumps(
+            {
+                "at": datetime.fromtimestamp(when, UTC).isoformat(),
+                "channel": "push",
+                "attempt": int(n),
+                "decrypted": {"token_sha256": hashlib.sha256(token.encode()).hexdigest()},
+            }
+        )
+        for when, n, token in zip(at, attempt, arr.d_token[provider["device"][rows]], strict=True)
+    ]
+    n = len(rows)
+    nothing = pa.nulls(n, pa.large_string())
+    sink.add_history(
+        {
+            "kind": _strings(np.full(n, KINDS.index("audit")), KINDS),
+            "time": pa.array(at, pa.float64()),
+            "end": pa.nulls(n, pa.float64()),
+            "mono": pa.nulls(n, pa.float64()),
+            "tenant_id": _strings(provider["tenant"][rows], list(TENANTS)),
+            "user_id": nothing,
+            "author_id": nothing,
+            "notification_id": _strings(provider["event"][rows], run.nid),
+            "token": nothing,
+            "provider": nothing,
+            "project": nothing,
+            "status": pa.nulls(n, pa.int64()),
+            "reason": _strings(np.zeros(n, np.int64), ["sent"]),
+            "delivered": pa.nulls(n, pa.bool_()),
+            "collapse_id": nothing,
+            "retry_after": pa.nulls(n, pa.float64()),
+            "detail": pa.array(details, pa.large_string()),
+        }
+    )
+    run.counts["audit_sent"] += len(chosen)
+    run.counts["audit_over"] += n_over
 
 
 def _provider_columns(

@@ -19,6 +19,7 @@ import pytest
 
 from harness.checkers import (
     audit_complete,
+    audit_outcomes,
     backpressure,
     consent,
     dead_tokens,
@@ -36,6 +37,7 @@ from harness.model.oracle import Expectation
 ENGINES = ("pandas", "duckdb")
 PORTED: tuple[ModuleType, ...] = (
     audit_complete,
+    audit_outcomes,
     backpressure,
     consent,
     dead_tokens,

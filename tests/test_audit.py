@@ -4,6 +4,7 @@ and the ``audit_complete`` checker, then the whole path on a stack of its own.""
 from __future__ import annotations
 
 import json
+import random
 import re
 import time
 import uuid
@@ -25,6 +26,7 @@ from ulid import ULID
 from emulators.ports import free_port
 from harness.checkers import audit_complete, audit_outcomes
 from harness.checkers.audit_personal import readable_personal_ids
+from harness.checkers.store import HistoryStore
 from harness.load.loader import load_population, post_event
 from harness.model.history import History
 from harness.model.oracle import expected_deliveries
@@ -906,6 +908,7 @@ def _outcome(history: History, outcome: str, token: str, **detail: object) -> No
     )
 
 
+@pytest.mark.usefixtures("engine")
 def test_sent_records_may_not_outnumber_what_the_provider_or_sns_accepted():
     history = History()
     # Straight to APNs: a 429, then a 200 on the retry.
@@ -937,3 +940,105 @@ def test_sent_records_may_not_outnumber_what_the_provider_or_sns_accepted():
     assert not verdict.valid
     assert verdict.counts["sent_beyond_acceptance"] == 1 and verdict.counts["devices_over"] == 1
     assert verdict.details["examples"][0]["accepted"] == 1
+
+
+def _random_outcomes_history(seed: int) -> pd.DataFrame:
+    """A history of direct sends and SNS publishes with their answers, and an audit trail
+    that is right about most devices and wrong about some: 'sent' written for a 429 or 5xx
+    before its retry, records stored twice, devices named in each way a record can name one
+    (decrypted, in clear, by token), records naming none, other channels, unreadable lines."""
+    rng = random.Random(seed)
+    history = History()
+    tenants = [T, "other", None]
+    nids = ["n1", "n2", None]
+    tokens = [f"tok-{i}" for i in range(6)]
+    for _ in range(rng.randint(0, 40)):
+        history.extend_provider(
+            [{"received_at": rng.uniform(0, 10), "tenant_id": rng.choice(tenants),
+              "notification_id": rng.choice(nids), "token": rng.choice([*tokens, None]),
+              "provider": rng.choice(["apns", "fcm", "sns", "ses"]), "project": None,
+              "status": rng.choice([200, 200, 200, 429, 503, None]), "reason": None}]
+        )  # fmt: skip
+    for _ in range(rng.randint(0, 15)):
+        history.append("sns_publish", time=rng.uniform(0, 10), tenant_id=rng.choice(tenants),
+                       notification_id=rng.choice(nids), token=rng.choice([*tokens, None]),
+                       provider="sns", reason=rng.choice([None, None, "EndpointDisabled"]))  # fmt: skip
+    for i in range(rng.randint(0, 40)):
+        token = rng.choice(tokens)
+        digest = audit_complete.token_sha256(token)
+        named = rng.choice(["decrypted", "clear", "token", "none", "destroyed"])
+        detail: dict[str, object] = {"attempt": rng.randint(1, 2)}
+        if named == "decrypted":
+            detail["decrypted"] = {"token_sha256": digest, "recipient_user_id": "u"}
+        elif named == "clear":
+            detail["token_sha256"] = digest
+        elif named == "destroyed":
+            detail["decrypted"] = {"key_destroyed": True}
+        if rng.random() < 0.2:
+            detail["channel"] = rng.choice(["push", "email", "in_app"])
+        row = {
+            "tenant_id": rng.choice(tenants),
+            "notification_id": rng.choice(nids),
+            "token": token if named == "token" else None,
+            "reason": rng.choice(["sent", "sent", "sent", "retry", "deduped", None]),
+            "detail": json.dumps(detail) if rng.random() < 0.95 else "not json",
+        }
+        for _ in range(rng.choice([1, 1, 1, 2])):  # a batch stored twice
+            history.append("audit", time=float(i), **row)
+    return history.frame()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_audit_outcomes_gives_one_verdict_on_both_engines(seed):
+    """Random histories, the trail right or wrong about each device: the store's verdict,
+    counts and examples are the in-memory path's."""
+    history = _random_outcomes_history(seed)
+    expectation = expected_deliveries(_population(), history[history["kind"] == "inject"])
+    with HistoryStore.from_frame(history, expectation) as store:
+        on_disk = audit_outcomes.check_store(store)
+    assert on_disk.to_dict() == audit_outcomes.check(history).to_dict()
+
+
+def test_random_outcome_histories_pass_and_fail():
+    """The random histories above judge something: some pass, some fail, many devices."""
+    verdicts = [audit_outcomes.check(_random_outcomes_history(seed)) for seed in range(40)]
+    assert {v.valid for v in verdicts} == {True, False}
+    assert sum(v.counts["devices_judged"] for v in verdicts) > 100
+    assert sum(v.counts["sent_beyond_acceptance"] for v in verdicts) > 10
+
+
+@pytest.mark.usefixtures("engine")
+def test_a_429_audited_sent_fails_on_both_engines_and_sns_errors_are_no_acceptance():
+    """The planted defect, beside each thing that does or does not count as an acceptance:
+    a 200 from APNs or FCM, a publish SNS accepted; not a 429, not a 200 from another
+    provider, not a publish SNS refused, not another tenant's or notification's 200."""
+    history = History()
+    history.extend_provider(
+        [{"received_at": 1.0, "tenant_id": tenant, "notification_id": nid, "token": token,
+          "provider": provider, "project": None, "status": status, "reason": None}
+         for tenant, nid, token, provider, status in [
+             (T, "n1", "throttled", "apns", 429),
+             (T, "n1", "ses-only", "ses", 200),
+             ("other", "n1", "elsewhere", "fcm", 200),
+             (T, "n2", "elsewhere", "fcm", 200),
+             (T, "n1", "twice", "fcm", 200),
+             (T, "n1", "twice", "fcm", 200),
+         ]]
+    )  # fmt: skip
+    history.append("sns_publish", time=1.0, tenant_id=T, notification_id="n1",
+                   token="refused", provider="sns", reason="EndpointDisabled")  # fmt: skip
+    for token in ("throttled", "ses-only", "elsewhere", "refused"):
+        _outcome(history, "sent", token)
+    _outcome(history, "sent", "twice", attempt=1)
+    _outcome(history, "sent", "twice", attempt=2)  # two sends, two 200s: no defect
+    verdict = audit_outcomes.check(history.frame())
+    assert not verdict.valid
+    assert verdict.counts == {
+        "sent_records": 6,
+        "devices_judged": 5,
+        "sent_beyond_acceptance": 4,
+        "devices_over": 4,
+    }
+    over = {e["token_sha256"] for e in verdict.details["examples"]}
+    assert audit_complete.token_sha256("throttled") in over
+    assert audit_complete.token_sha256("twice") not in over

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import sys
@@ -279,6 +280,28 @@ def ref_dlq_accountability(expectation, rows):
     }
 
 
+def ref_audit_outcomes(rows):
+    records = {
+        (r["tenant_id"], r["notification_id"], r["detail"])
+        for r in rows
+        if r["kind"] == "audit" and r["reason"] == "sent"
+    }
+    sent = Counter((t, n, json.loads(d)["decrypted"]["token_sha256"]) for t, n, d in records)
+    accepted = Counter(
+        (r["tenant_id"], r["notification_id"], hashlib.sha256(r["token"].encode()).hexdigest())
+        for r in rows
+        if (r["kind"] == "provider" and r["provider"] in ("apns", "fcm") and r["status"] == 200)
+        or (r["kind"] == "sns_publish" and r["reason"] is None)
+    )
+    over = {k: n - accepted[k] for k, n in sent.items() if n > accepted[k]}
+    return {
+        "sent_records": sum(sent.values()),
+        "devices_judged": len(sent),
+        "sent_beyond_acceptance": sum(over.values()),
+        "devices_over": len(over),
+    }
+
+
 def _references(synthetic):
     rows = _rows(synthetic.history)
     population, expectation = synthetic.population, synthetic.expectation
@@ -294,6 +317,7 @@ def _references(synthetic):
         ),
         "tenant_isolation": ref_tenant_isolation(population, expectation, rows),
         "dlq_accountability": ref_dlq_accountability(expectation, rows),
+        "audit_outcomes": ref_audit_outcomes(rows),
     }
 
 
@@ -327,6 +351,7 @@ def test_every_planted_defect_is_found(synthetic, verdicts):
     assert planted["backpressure"]["requests_inside_retry_after"] > 0
     assert planted["dead_tokens"]["sends_after_dead"] > 0
     assert planted["dlq_accountability"]["in_dlq"] > 0
+    assert planted["audit_outcomes"]["sent_beyond_acceptance"] > 0
     for name, counts in planted.items():
         found = {k: verdicts[name].counts[k] for k in counts}
         assert found == counts, name
@@ -349,6 +374,7 @@ def references(synthetic):
         "quiet_hours",
         "tenant_isolation",
         "dlq_accountability",
+        "audit_outcomes",
     ],
 )
 def test_checker_counts_equal_a_row_by_row_reference(verdicts, references, name):

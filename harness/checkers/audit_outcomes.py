@@ -14,19 +14,25 @@ retried) leaves more ``sent`` records than acceptances: ``sent_beyond_acceptance
 are matched as ``audit_complete`` matches them (``token_sha256``, from the fields the
 collector decrypted when it could open the record). A record the collector could not tie to a
 device (an erased user's) is not judged; identical records (a batch stored twice) count once.
+
+With the history on disk (``Evidence.store``) the trail is read as in memory (it is the audit
+rows only) and the acceptances are counted in DuckDB, only for the devices the trail names: the
+provider rows are never read into memory. Both paths count through the same functions.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from harness.checkers.audit_complete import record_detail, token_sha256
 from harness.checkers.evidence import Evidence
 from harness.checkers.registry import checker
+from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
 
 EXAMPLES = 5
@@ -67,18 +73,64 @@ def acceptances(history: pd.DataFrame) -> Counter[Key]:
         & (history["status"] == 200).fillna(False).astype(bool)
     ]
     published = history[(history["kind"] == "sns_publish") & history["reason"].isna()]
-    out: Counter[Key] = Counter()
-    digests: dict[str, str] = {}
-    for frame in (provider, published):
+    return per_device(
+        (tenant, nid, token, 1)
+        for frame in (provider, published)
         for tenant, nid, token in frame[["tenant_id", "notification_id", "token"]].itertuples(
             index=False, name=None
-        ):
-            if not isinstance(token, str):
-                continue
-            if token not in digests:
-                digests[token] = token_sha256(token)
-            out[(str(tenant), str(nid), digests[token])] += 1
+        )
+    )
+
+
+def per_device(rows: Iterable[tuple[Any, Any, Any, int]]) -> Counter[Key]:
+    """(tenant, notification, token, how many) summed per device key; a token that is not a
+    string names no device (both engines count through this)."""
+    out: Counter[Key] = Counter()
+    digests: dict[str, str] = {}
+    for tenant, nid, token, n in rows:
+        if not isinstance(token, str):
+            continue
+        if token not in digests:
+            digests[token] = token_sha256(token)
+        out[(str(tenant), str(nid), digests[token])] += int(n)
     return out
+
+
+def acceptances_in_store(store: HistoryStore, digests: Iterable[str]) -> Counter[Key]:
+    """:func:`acceptances` over a history on disk, for the devices whose token hashes to one
+    of ``digests`` only (no other key can meet a ``sent`` record): the provider's 200s counted
+    per key in DuckDB, then the tokens of the few keys left hashed as in memory."""
+    wanted = sorted(set(digests))
+    if not wanted:
+        return Counter()
+    store.register("outcomes_digests", pa.table({"digest": pa.array(wanted, pa.string())}))
+    providers = ", ".join(f"'{p}'" for p in PUSH_PROVIDERS)
+    found = store.frame(
+        f"""WITH named AS (
+            SELECT code, value FROM tokens
+            WHERE value IS NOT NULL AND sha256(value) IN (SELECT digest FROM outcomes_digests)),
+        published AS (
+            SELECT tenant_id, notification_id, token FROM other
+            WHERE kind = 'sns_publish' AND reason IS NULL AND token IS NOT NULL)
+        SELECT tv.value AS tenant_id, nv.value AS notification_id, k.value AS token, p.n
+        FROM (SELECT tenant, nid, tok, count(*) AS n FROM prov
+              WHERE provider IN ({providers}) AND status = 200
+                AND tok IN (SELECT code FROM named)
+              GROUP BY tenant, nid, tok) p
+        JOIN named k ON k.code = p.tok
+        JOIN tenants tv ON tv.code = p.tenant
+        JOIN nids nv ON nv.code = p.nid
+        UNION ALL
+        SELECT tenant_id, notification_id, token, count(*) FROM published
+        WHERE token IN (SELECT DISTINCT token FROM published
+                        WHERE sha256(token) IN (SELECT digest FROM outcomes_digests))
+        GROUP BY tenant_id, notification_id, token"""
+    )
+    # Strings as the history frame holds them (a missing tenant reads <NA> in both paths).
+    keys = found[["tenant_id", "notification_id", "token"]].astype("string")
+    return per_device(
+        zip(keys["tenant_id"], keys["notification_id"], keys["token"], found["n"], strict=True)
+    )
 
 
 def judge(sent: Counter[Key], accepted: Counter[Key]) -> tuple[dict[str, int], list[dict]]:
@@ -99,7 +151,19 @@ def judge(sent: Counter[Key], accepted: Counter[Key]) -> tuple[dict[str, int], l
 
 
 def check(history: pd.DataFrame) -> Verdict:
-    counts, examples = judge(sent_records(history), acceptances(history))
+    return _verdict(*judge(sent_records(history), acceptances(history)))
+
+
+def check_store(store: HistoryStore) -> Verdict:
+    """:func:`check` over a history on disk: the audit rows read as a frame, the acceptances
+    of the devices they name counted in DuckDB."""
+    columns = ["kind", "tenant_id", "notification_id", "token", "reason", "detail"]
+    sent = sent_records(store.rows(["audit"], columns))
+    accepted = acceptances_in_store(store, {device for _, _, device in sent})
+    return _verdict(*judge(sent, accepted))
+
+
+def _verdict(counts: dict[str, int], examples: list[dict]) -> Verdict:
     return Verdict(
         "audit_outcomes", counts["sent_beyond_acceptance"] == 0, counts, {"examples": examples}
     )
@@ -109,6 +173,9 @@ def check(history: pd.DataFrame) -> Verdict:
     "audit_outcomes",
     summary="no more 'sent' records per device than the provider (or SNS) accepted sends",
     needs=("audit_trail",),
+    out_of_core=True,
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    if evidence.store is not None:
+        return check_store(evidence.store)
     return check(evidence.history)
