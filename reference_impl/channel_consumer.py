@@ -101,6 +101,8 @@ class ChannelConsumer(JobConsumer):
         super().audit(outcome, job, channel=self.channel, **extra)
 
     def switched_off(self, job: dict[str, Any], prefs: dict[str, Any] | None) -> bool:
+        if "channel_switch_ignored" in self.defects:  # the defect: the channel's switch unread
+            return False
         if prefs and (prefs.get("channels") or {}).get(self.channel) is False:
             self.audit("opted_out", job)
             return True

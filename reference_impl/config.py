@@ -73,6 +73,7 @@ DEFECTS = (
     "inbox_ttl_not_enabled",  # provisioning never enables TTL on the inbox: its rows never expire
     "consent_ignores_revoked_at",  # a push or email consent record with revoked_at still grants
     "push_switch_ignored",  # a user who turned push off (channels.push false) still gets pushes
+    "channel_switch_ignored",  # email, in-app and SMS sent to a user who switched that channel off
     "read_flags_ignore_watermark",  # inbox pages flag items read only one by one, not read-all
     "audit_sent_before_answer",  # a send audited 'sent' whatever the provider answered (a 429)
     "erasure_skips_celebrity_pages",  # erasure forgets follows made past the threshold

@@ -27,7 +27,11 @@ from harness.checkers.registry import run_probe
 from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import SWITCHED_OFF
 from harness.model.history import History
-from harness.model.oracle import expected_channel_deliveries, never_texted
+from harness.model.oracle import (
+    expected_channel_deliveries,
+    never_texted,
+    switched_off_deliveries,
+)
 from harness.model.population import (
     Author,
     Device,
@@ -355,6 +359,132 @@ def test_channel_checker_fails_on_a_lost_email_and_an_unexpected_one() -> None:
 # -- on the stack ------------------------------------------------------------------------------
 
 
+# -- channel switches (seed 000: a user can turn a channel off) --------------------------------
+
+
+def test_channel_switches_come_from_a_stream_of_their_own() -> None:
+    """Every other field of every user, and the devices and authors, are what the seed gave
+    before the switches existed; a user with nothing off sends the body it always sent."""
+    start = datetime(2026, 11, 22, 12, tzinfo=UTC)
+    spec = PopulationSpec(tenants=2, users_per_tenant=60, celebrity_followers=20)
+    none, default, every = (
+        generate(7, start, dataclasses.replace(spec, channel_off_fraction=f))
+        for f in (0.0, spec.channel_off_fraction, 1.0)
+    )
+
+    def rest(population: Population) -> list[dict[str, Any]]:
+        return [{k: v for k, v in vars(u).items() if k != "channels_off"} for u in population.users]
+
+    assert rest(none) == rest(default) == rest(every)
+    assert none.devices == default.devices == every.devices
+    assert none.authors == default.authors == every.authors
+    assert all(u.channels_off == () for u in none.users)
+    assert all(u.channels_off == ("email", "in_app", "sms") for u in every.users)
+    for channel in ("email", "in_app", "sms"):
+        off = [u for u in default.users if channel in u.channels_off]
+        assert 0 < len(off) < len(default.users) / 2, channel
+    assert preferences_body(none.users[0])["channels"] == {"push": True}
+    assert preferences_body(every.users[0])["channels"] == {
+        "push": True, "email": False, "in_app": False, "sms": False
+    }  # fmt: skip
+    mixed = next(u for u in default.users if u.channels_off == ("sms",))
+    assert preferences_body(mixed)["channels"] == {"push": True, "sms": False}
+
+
+def test_a_population_file_without_switches_loads_with_every_channel_on(tmp_path: Any) -> None:
+    start = datetime(2026, 11, 22, 12, tzinfo=UTC)
+    spec = PopulationSpec(tenants=1, users_per_tenant=40, celebrity_followers=20)
+    population = generate(3, start, dataclasses.replace(spec, channel_off_fraction=0.5))
+    assert any(u.channels_off for u in population.users)
+    population.save(tmp_path / "new.json")
+    assert Population.load(tmp_path / "new.json").to_dict() == population.to_dict()
+    # As a file written before the switches: no field on the users, none in the spec.
+    old = population.to_dict()
+    old["spec"].pop("channel_off_fraction")
+    for user in old["users"]:
+        user.pop("channels_off")
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    loaded = Population.load(tmp_path / "old.json")
+    assert all(u.channels_off == () for u in loaded.users)
+    assert loaded.spec.channel_off_fraction == 0.0
+    assert all(preferences_body(u)["channels"] == {"push": True} for u in loaded.users)
+
+
+def _switch_population() -> Population:
+    """Followers who would get every channel but switched some off, and one whose switch is
+    moot (no email consent: withheld for that, not for the switch)."""
+    t, phone = "acme", "+44770000001{}".format
+    on = {"email_consent": CONSENT, "online": True, "sms_consent": CONSENT}
+    users = [
+        User(t, "a", "UTC", None, CONSENT, "none", None),
+        User(t, "all-on", "UTC", None, CONSENT, "none", None, "on@x.example", phone=phone(1),
+             **on),
+        User(t, "mail-off", "UTC", None, CONSENT, "none", None, "mo@x.example", phone=phone(2),
+             channels_off=("email",), **on),
+        User(t, "all-off", "UTC", None, CONSENT, "none", None, "ao@x.example", phone=phone(3),
+             channels_off=("email", "in_app", "sms"), **on),
+        User(t, "moot", "UTC", None, CONSENT, "none", None, "mt@x.example",
+             channels_off=("email",)),
+    ]  # fmt: skip
+    followers = tuple(u.user_id for u in users[1:])
+    return Population(0, 0.0, PopulationSpec(), users, [], [Author(t, "a", False, followers)])
+
+
+def _mention_injected() -> pd.DataFrame:
+    history = History()
+    history.append("inject", tenant_id="acme", author_id="a", notification_id="N1",
+                   detail="mention")  # fmt: skip
+    return history.frame().query("kind == 'inject'")
+
+
+def test_oracle_expects_nothing_on_a_channel_the_user_switched_off() -> None:
+    population, injected = _switch_population(), _mention_injected()
+    rows = expected_channel_deliveries(population, injected, DEFAULT_CHANNELS_BY_KIND)
+    assert sorted(rows.itertuples(index=False, name=None)) == [
+        ("acme", "N1", "+447700000011", "sms"),
+        ("acme", "N1", "+447700000012", "sms"),
+        ("acme", "N1", "acme:all-on", "in_app"),
+        ("acme", "N1", "acme:mail-off", "in_app"),
+        ("acme", "N1", "on@x.example", "email"),
+    ]
+    withheld = switched_off_deliveries(population, injected, DEFAULT_CHANNELS_BY_KIND)
+    assert sorted(withheld.itertuples(index=False, name=None)) == [
+        ("acme", "N1", "+447700000013", "sms"),
+        ("acme", "N1", "acme:all-off", "in_app"),
+        ("acme", "N1", "ao@x.example", "email"),
+        ("acme", "N1", "mo@x.example", "email"),
+    ]  # not the moot one: no consent withholds it whatever the switch
+
+
+def test_channel_checker_fails_a_delivery_to_a_switched_off_channel() -> None:
+    population, injected = _switch_population(), _mention_injected()
+    expected = expected_channel_deliveries(population, injected, DEFAULT_CHANNELS_BY_KIND)
+    withheld = switched_off_deliveries(population, injected, DEFAULT_CHANNELS_BY_KIND)
+    right = [
+        ("ses", "N1", "on@x.example", "email", 200),
+        ("inapp", "N1", "acme:all-on", "in_app", 200),
+        ("inapp", "N1", "acme:mail-off", "in_app", 200),
+        ("sms", "N1", "+447700000011", "sms", 200),
+        ("sms", "N1", "+447700000012", "sms", 200),
+    ]
+    verdict = channel_delivery.check(expected, _history(right), switched_off_rows=withheld)
+    assert verdict.valid, verdict
+    assert (verdict.counts["email_withheld_by_switch"], verdict.counts["in_app_to_switched_off"],
+            verdict.counts["withheld_by_switch"]) == (2, 0, 4)  # fmt: skip
+    mailed = _history([*right, ("ses", "N1", "mo@x.example", "email", 200),
+                       ("inapp", "N1", "acme:all-off", "in_app", 410)])  # fmt: skip
+    verdict = channel_delivery.check(expected, mailed, switched_off_rows=withheld)
+    assert not verdict.valid
+    assert verdict.counts["email_to_switched_off"] == verdict.counts["email_unexpected"] == 1
+    assert verdict.counts["in_app_to_switched_off"] == 0  # the gateway refused it: not delivered
+    assert verdict.details["channels"]["email"]["to_switched_off_examples"] == [
+        {"tenant_id": "acme", "notification_id": "N1", "token": "mo@x.example", "n": 1}
+    ]
+    # Told nothing of the switches, the checker still fails it (the oracle never expected it).
+    blind = channel_delivery.check(expected, mailed)
+    assert not blind.valid and blind.counts["email_unexpected"] == 1
+
+
 def _put_user(t: TenantClient, user: str, **prefs: Any) -> None:
     body = {"zone": "UTC", "quiet_hours": None, "push_consent": CONSENT, **prefs}
     t.api.put(f"/v1/tenants/{t.tenant}/users/{user}/preferences", json=body).raise_for_status()
@@ -635,7 +765,9 @@ def test_sms_fields_come_from_a_stream_of_their_own() -> None:
     # this change: a draw moved to another stream would change it).
     # Since the red team, half of the users without email consent hold a withdrawn record
     # (``revoked_at``) where they held none: a draw of its own, so read as "none" here.
+    # The channel switches came later still, from a stream of their own: left out here.
     def as_before(user: dict[str, Any]) -> dict[str, Any]:
+        user = {k: v for k, v in user.items() if k != "channels_off"}
         consent = user.get("email_consent")
         withdrawn = isinstance(consent, dict) and "revoked_at" in consent
         return {**user, "email_consent": None} if withdrawn else user
@@ -671,6 +803,8 @@ def _sms_population() -> Population:
         User(t, "nophone", "UTC", None, None, "none", None, sms_consent=CONSENT),
         User(t, "revoked", "UTC", None, None, "none", None, phone="+447700000006",
              sms_consent={**CONSENT, "revoked_at": "2026-06-01T00:00:00+00:00"}),
+        User(t, "switched", "UTC", None, None, "none", None, phone="+447700000007",
+             sms_consent=CONSENT, channels_off=("sms",)),
     ]  # fmt: skip
     followers = tuple(u.user_id for u in users[1:])
     return Population(0, 0.0, PopulationSpec(), users, [], [Author(t, "a", False, followers)])
@@ -844,7 +978,8 @@ def test_sms_consumer_texts_once_through_sns_and_never_an_opted_out_number(stack
 
 def test_channel_delivery_judges_sms_the_same_with_the_history_on_disk(tmp_path: Any) -> None:
     """A history past the in-memory limit is read back from the DuckDB store (the kinds the
-    checker reads): the SMS verdict, opted-out publish included, is the same."""
+    checker reads): the SMS verdict, opted-out publish and a text to a number whose user
+    switched SMS off included, is the same."""
     population = _sms_population()
     history = History()
     history.append("inject", tenant_id="acme", author_id="a", notification_id="N1",
@@ -865,11 +1000,14 @@ def test_channel_delivery_judges_sms_the_same_with_the_history_on_disk(tmp_path:
             for number, status, reason in (
                 ("+447700000001", 200, None),
                 ("+447700000003", 400, "OPTED_OUT"),
+                ("+447700000007", 200, None),
             )
         ],  # fmt: skip
     )
     frame = history.frame()
-    evidence = evidence_from(population, frame)
+    # SMS for mentions, as the reference routes them (the harness's default policy has none).
+    policy = SystemPolicy(channels_by_kind={"mention": ("push", "sms")})
+    evidence = evidence_from(population, frame, policy)
     with HistoryStore.from_frame(frame, evidence.expectation, workdir=tmp_path / "db") as store:
         on_disk = dataclasses.replace(evidence, store=store)
         in_memory, out_of_core = (
@@ -878,3 +1016,5 @@ def test_channel_delivery_judges_sms_the_same_with_the_history_on_disk(tmp_path:
         )
     assert out_of_core.to_dict() == in_memory.to_dict()
     assert in_memory.valid is False and in_memory.counts["sms_to_opted_out"] == 1
+    assert in_memory.counts["sms_to_switched_off"] == in_memory.counts["sms_unexpected"] == 1
+    assert in_memory.counts["sms_withheld_by_switch"] == 1

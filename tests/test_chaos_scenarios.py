@@ -355,18 +355,28 @@ def test_a_mention_reaches_push_email_in_app_and_sms_each_checked_against_the_or
         assert channels[f"{channel}_expected"] > 0, channel
         assert channels[f"{channel}_delivered"] == channels[f"{channel}_expected"], channel
         assert channels[f"{channel}_duplicated"] == channels[f"{channel}_unexpected"] == 0
+        # The population switched this channel off for some recipients: judged, none reached.
+        assert channels[f"{channel}_withheld_by_switch"] > 0, channel
+        assert channels[f"{channel}_to_switched_off"] == 0, channel
     assert channels["sms_to_opted_out"] == channels["sms_without_consent"] == 0
 
 
 def test_texting_opted_out_numbers_and_mailing_revoked_consents_are_caught(tmp_path):
-    """Two independent defects in one run: SMS to numbers on the opt-out list, and an email
+    """Three independent defects in one run: SMS to numbers on the opt-out list, an email
     consent kept with ``revoked_at`` read as granted (the population has both kinds of users
-    without email consent: no record, and a record withdrawn)."""
-    defects = ["sms_ignores_opt_out", "consent_ignores_revoked_at"]
+    without email consent: no record, and a record withdrawn), and the email / in-app / SMS
+    switches unread (users who turned a channel off, consent kept, still reached on it)."""
+    defects = ["sms_ignores_opt_out", "consent_ignores_revoked_at", "channel_switch_ignored"]
     path = _variant(tmp_path, "mention-channels", defects)
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     result = _failed(summary, "channel_delivery")
     # SNS texted none of them (its ledger says OPTED_OUT): only the publishes give it away.
-    assert result["sms_to_opted_out"] > 0 and result["sms_unexpected"] == 0
-    assert result["email_unexpected"] > 0
+    assert result["sms_to_opted_out"] > 0
+    for channel in ("email", "in_app", "sms"):
+        assert result[f"{channel}_to_switched_off"] > 0, channel
+    # Every unexpected SMS and in-app message is one to a switched-off channel; email also
+    # reaches the withdrawn consents.
+    assert result["sms_unexpected"] == result["sms_to_switched_off"]
+    assert result["in_app_unexpected"] == result["in_app_to_switched_off"]
+    assert result["email_unexpected"] > result["email_to_switched_off"]

@@ -7,8 +7,13 @@ endpoint's SMS ledger, pulled in by :mod:`harness.run.channel_ledgers`); the exp
 token): ``expected``, ``delivered`` (expected keys that arrived), ``duplicated`` (every
 delivery of a key beyond its first), ``lost`` (expected keys that never arrived),
 ``unexpected`` (deliveries of keys the oracle did not expect: no consent, no address, offline,
-inside quiet hours, another tenant's recipient). An email or SMS has no collapse id: every
-duplicate is visible.
+inside quiet hours, a channel the user switched off, another tenant's recipient). An email or
+SMS has no collapse id: every duplicate is visible.
+
+Of the unexpected, ``to_switched_off`` counts the deliveries to a user who turned that channel
+off (``channels.<channel>`` false, everything else allowing it: consent, address, connection,
+number, quiet hours), to say why they failed; ``withheld_by_switch`` is how many (notification,
+recipient) pairs the oracle withheld for a switch alone, what a clean run judged of them.
 
 SMS adds what a carrier would never show: ``sms_to_opted_out`` counts every Publish to a number
 on the provider's opt-out list (SNS answers it with a MessageId and texts nothing, so only its
@@ -30,7 +35,11 @@ from harness.checkers.evidence import Evidence
 from harness.checkers.registry import checker
 from harness.checkers.verdict import SWITCHED_OFF, Verdict
 from harness.model.history import CHANNEL_OF_PROVIDER
-from harness.model.oracle import expected_channel_deliveries, never_texted
+from harness.model.oracle import (
+    expected_channel_deliveries,
+    never_texted,
+    switched_off_deliveries,
+)
 
 CHANNELS = ("email", "in_app", "sms")
 KEY = ["tenant_id", "notification_id", "token"]
@@ -78,6 +87,17 @@ def _sms_barred(
     return counts, examples
 
 
+def _keys_by_channel(rows: pd.DataFrame | None, skipped: set[str]) -> dict[str, set[Key]]:
+    """(tenant, notification, token) per channel of oracle rows (every judged channel present)."""
+    keys: dict[str, set[Key]] = {c: set() for c in CHANNELS if c not in skipped}
+    if rows is None:
+        return keys
+    for tenant, nid, token, channel in rows[KEY + ["channel"]].itertuples(index=False, name=None):
+        if str(channel) not in skipped:
+            keys.setdefault(str(channel), set()).add((str(tenant), str(nid), str(token)))
+    return keys
+
+
 def check(
     expected_rows: pd.DataFrame,
     history: pd.DataFrame,
@@ -85,18 +105,17 @@ def check(
     max_duplicated: int = 0,
     never: Mapping[str, str] | None = None,
     sms_off: str | None = None,
+    switched_off_rows: pd.DataFrame | None = None,
 ) -> Verdict:
     """``expected_rows``: tenant_id, notification_id, token, channel. Tolerances apply to each
     channel's figure (a scenario may accept a residual and still see it reported). ``never``:
     number -> why no SMS may reach it (:func:`harness.model.oracle.never_texted`); ``sms_off``:
-    why the SMS part cannot be judged on this target (then it is left out, and said so)."""
+    why the SMS part cannot be judged on this target (then it is left out, and said so);
+    ``switched_off_rows``: what the oracle withheld for a channel switch alone
+    (:func:`harness.model.oracle.switched_off_deliveries`), same columns as ``expected_rows``."""
     skipped = {"sms"} if sms_off else set()
-    expected: dict[str, set[Key]] = {c: set() for c in CHANNELS if c not in skipped}
-    for tenant, nid, token, channel in expected_rows[KEY + ["channel"]].itertuples(
-        index=False, name=None
-    ):
-        if str(channel) not in skipped:
-            expected.setdefault(str(channel), set()).add((str(tenant), str(nid), str(token)))
+    expected = _keys_by_channel(expected_rows, skipped)
+    withheld = _keys_by_channel(switched_off_rows, skipped)
     rows = history[(history["kind"] == "channel") & (history["delivered"].fillna(False))]
     delivered: dict[str, Counter[Key]] = {c: Counter() for c in expected}
     for tenant, nid, token, provider, detail in rows[KEY + ["provider", "detail"]].itertuples(
@@ -117,12 +136,16 @@ def check(
         lost_keys = sorted(wanted - set(got))
         duplicate_keys = sorted(k for k, n in got.items() if n > 1)
         unexpected_keys = sorted(k for k in got if k not in wanted)
+        off = withheld.get(channel, set())
+        switched_off_keys = [k for k in unexpected_keys if k in off]
         figures = {
             "expected": len(wanted),
             "delivered": sum(1 for k in wanted if k in got),
             "duplicated": sum(n - 1 for n in got.values()),
             "lost": len(lost_keys),
             "unexpected": sum(got[k] for k in unexpected_keys),
+            "to_switched_off": sum(got[k] for k in switched_off_keys),
+            "withheld_by_switch": len(off),
         }
         for name, value in figures.items():
             counts[f"{channel}_{name}"] = value
@@ -143,6 +166,7 @@ def check(
             "lost_examples": records(lost_keys),
             "duplicate_examples": records(duplicate_keys, with_n=True),
             "unexpected_examples": records(unexpected_keys, with_n=True),
+            "to_switched_off_examples": records(switched_off_keys, with_n=True),
         }
     counts.update(dict(totals))
     channels: dict[str, Any] = dict(examples)
@@ -164,6 +188,7 @@ def check(
     "channel_delivery",
     summary=(
         "email, in-app and SMS deliveries effectively once, per channel, against the oracle; "
+        "nothing to a channel the user switched off; "
         "no SMS to an opted-out number or without SMS consent"
     ),
     tolerances={"max_lost": 0, "max_duplicated": 0},
@@ -172,9 +197,9 @@ def check(
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     history = evidence.history
-    expected = expected_channel_deliveries(
-        evidence.population, history[history["kind"] == "inject"], evidence.policy.channels_by_kind
-    )
+    injected = history[history["kind"] == "inject"]
+    population, channels_by_kind = evidence.population, evidence.policy.channels_by_kind
+    expected = expected_channel_deliveries(population, injected, channels_by_kind)
     capabilities = evidence.capabilities
     sms_off = (
         None
@@ -188,4 +213,5 @@ def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
         max_duplicated=int(tolerance["max_duplicated"]),
         never=never_texted(evidence.population),
         sms_off=sms_off,
+        switched_off_rows=switched_off_deliveries(population, injected, channels_by_kind),
     )

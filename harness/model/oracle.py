@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -11,6 +11,7 @@ import pandas as pd
 from harness.model.population import (
     Population,
     User,
+    channel_switched_off,
     connection_id,
     consent_stands,
     sms_consented,
@@ -161,6 +162,33 @@ def never_texted(population: Population) -> dict[str, str]:
     return why
 
 
+def _channel_rows(
+    population: Population,
+    injected: pd.DataFrame,
+    channels_by_kind: Mapping[str, Sequence[str]],
+) -> Iterator[tuple[str, str, str, str, bool]]:
+    """(tenant, notification, token, channel, switched_off) of every email, in-app and SMS
+    delivery the user's consent, address, connection, number and quiet hours allow;
+    ``switched_off``: the user turned that channel off, so it must not happen after all."""
+    kind_column = "detail" if "detail" in injected.columns else "kind"
+    for event in injected.itertuples(index=False):
+        channels = channels_by_kind.get(str(getattr(event, kind_column)), ("push",))
+        if not set(channels) & {"email", "in_app", "sms"}:
+            continue
+        tenant, nid = event.tenant_id, event.notification_id
+        author = population.author(tenant, event.author_id)
+        for follower in author.followers:
+            user = population.user(tenant, follower)
+            if "email" in channels and user.email and consent_stands(user.email_consent):
+                yield tenant, nid, user.email, "email", channel_switched_off(user, "email")
+            if "in_app" in channels and user.online:
+                token = connection_id(tenant, follower)
+                yield tenant, nid, token, "in_app", channel_switched_off(user, "in_app")
+            if "sms" in channels and sms_expected(user):
+                assert user.phone is not None
+                yield tenant, nid, user.phone, "sms", channel_switched_off(user, "sms")
+
+
 def expected_channel_deliveries(
     population: Population,
     injected: pd.DataFrame,
@@ -176,22 +204,20 @@ def expected_channel_deliveries(
     email consent; in-app needs the user online (connection registered with the gateway); SMS
     needs a number, SMS consent, a number not on the provider's opt-out list, and a quiet window
     that ends during the run if there is one (SMS buzzes: quiet hours hold it, as for push).
+    None goes to a channel the user switched off (``channels.<channel>`` false).
     Push stays with :func:`expected_deliveries`."""
-    rows: list[tuple[str, str, str, str]] = []
-    kind_column = "detail" if "detail" in injected.columns else "kind"
-    for event in injected.itertuples(index=False):
-        channels = channels_by_kind.get(str(getattr(event, kind_column)), ("push",))
-        if not set(channels) & {"email", "in_app", "sms"}:
-            continue
-        author = population.author(event.tenant_id, event.author_id)
-        for follower in author.followers:
-            user = population.user(event.tenant_id, follower)
-            if "email" in channels and user.email and consent_stands(user.email_consent):
-                rows.append((event.tenant_id, event.notification_id, user.email, "email"))
-            if "in_app" in channels and user.online:
-                token = connection_id(event.tenant_id, follower)
-                rows.append((event.tenant_id, event.notification_id, token, "in_app"))
-            if "sms" in channels and sms_expected(user):
-                assert user.phone is not None
-                rows.append((event.tenant_id, event.notification_id, user.phone, "sms"))
+    rows = [row[:4] for row in _channel_rows(population, injected, channels_by_kind) if not row[4]]
+    return pd.DataFrame(rows, columns=CHANNEL_EXPECTED_COLUMNS)
+
+
+def switched_off_deliveries(
+    population: Population,
+    injected: pd.DataFrame,
+    channels_by_kind: Mapping[str, Sequence[str]],
+) -> pd.DataFrame:
+    """The (notification, recipient) rows :func:`expected_channel_deliveries` withholds only
+    because the user switched that channel off: everything else allows them. Any delivery of
+    one is a delivery the oracle says must not happen (counted apart, to say why), and their
+    number is what a clean run judged of the switches."""
+    rows = [row[:4] for row in _channel_rows(population, injected, channels_by_kind) if row[4]]
     return pd.DataFrame(rows, columns=CHANNEL_EXPECTED_COLUMNS)

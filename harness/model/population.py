@@ -13,6 +13,11 @@ The other channels (seed 000: email, in-app): a user may have an email address a
 consent (or one withdrawn, kept with ``revoked_at``), and may be online (an open WebSocket connection for in-app delivery). They are drawn
 from a generator of their own, so a seed yields the same push population as before they
 existed, and a population file written before them still loads (no address, offline).
+
+Channel switches (seed 000: a user can turn a channel off): some users have email, in-app or
+SMS switched off (``channels.<channel>`` false in their preferences, consent kept). A stream of
+its own again: every seed's users, devices, addresses and numbers are what they were, and a
+file written before the switches existed loads with every channel on.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 QuietState = Literal["none", "outside", "ends_during_run", "whole_run"]
+# The channels the population switches off for some users, in draw order.
+SWITCHABLE_CHANNELS = ("email", "in_app", "sms")
 
 # Half-hour and 45-minute offsets and DST zones on purpose: they are where quiet-hours code breaks.
 ZONES = (
@@ -73,6 +80,9 @@ class PopulationSpec:
     phone_fraction: float = 0.6
     no_sms_consent_fraction: float = 0.2
     sms_opted_out_fraction: float = 0.1
+    # Each of email, in-app and SMS is switched off (``channels.<channel>`` false) for this
+    # share of users, drawn per channel independently (a stream of its own).
+    channel_off_fraction: float = 0.1
     # The share of users who ever registered anything (preferences, devices, an address). The
     # rest follow and read but have nothing the delivery path reads: the population holds no
     # record for them and nothing is loaded for them (consent is default-deny, so the system
@@ -142,6 +152,9 @@ class User:
     sms_consent: dict[str, Any] | None = None
     # The number replied STOP before the run: on the SMS provider's opt-out list.
     sms_opted_out: bool = False
+    # The channels the user switched off (``channels.<channel>`` false): of SWITCHABLE_CHANNELS.
+    # Push's switch is turned off mid-run only (``switch_off_push``, judged by the timeline).
+    channels_off: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -212,11 +225,14 @@ class Population:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Population:
+        # A file written before the switches existed: nobody switched anything off, and its
+        # spec says so (the default would claim a share that was never drawn).
+        spec = {"channel_off_fraction": 0.0, **data["spec"]}
         return cls(
             seed=data["seed"],
             started_at=data["started_at"],
-            spec=PopulationSpec(**data["spec"]),
-            users=[User(**u) for u in data["users"]],
+            spec=PopulationSpec(**spec),
+            users=[_user_from_dict(u) for u in data["users"]],
             devices=[Device(**d) for d in data["devices"]],
             authors=[Author(**{**a, "followers": tuple(a["followers"])}) for a in data["authors"]],
         )
@@ -226,14 +242,23 @@ class Population:
         return cls.from_dict(json.loads(path.read_text()))
 
 
+def _user_from_dict(values: dict[str, Any]) -> User:
+    """A user as saved: JSON holds ``channels_off`` as a list (absent in an older file)."""
+    off = values.get("channels_off")
+    if off is None:
+        return User(**values)
+    return User(**{**values, "channels_off": tuple(off)})
+
+
 def preferences_body(user: User) -> dict[str, Any]:
     """The user's preferences as the Event API takes them (the loader and every mid-run save
     send the same values, so the oracle's expectation holds). The email and SMS fields only when
-    the user has them: a system without those channels sees the body it always saw."""
+    the user has them, a channel in ``channels`` only when it is switched off (false): a system
+    without those channels, or a user with nothing off, sees the body it always saw."""
     prefs: dict[str, Any] = {
         "zone": user.zone,
         "quiet_hours": user.quiet_hours,
-        "channels": {"push": True},
+        "channels": {"push": True, **dict.fromkeys(user.channels_off, False)},
         "push_consent": user.consent,
     }
     if user.email:
@@ -272,6 +297,19 @@ def _sms_fields(
     if not consented:
         consent = {**consent, "revoked_at": "2026-06-01T00:00:00+00:00"} if withdrawn else None
     return phone_number(index), consent, opted_out
+
+
+def _channels_off(rng: random.Random, spec: PopulationSpec) -> tuple[str, ...]:
+    """The channels a user switched off: one draw per switchable channel every user, so the
+    stream stays aligned whatever the fraction."""
+    draws = [(channel, rng.random()) for channel in SWITCHABLE_CHANNELS]
+    return tuple(channel for channel, draw in draws if draw < spec.channel_off_fraction)
+
+
+def channel_switched_off(user: User, channel: str) -> bool:
+    """The user turned ``channel`` off (``channels.<channel>`` false): nothing goes to it,
+    whatever the consent."""
+    return channel in user.channels_off
 
 
 def consent_stands(record: Any) -> bool:
@@ -358,6 +396,7 @@ def generate(
     sms_rng = random.Random(f"sms:{seed}")
     # A stream of its own: at 1.0 every user is drawn exactly as before the fraction existed.
     enabled_rng = random.Random(f"enabled:{seed}")
+    switch_rng = random.Random(f"switches:{seed}")
     # Every user's window is one of (state, zone): computed once per pair, not per user.
     windows: dict[tuple[QuietState, str], tuple[dict[str, str] | None, float | None]] = {}
     population = Population(seed=seed, started_at=start.timestamp(), spec=spec)
@@ -427,6 +466,7 @@ def generate(
                     email_consent,
                     online,
                     *_sms_fields(sms_rng, spec, len(population.users)),
+                    _channels_off(switch_rng, spec),
                 )
             )
             if rng.random() < spec.no_device_fraction:
