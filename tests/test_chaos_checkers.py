@@ -49,19 +49,48 @@ def _request(
     )
 
 
+def _inject(history, at, nid, tenant="acme"):
+    history.append("inject", time=at, tenant_id=tenant, author_id="a", notification_id=nid)
+
+
 def test_fail_closed_flags_a_delivery_inside_an_outage():
     history = History()
     _fault(history, "dedup-outage", 100.0, 110.0)
+    for nid in ("before", "in-grace", "after", "backlog", "inside", "stale"):
+        _inject(history, 98.0, nid)
     _request(history, 99.0, nid="before")
     _request(history, 100.2, nid="in-grace")  # decided just before the outage began
     _request(history, 111.0, nid="after")
+    # Decided before the cut, sent 1.1 s into it (a loaded machine): no violation.
+    _request(history, 101.1, nid="backlog")
     verdict = fail_closed.check(history.frame(), grace_s=0.5)
     assert verdict.valid
-    _request(history, 105.0, nid="inside")
+    assert verdict.counts["deliveries_during_outage"] == 1
+    assert verdict.counts["decided_during_outage"] == verdict.counts["backlog_sent_late"] == 0
+    # A notification injected after the cut: its decision was surely taken with the store out.
+    _inject(history, 102.0, "fresh")
+    _request(history, 102.5, nid="fresh")
     verdict = fail_closed.check(history.frame(), grace_s=0.5)
     assert not verdict.valid
-    assert verdict.counts["deliveries_during_outage"] == 1
+    assert verdict.counts["decided_during_outage"] == 1
+    assert verdict.counts["deliveries_during_outage"] == 2
     assert verdict.counts["outage_windows"] == 1
+    assert [e["notification_id"] for e in verdict.details["examples"]] == ["fresh"]
+
+
+def test_fail_closed_flags_a_backlog_send_later_than_any_decision_waits():
+    history = History()
+    _fault(history, "dedup-outage", 100.0, 110.0)
+    _inject(history, 98.0, "stale")
+    _request(history, 104.9, nid="stale")
+    assert fail_closed.check(history.frame(), grace_s=0.5, decision_lag_s=5.0).valid
+    verdict = fail_closed.check(history.frame(), grace_s=0.5, decision_lag_s=4.0)
+    assert not verdict.valid and verdict.counts["backlog_sent_late"] == 1
+    # A notification the harness never injected has no lower bound: judged as a backlog.
+    _request(history, 106.0, nid="unknown")
+    verdict = fail_closed.check(history.frame(), grace_s=0.5, decision_lag_s=5.0)
+    assert not verdict.valid and verdict.counts["backlog_sent_late"] == 1
+    assert verdict.counts["decided_during_outage"] == 0
 
 
 def test_fail_closed_with_fallback_counts_duplicates_across_the_outage():

@@ -104,7 +104,8 @@ def test_dedup_fail_open_is_caught_by_fail_closed(tmp_path):
         str(_variant(tmp_path, "memorydb-outage", ["dedup_fail_open"])), tmp_path / "out"
     )
     assert code == 1
-    assert _failed(summary, "fail_closed")["deliveries_during_outage"] > 0
+    # Notifications injected during the outage were delivered in it: no load explains that.
+    assert _failed(summary, "fail_closed")["decided_during_outage"] > 0
 
 
 def test_fallback_without_recheck_and_fallback_marks_without_a_ttl_are_both_caught(tmp_path):

@@ -167,7 +167,7 @@ def test_shipped_scenarios_pass_on_minifanout_run_after_run(deps, tmp_path):
     ("bug", "scenario", "checker", "count"),
     [
         ("no_dedup", "sqs-redelivery", "effectively_once", "duplicated"),
-        ("fail_open", "memorydb-outage", "fail_closed", "deliveries_during_outage"),
+        ("fail_open", "memorydb-outage", "fail_closed", "decided_during_outage"),
     ],
 )
 def test_minifanouts_planted_bugs_are_caught(deps, tmp_path, bug, scenario, checker, count):

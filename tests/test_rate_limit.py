@@ -338,6 +338,12 @@ class _Run:
                 }
             )
 
+    def inject_at(self, at: float) -> None:
+        """Every notification injected at ``at`` seconds after T0 instead of at T0."""
+        for row in self.rows:
+            if row["kind"] == "inject":
+                row["time"] = T0.timestamp() + at
+
     def request(self, nid: str, at: float, *, collapse: str | None = None, token: str = TOKEN):
         self.rows.append(
             {
@@ -414,15 +420,33 @@ def test_checker_allows_admissions_a_window_apart():
 
 @pytest.mark.usefixtures("engine")
 def test_checker_takes_an_earlier_sns_publish_as_the_admission():
-    """Through SNS: a publish SNS handed to the provider late (a cold connection) was admitted
-    when it was published; without SNS's ledger the same requests are over the limit."""
+    """Through SNS the publish is a later bound on the limiter's decision than the provider's
+    request: three notifications injected at 0 and handed over by SNS ten seconds later may
+    have been decided ten seconds apart, but published within 0.2 s they were not."""
     run = _Run(3)
     run.send(0, at=9.5)
     run.send(1, 2, at=10.2)
-    assert run.check().counts["over_limit_sent"] == 1
+    assert run.check().counts["over_limit_sent"] == 0
     run.publish(0, at=0.1)
-    run.publish(1, at=10.15)
-    assert run.check().valid
+    run.publish(1, at=0.15)
+    run.publish(2, at=0.2)
+    verdict = run.check()
+    assert not verdict.valid and verdict.counts["over_limit_sent"] == 1
+
+
+@pytest.mark.usefixtures("engine")
+def test_checker_does_not_blame_the_limiter_for_a_late_send():
+    """Two admitted at once but sent 1.5 s late (a loaded machine), the third admitted when the
+    window rolled and sent at once: the first attempts alone crowd one window, the decisions
+    need not. The same attempts of notifications injected after the window opened are over."""
+    run = _Run(3)
+    run.send(0, 1, at=2.0)
+    run.send(2, at=10.6)
+    verdict = run.check(slack_s=1.0)
+    assert verdict.counts["over_limit_sent"] == 0
+    run.inject_at(1.7)  # all three sent by the harness at 1.7: their decisions share a window
+    verdict = run.check(slack_s=1.0)
+    assert not verdict.valid and verdict.counts["over_limit_sent"] == 1
 
 
 @pytest.mark.usefixtures("engine")
