@@ -276,9 +276,18 @@ def _sms_fields(
 
 def consent_stands(record: Any) -> bool:
     """A consent record (``{granted_at, version[, revoked_at]}``) stands: a record, not
-    withdrawn. The harness writes a withdrawal as ``revoked_at`` after ``granted_at`` (or as no
-    record at all) and never grants again after one, so a ``revoked_at`` means withdrawn."""
-    return isinstance(record, Mapping) and not record.get("revoked_at")
+    withdrawn. A withdrawal is ``revoked_at`` at or after ``granted_at`` (or no record at all);
+    a ``revoked_at`` earlier than ``granted_at`` is a withdrawal the user took back by granting
+    again, and the consent stands. A time that cannot be read (or ordered) stands for nothing."""
+    if not isinstance(record, Mapping):
+        return False
+    revoked = record.get("revoked_at")
+    if not revoked:
+        return True
+    try:
+        return datetime.fromisoformat(revoked) < datetime.fromisoformat(record["granted_at"])
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def sms_consented(user: User) -> bool:
