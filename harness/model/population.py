@@ -18,6 +18,7 @@ existed, and a population file written before them still loads (no address, offl
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import random
 import re
@@ -54,6 +55,10 @@ class PopulationSpec:
     fcm_fraction: float = 0.5
     second_device_fraction: float = 0.3
     dead_token_fraction: float = 0.08
+    # Of the dead APNs tokens, the share that APNs answers 400 BadDeviceToken rather than 410
+    # Unregistered (both are invalid-token answers). Chosen by a hash of the token, not drawn:
+    # the population's streams stay as they were.
+    bad_device_token_fraction: float = 0.0
     no_consent_fraction: float = 0.1
     no_device_fraction: float = 0.03
     quiet_whole_run_fraction: float = 0.1
@@ -272,6 +277,16 @@ def _sms_fields(
     if not consented:
         consent = {**consent, "revoked_at": "2026-06-01T00:00:00+00:00"} if withdrawn else None
     return phone_number(index), consent, opted_out
+
+
+def bad_device_tokens(tokens: list[str], fraction: float) -> set[str]:
+    """The dead APNs tokens that answer 400 BadDeviceToken: those whose SHA-256 falls in the
+    first ``fraction`` of the hash space (the same tokens in every run of a seed)."""
+    if fraction <= 0:
+        return set()
+    return {
+        t for t in tokens if int(hashlib.sha256(t.encode()).hexdigest()[:8], 16) < fraction * 2**32
+    }
 
 
 def consent_stands(record: Any) -> bool:
