@@ -256,6 +256,18 @@ def test_jwt_bearer_accepted_unverified(sim: Sim) -> None:
     assert r.status_code == 200
 
 
+def test_a_token_marked_bad_answers_400_bad_device_token(sim: Sim) -> None:
+    token = new_token()
+    with h2c(sim) as client:
+        body = {"tokens": [token], "reason": "BadDeviceToken"}
+        assert client.post("/_sim/tokens/unregistered", json=body).status_code == 200
+        r = client.post(f"/3/device/{token}", json={"aps": {}, "tenant_id": "t9"})
+    assert r.status_code == 400
+    assert r.json() == {"reason": "BadDeviceToken"}
+    row = sim.ledger(sim.next_seq() - 1)[0]
+    assert (row["token"], row["status"], row["reason"]) == (token, 400, "BadDeviceToken")
+
+
 def test_unregistered_410_with_timestamp(sim: Sim) -> None:
     token = new_token()
     with h2c(sim) as client:
@@ -396,6 +408,7 @@ def test_ledger_and_reset(tmp_path: Path) -> None:
         ("POST", "/_sim/tokens/unregistered", b"not json"),
         ("POST", "/_sim/tokens/unregistered", b'{"tokens": "abc"}'),
         ("POST", "/_sim/tokens/unregistered", b'{"tokens": [1]}'),
+        ("POST", "/_sim/tokens/unregistered", b'{"tokens": ["a"], "reason": "Gone"}'),
     ],
 )
 def test_bad_control_input(sim: Sim, method, path, body) -> None:

@@ -126,6 +126,20 @@ def test_dead_tokens_flags_sends_after_410_or_unregistered():
     assert verdict.counts["dead_tokens"] == 2 and verdict.counts["sends_after_dead"] == 2
 
 
+def test_dead_tokens_reads_apns_400_bad_device_token_as_dead():
+    """400 BadDeviceToken is APNs's other invalid-token answer; a 400 for the request itself
+    (here BadCollapseId) says nothing of the token."""
+    history = History()
+    _request(history, 10.0, token="bad", status=400, reason="BadDeviceToken")
+    _request(history, 10.0, token="fine", status=400, reason="BadCollapseId")
+    _request(history, 30.0, token="fine", nid="n2")
+    verdict = dead_tokens.check(history.frame())
+    assert verdict.valid and verdict.counts["dead_tokens"] == 1
+    _request(history, 30.0, token="bad", status=400, reason="BadDeviceToken", nid="n3")
+    verdict = dead_tokens.check(history.frame())
+    assert not verdict.valid and verdict.counts["sends_after_dead"] == 1
+
+
 def test_dead_tokens_measures_from_when_the_dead_answer_left():
     """A provider that holds its answer (a latency fault) leaves requests in flight meanwhile:
     they are forgiven; one that arrives after the answer left is not, however soon."""

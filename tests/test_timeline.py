@@ -18,7 +18,12 @@ from harness.checkers.registry import known, run_probe
 from harness.checkers.store import HistoryStore
 from harness.model import local_time
 from harness.model.history import History
-from harness.model.population import PopulationSpec, generate, preferences_body
+from harness.model.population import (
+    PopulationSpec,
+    consent_stands,
+    generate,
+    preferences_body,
+)
 from harness.model.timeline import from_history
 from harness.run.actions import (
     UNKNOWN_ZONE,
@@ -171,6 +176,45 @@ def test_a_granted_consent_makes_later_notifications_due():
     assert not verdict.valid and verdict.counts["missed"] >= 1
 
 
+def test_a_consent_given_again_after_a_withdrawal_makes_later_notifications_due():
+    """Given, withdrawn, given again: the record keeps its older ``revoked_at``, and the consent
+    stands (a system that reads any ``revoked_at`` as a withdrawal misses the notification)."""
+    population = generate(5, START, SPEC)
+    author = next(a for a in population.authors if a.celebrity)
+    user = next(
+        population.user("tenant-0", f)
+        for f in author.followers
+        if population.user("tenant-0", f).consent is None
+        and population.user("tenant-0", f).quiet_state == "none"
+        and any(not d.dead for d in population.devices_of("tenant-0", f))
+    )
+    again = preference_change("regrant_consent", user, T0, T0 + 3600)
+    assert again is not None and again["push_consent"]["revoked_at"]
+    history = History()
+    _change(history, user, T0 + 10, T0 + 10.1, change="preferences", preferences=again)
+    _inject(history, author, "after", T0 + 30)
+    verdict = preference_changes.check(evidence_from(population, history.frame(), bound_s=5))
+    assert not verdict.valid and verdict.counts["missed"] >= 1
+
+
+@pytest.mark.parametrize(
+    ("record", "stands"),
+    [
+        ({"granted_at": "2026-11-01T00:00:00+00:00", "version": "1"}, True),
+        ({"granted_at": "2026-01-01T00:00:00+00:00", "version": "1",
+          "revoked_at": "2026-06-01T00:00:00+00:00"}, False),
+        ({"granted_at": "2026-11-01T00:00:00+00:00", "version": "1",
+          "revoked_at": "2026-06-01T00:00:00+00:00"}, True),
+        ({"granted_at": "2026-06-01T00:00:00+00:00", "version": "1",
+          "revoked_at": "2026-06-01T00:00:00+00:00"}, False),
+        ({"granted_at": "2026-11-01T00:00:00+00:00", "version": "1", "revoked_at": "soon"}, False),
+        (None, False),
+    ],
+)  # fmt: skip
+def test_a_consent_stands_unless_revoked_since_it_was_granted(record, stands):
+    assert consent_stands(record) is stands
+
+
 def test_a_zone_no_tz_database_knows_defers_every_push_whatever_the_window():
     # Seed 000: "if the user's timezone ... is unavailable, we defer rather than send". The
     # user has no window at all: only the unknown zone can hold their pushes.
@@ -271,6 +315,41 @@ def test_each_way_an_erasure_leaves_something_behind_is_caught(what):
     assert not verdict.valid
     key = {"inbox": "inbox_items_after_erasure"}.get(what, what)
     assert verdict.counts[key] == 1
+
+
+@pytest.mark.parametrize("own_mark", [False, True])
+def test_read_state_the_erased_person_left_shows_on_the_new_persons_inbox(own_mark):
+    """The erased person had read the probe; the person registered again sees it read before
+    marking anything themselves: the erasure left the read state behind. Once the new person
+    marks items read, their flags are theirs and are not judged."""
+    population, author, user, device = _scene()
+    history = History()
+    _inject(history, author, "probe", T0 + 1)
+    _deliver(history, device, "probe", T0 + 2)
+    history.append("read", time=T0 + 5, end=T0 + 5.1, tenant_id=user.tenant_id,
+                   user_id=user.user_id, status=200, reason="read_all",
+                   detail=json.dumps({}))  # fmt: skip
+    _change(history, user, T0 + 10, T0 + 10.5, change="erasure")
+    _change(history, user, T0 + 20, T0 + 20.5, change="registration",
+            follows=[[author.tenant_id, author.user_id]])  # fmt: skip
+    _inject(history, author, "probe", T0 + 27)
+    _deliver(history, device, "probe", T0 + 28)
+    if own_mark:
+        history.append("read", time=T0 + 30, end=T0 + 30.1, tenant_id=user.tenant_id,
+                       user_id=user.user_id, status=200, reason="mark_read",
+                       notification_id="probe", detail=json.dumps({}))  # fmt: skip
+    history.append("read", time=T0 + 33, end=T0 + 33.1, tenant_id=user.tenant_id,
+                   user_id=user.user_id, status=200, reason="page",
+                   detail=json.dumps({"walk": "r", "page": 0, "ids": ["probe"],
+                                      "read": [True]}))  # fmt: skip
+    verdict = erasure.check(evidence_from(population, history.frame(), bound_s=5))
+    if own_mark:
+        assert verdict.valid, verdict.counts
+        assert verdict.counts["pages_after_registration"] == 0
+    else:
+        assert not verdict.valid
+        assert verdict.counts["read_state_survived"] == 1
+        assert verdict.counts["items_after_registration"] == 1
 
 
 def _erasure_history(population, author, user, device):

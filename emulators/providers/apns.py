@@ -12,7 +12,8 @@ certificate auth), apns-priority / apns-expiration / apns-push-type / apns-colla
 (400 BadPriority / BadExpirationDate / InvalidPushType / BadCollapseId), token (400
 MissingDeviceToken / BadDeviceToken unless 64 hex characters), size (413 PayloadTooLarge above
 4096 bytes, 5120 for voip), body (400 PayloadEmpty when empty, 400 BadPayload when not a JSON
-object: Apple documents no reason for malformed JSON), unregistered tokens (410).
+object: Apple documents no reason for malformed JSON), unregistered tokens (410; or 400
+BadDeviceToken for tokens the control API marked so).
 
 Faults (:mod:`emulators.providers.faults`, ``/_sim/faults``) act on requests that pass those
 checks: ``status`` (429 TooManyRequests / 500 InternalServerError / 503 ServiceUnavailable) comes
@@ -213,16 +214,16 @@ class ApnsSimulator:
         if stamp is not None:
             by = self.state.unregistered_by(token)
             return self._answer(
-                request,
-                token,
-                apns_id,
-                payload,
-                410,
-                "Unregistered",
-                {"timestamp": stamp},
-                fault=by,
+                request, token, apns_id, payload, *self._dead(token, stamp), fault=by
             )
         return self._answer(request, token, apns_id, payload, 200, None)
+
+    def _dead(self, token: str, stamp: int) -> tuple[int, str, dict[str, Any] | None]:
+        """(status, reason, extra body) of a dead token: 410 Unregistered with the timestamp
+        it died, or, marked so, 400 BadDeviceToken (no timestamp: APNs gives one with 410 only)."""
+        if self.state.unregistered_reason(token) == "BadDeviceToken":
+            return 400, "BadDeviceToken", None
+        return 410, "Unregistered", {"timestamp": stamp}
 
     def _rejection(
         self, request: Request, token: str, given_id: str | None, payload: Any
@@ -290,7 +291,7 @@ class ApnsSimulator:
         stamp = self.state.unregistered_at(token)
         if stamp is not None:
             by = self.state.unregistered_by(token)
-            return answer(410, "Unregistered", {"timestamp": stamp}, fault=by or delay_id)
+            return answer(*self._dead(token, stamp), fault=by or delay_id)
         if error is not None:  # accepted_then_error: the device got it
             return answer(
                 error.status,

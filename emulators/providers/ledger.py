@@ -40,6 +40,9 @@ from emulators.providers.shared import SharedDir
 log = logging.getLogger(__name__)
 #: how long a ledger read waits for the other processes to write what they buffered
 BARRIER_TIMEOUT = 2.0
+# How an APNs token that died may be answered: 410 Unregistered (the default: the app was
+# removed) or 400 BadDeviceToken (a token APNs does not accept, e.g. of the other environment).
+APNS_DEAD_REASONS = ("Unregistered", "BadDeviceToken")
 
 ROW_KEYS = (
     "seq",
@@ -262,6 +265,8 @@ class ProviderState:
         self._unregistered: dict[str, int] = {}
         # token -> id of the unregister fault that marked it (absent: marked via the control API)
         self._unregistered_by: dict[str, str] = {}
+        # token -> how the provider says it is dead, when not its default (APNs: BadDeviceToken)
+        self._unregistered_reason: dict[str, str] = {}
         self._journal_at = 0
         self.faults = FaultSet(
             provider,
@@ -309,31 +314,43 @@ class ProviderState:
             with self._lock:
                 self._unregistered.clear()
                 self._unregistered_by.clear()
+                self._unregistered_reason.clear()
             self.ledger.reset_to(event.get("epoch", 0))
         elif op == "unregister":
-            self._mark(event["tokens"], event["at_ms"], event.get("fault"))
+            self._mark(event["tokens"], event["at_ms"], event.get("fault"), event.get("reason"))
         else:
             self.faults.apply(event)
 
     # -- commands -------------------------------------------------------------------------------
     def mark_unregistered(
-        self, tokens: list[str], at_ms: int | None = None, fault: str | None = None
+        self,
+        tokens: list[str],
+        at_ms: int | None = None,
+        fault: str | None = None,
+        reason: str | None = None,
     ) -> int:
-        """Tokens that now answer 410 Unregistered / 404 UNREGISTERED; returns how many."""
+        """Tokens that now answer 410 Unregistered / 404 UNREGISTERED (APNs, ``reason``
+        BadDeviceToken: 400 BadDeviceToken); returns how many."""
         stamp = int(time.time() * 1000) if at_ms is None else at_ms
         event: dict[str, Any] = {"op": "unregister", "tokens": list(tokens), "at_ms": stamp}
         if fault is not None:
             event["fault"] = fault
+        if reason is not None:
+            event["reason"] = reason
         self.publish(event)
         return len(tokens)
 
-    def _mark(self, tokens: list[str], stamp: int, fault: str | None) -> None:
+    def _mark(
+        self, tokens: list[str], stamp: int, fault: str | None, reason: str | None = None
+    ) -> None:
         with self._lock:
             for token in tokens:
                 if token not in self._unregistered:
                     self._unregistered[token] = stamp
                     if fault is not None:
                         self._unregistered_by[token] = fault
+                    if reason is not None:
+                        self._unregistered_reason[token] = reason
 
     def _unregister_from_fault(
         self, tokens: list[str], fault: str, at_ms: int | None = None, publish: bool = True
@@ -346,6 +363,10 @@ class ProviderState:
     def unregistered_at(self, token: str) -> int | None:
         """Epoch milliseconds at which ``token`` was marked unregistered, or None."""
         return self._unregistered.get(token)  # one dict read: atomic, no lock needed
+
+    def unregistered_reason(self, token: str) -> str | None:
+        """How a dead token's death is answered, when not the provider's default."""
+        return self._unregistered_reason.get(token)  # one dict read: atomic, no lock needed
 
     def unregistered_by(self, token: str) -> str | None:
         """The id of the unregister fault that marked ``token`` (None: not by a fault)."""
@@ -411,7 +432,16 @@ def handle_control(request: Request, state: ProviderState) -> Response | None:
         tokens = payload.get("tokens") if isinstance(payload, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, str) and t for t in tokens):
             return _bad('body must be {"tokens": [non-empty strings]}')
-        return json_response(200, {"ok": True, "count": state.mark_unregistered(tokens)})
+        reason = payload.get("reason")
+        if reason is not None and (
+            state.faults.provider != "apns" or reason not in APNS_DEAD_REASONS
+        ):
+            return _bad(
+                f"reason, when given, is one of {list(APNS_DEAD_REASONS)} (APNs only), "
+                f"got {reason!r}"
+            )
+        count = state.mark_unregistered(tokens, reason=reason)
+        return json_response(200, {"ok": True, "count": count})
     known = {
         "/_sim/health",
         "/_sim/ledger",

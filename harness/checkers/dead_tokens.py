@@ -1,6 +1,6 @@
 """Dead-token hygiene (seed 000: "invalid-token responses from both providers must immediately
-stop sends to that token"): after a token answers 410 Unregistered (APNs) or 404 UNREGISTERED
-(FCM), nothing more is sent to it.
+stop sends to that token"): after a token answers 410 Unregistered or 400 BadDeviceToken (APNs)
+or 404 UNREGISTERED (FCM), nothing more is sent to it.
 
 Only requests already in flight when the dead answer went out are forgiven, measured from the
 ledger: a request that reached the provider after the dead answer *left* it (``answered_at``,
@@ -38,9 +38,17 @@ from harness.checkers.verdict import Verdict
 TRANSIT_S = 0.5
 
 
+def _is(column: pd.Series, value: object) -> pd.Series:
+    """Equality with a missing value read as False (the columns hold None and NA alike)."""
+    return column.eq(value).fillna(False).astype(bool)
+
+
 def _dead_answers(provider: pd.DataFrame) -> pd.Series:
-    apns = (provider["provider"] == "apns") & (provider["status"] == 410)
-    fcm = (provider["provider"] == "fcm") & (provider["reason"] == "UNREGISTERED")
+    status, reason = provider["status"], provider["reason"]
+    apns = _is(provider["provider"], "apns") & (
+        _is(status, 410) | (_is(status, 400) & _is(reason, "BadDeviceToken"))
+    )
+    fcm = _is(provider["provider"], "fcm") & _is(reason, "UNREGISTERED")
     return apns | fcm
 
 
@@ -144,7 +152,8 @@ def check_store(store: HistoryStore, transit_s: float = 0.05) -> Verdict:
     store.run(
         """CREATE OR REPLACE TABLE first_dead AS
         SELECT p.tenant, p.tok, min(coalesce(p."end", p.time)) AS dead_at FROM prov p
-        WHERE coalesce((p.provider = 'apns' AND p.status = 410)
+        WHERE coalesce((p.provider = 'apns' AND (p.status = 410
+                        OR (p.status = 400 AND p.reason = 'BadDeviceToken')))
                        OR (p.provider = 'fcm' AND p.reason = 'UNREGISTERED'), false)
           AND p.tenant <> ? AND p.tok <> ?
         GROUP BY p.tenant, p.tok""",

@@ -9,6 +9,9 @@ device, follows the same authors, and posts again an event they had received bef
 * ``delivered_after_erasure``: no delivery to an erased user's devices once the erasure was
   acknowledged (``bound_s`` after it), until they registered again;
 * ``inbox_items_after_erasure`` / ``unread_after_erasure``: their inbox reads come back empty;
+* ``read_state_survived``: the erased person had read items (one by one, then all); once
+  registered again, before the new person marks anything read, no item on their inbox pages
+  may show as read (a per-item mark or a read-all watermark the erasure left would);
 * ``reused_id_lost``: the event posted again reaches the person registered again (a dedup key
   that survived the erasure would suppress it: the system remembered the old person);
   ``reused_id_duplicated``: and only once;
@@ -66,6 +69,35 @@ def _reads_after_erasure(evidence: Evidence) -> tuple[int, int, int]:
             judged += 1
             unread += int(bool(detail.get("unread")))
     return judged, items, unread
+
+
+def _read_state_after_registration(evidence: Evidence) -> tuple[int, int, int]:
+    """(inbox pages judged, items on them, items shown read) of users registered again, read
+    after their registration and before they themselves marked anything read: the person
+    registered again has read nothing, so an item shown read is the erased person's read
+    state (a per-item mark, a read-all watermark) that the erasure left behind."""
+    timeline = evidence.timeline
+    assert timeline is not None
+    history = evidence.history
+    reads = history[(history["kind"] == "read") & (history["status"] == 200)]
+    pages = items = shown_read = 0
+    for (tenant, user), registration in timeline.registrations.items():
+        theirs = reads[
+            (reads["tenant_id"] == tenant)
+            & (reads["user_id"] == user)
+            & (reads["time"] >= registration.sent)
+        ]
+        marks = theirs.loc[theirs["reason"].isin(("mark_read", "read_all")), "time"]
+        first_mark = float(marks.min()) if not marks.empty else float("inf")
+        for row in theirs[theirs["reason"] == "page"].itertuples(index=False):
+            if float(row.time) >= first_mark:
+                continue
+            detail = json.loads(row.detail) if isinstance(row.detail, str) else {}
+            flags = [bool(f) for f in detail.get("read") or []]
+            pages += 1
+            items += len(flags)
+            shown_read += sum(flags)
+    return pages, items, shown_read
 
 
 def _reused_ids(evidence: Evidence) -> tuple[int, int, int, list[dict[str, Any]]]:
@@ -161,6 +193,7 @@ def check(evidence: Evidence) -> Verdict:
             finished.add(key)
     violations, examples, judged = judge_deliveries(evidence, set(timeline.erasures))
     reads, items, unread = _reads_after_erasure(evidence)
+    new_pages, new_items, survived = _read_state_after_registration(evidence)
     required, lost, duplicated, reuse_examples = _reused_ids(evidence)
     trail = _trail(evidence)
     counts = {
@@ -174,6 +207,9 @@ def check(evidence: Evidence) -> Verdict:
         "reads_after_erasure": reads,
         "inbox_items_after_erasure": items,
         "unread_after_erasure": unread,
+        "pages_after_registration": new_pages,
+        "items_after_registration": new_items,
+        "read_state_survived": survived,
         "reused_id_required": required,
         "reused_id_lost": lost,
         "reused_id_duplicated": duplicated,
@@ -182,6 +218,7 @@ def check(evidence: Evidence) -> Verdict:
         not violations
         and items == 0
         and unread == 0
+        and survived == 0
         and lost == 0
         and duplicated == 0
         and counts["erasures_unfinished"] == 0
@@ -193,7 +230,7 @@ def check(evidence: Evidence) -> Verdict:
 
 @checker(
     "erasure",
-    summary="nothing of an erased user survives: no delivery, an empty inbox, no dedup key",
+    summary="nothing of an erased user survives: no delivery, an empty inbox, no read state, no dedup key",
     needs=("erase_user",),
     # With the history on disk these kinds come as a frame (see registry.in_memory_for).
     reads=("inject", "inject_info", "read", "change", "audit", "provider"),

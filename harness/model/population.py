@@ -23,6 +23,7 @@ file written before the switches existed loads with every channel on.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import random
 import re
@@ -61,6 +62,10 @@ class PopulationSpec:
     fcm_fraction: float = 0.5
     second_device_fraction: float = 0.3
     dead_token_fraction: float = 0.08
+    # Of the dead APNs tokens, the share that APNs answers 400 BadDeviceToken rather than 410
+    # Unregistered (both are invalid-token answers). Chosen by a hash of the token, not drawn:
+    # the population's streams stay as they were.
+    bad_device_token_fraction: float = 0.0
     no_consent_fraction: float = 0.1
     no_device_fraction: float = 0.03
     quiet_whole_run_fraction: float = 0.1
@@ -312,11 +317,30 @@ def channel_switched_off(user: User, channel: str) -> bool:
     return channel in user.channels_off
 
 
+def bad_device_tokens(tokens: list[str], fraction: float) -> set[str]:
+    """The dead APNs tokens that answer 400 BadDeviceToken: those whose SHA-256 falls in the
+    first ``fraction`` of the hash space (the same tokens in every run of a seed)."""
+    if fraction <= 0:
+        return set()
+    return {
+        t for t in tokens if int(hashlib.sha256(t.encode()).hexdigest()[:8], 16) < fraction * 2**32
+    }
+
+
 def consent_stands(record: Any) -> bool:
     """A consent record (``{granted_at, version[, revoked_at]}``) stands: a record, not
-    withdrawn. The harness writes a withdrawal as ``revoked_at`` after ``granted_at`` (or as no
-    record at all) and never grants again after one, so a ``revoked_at`` means withdrawn."""
-    return isinstance(record, Mapping) and not record.get("revoked_at")
+    withdrawn. A withdrawal is ``revoked_at`` at or after ``granted_at`` (or no record at all);
+    a ``revoked_at`` earlier than ``granted_at`` is a withdrawal the user took back by granting
+    again, and the consent stands. A time that cannot be read (or ordered) stands for nothing."""
+    if not isinstance(record, Mapping):
+        return False
+    revoked = record.get("revoked_at")
+    if not revoked:
+        return True
+    try:
+        return datetime.fromisoformat(revoked) < datetime.fromisoformat(record["granted_at"])
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def sms_consented(user: User) -> bool:

@@ -181,7 +181,7 @@ def _next_state(previous: State, change: Change, original: User) -> State:
     push = channels.get("push") if isinstance(channels, dict) else None
     return replace(
         base,
-        # A withdrawal is no record at all or one with ``revoked_at``: both deny.
+        # A withdrawal is no record at all or one revoked since its grant: both deny.
         consent=previous.consent if consent == "absent" else consent_stands(consent),
         push_off=previous.push_off if push is None else push is False,
         zone=str(prefs.get("zone", previous.zone)),

@@ -12,10 +12,13 @@ acknowledged it, so that the oracle knows what should hold from when.
   them), the cases where quiet hours must fail closed;
 * ``post-probes``: one event per chosen author, remembered for ``reregister-users``;
 * ``erase-users``: erase some followers of the probe authors (retrying while the system cannot
-  finish, e.g. with its dedup store cut), then read their inbox and unread count;
+  finish, e.g. with its dedup store cut), each having first read items of their first page one
+  by one and then all (read state for the erasure to purge), then read their inbox and unread
+  count;
   ``latest_followers`` (a fraction) picks them among each author's last followers as loaded;
 * ``reregister-users``: register the erased users again (same id, same devices), follow the
-  probe authors again, and post the probes again with the same id and content;
+  probe authors again, post the probes again with the same id and content, and once they must
+  have landed read their inbox again;
 * ``inject-malformed-jobs``: put jobs no retry can fix straight onto channel work queues
   through the public SQS API (a body that is not JSON, a JSON job without its fields, a job
   whose notification id is not a ULID but whose tenant and recipient are real), each carrying
@@ -55,6 +58,7 @@ PREFERENCE_CHANGES = (
     "revoke_consent",
     "switch_off_push",
     "grant_consent",
+    "regrant_consent",
     "enter_quiet_hours",
     "change_zone",
     "unknown_zone",
@@ -66,7 +70,10 @@ TABLE_ONLY = frozenset({"unknown_zone", "unreadable_quiet_hours"})
 UNKNOWN_ZONE = "Mars/Olympus_Mons"
 UNREADABLE_WINDOW = {"start": "25:00", "end": "07:00"}
 CONSENT = {"granted_at": "2026-11-01T00:00:00+00:00", "version": "2026-11"}
+REVOKED_BEFORE_REGRANT = "2026-06-01T00:00:00+00:00"
 MAX_RETRY_S = 120.0
+# Items an erased user reads one by one before the erasure (then read-all).
+MARKS_BEFORE_ERASURE = 3
 
 
 class ActionError(ValueError):
@@ -171,6 +178,9 @@ def preference_change(kind: str, user: User, now: float, horizon: float) -> dict
         return {**body, "channels": {**body.get("channels", {}), "push": False}}
     if kind == "grant_consent" and user.consent is None and calm:
         return {**body, "push_consent": CONSENT}
+    # Given, withdrawn, given again: the record keeps the withdrawal, older than the new grant.
+    if kind == "regrant_consent" and user.consent is None and calm:
+        return {**body, "push_consent": {**CONSENT, "revoked_at": REVOKED_BEFORE_REGRANT}}
     if kind == "enter_quiet_hours" and user.consent is not None and calm:
         return {**body, "quiet_hours": _window_now(user.zone, now)}
     if kind == "change_zone" and user.consent is not None and user.quiet_state == "outside":
@@ -333,6 +343,7 @@ def erase_users(ctx: ActionContext, params: dict[str, Any]) -> str:
     erased = 0
     with ctx.client() as http:
         for user in _pick(ctx, "erase", eligible, count):
+            read_before_erasure(ctx, http, user.tenant_id, user.user_id)
             call = ctx.driver.erase_user(user.tenant_id, user.user_id)
 
             def attempt(user: User = user, call: Call = call) -> bool:
@@ -353,7 +364,43 @@ def erase_users(ctx: ActionContext, params: dict[str, Any]) -> str:
     return f"{erased} user(s) erased"
 
 
-def read_after_erasure(ctx: ActionContext, http: httpx.Client, tenant: str, user: str) -> None:
+def _note(ctx: ActionContext, op: str, tenant: str, user: str, status: int, sent: float,
+          **fields: Any) -> None:  # fmt: skip
+    append_read(ctx.history, {"op": op, "tenant_id": tenant, "user_id": user, "status": status,
+                              "time": sent, "end": time.time(), **fields})  # fmt: skip
+
+
+def read_before_erasure(ctx: ActionContext, http: httpx.Client, tenant: str, user: str) -> None:
+    """The user leaves read state for the erasure to purge: the items of their first page read
+    one by one, then read-all (the per-item marks and the watermark are both theirs). The
+    person registered again later must see none of it (the erasure checker's
+    ``read_state_survived``). A system without these reads is left as it is."""
+    driver = ctx.driver
+    try:
+        page_call = driver.inbox_page(tenant, user, 20, None)
+        read_all = driver.read_all(tenant, user)
+    except Unsupported:
+        return
+    sent = time.time()
+    page = ctx.make(http, page_call)
+    ids: list[str] = []
+    if page.status_code == 200:
+        ids = [i.notification_id for i in driver.parse_inbox_page(200, page.json()).items]
+    for nid in ids[:MARKS_BEFORE_ERASURE]:
+        try:
+            call = driver.mark_read(tenant, user, nid)
+        except Unsupported:
+            break
+        sent = time.time()
+        status = ctx.make(http, call).status_code
+        _note(ctx, "mark_read", tenant, user, status, sent, notification_id=nid)
+    sent = time.time()
+    _note(ctx, "read_all", tenant, user, ctx.make(http, read_all).status_code, sent)
+
+
+def read_after_erasure(
+    ctx: ActionContext, http: httpx.Client, tenant: str, user: str, walk: str = "erasure"
+) -> None:
     """Their inbox and unread count, as read rows the erasure checker judges."""
     driver = ctx.driver
     call = driver.inbox_page(tenant, user, 20, None)
@@ -365,7 +412,7 @@ def read_after_erasure(ctx: ActionContext, http: httpx.Client, tenant: str, user
     )
     items = list(parsed.items) if parsed else []
     append_read(ctx.history, {
-        "op": "page", "walk": f"erasure-{tenant}-{user}", "page": 0, "tenant_id": tenant,
+        "op": "page", "walk": f"{walk}-{tenant}-{user}", "page": 0, "tenant_id": tenant,
         "user_id": user, "limit": 20, "cursor": None,
         "next_cursor": parsed.next_cursor if parsed else None, "status": page.status_code,
         "time": sent, "end": answered,
@@ -392,6 +439,7 @@ def read_after_erasure(ctx: ActionContext, http: httpx.Client, tenant: str, user
 def reregister_users(ctx: ActionContext, params: dict[str, Any]) -> str:
     done = 0
     reposts: list[tuple[str, list[tuple[str, str]]]] = []
+    again: list[tuple[str, str]] = []
     with ctx.client() as http:
         for tenant, user_id in list(ctx.erased):
             user = ctx.population.user(tenant, user_id)
@@ -414,6 +462,7 @@ def reregister_users(ctx: ActionContext, params: dict[str, Any]) -> str:
                 continue
             done += 1
             reposts.append((tenant, follows))
+            again.append((tenant, user_id))
     # Posted again once the registrations must have taken effect: the oracle then requires the
     # new person to get them (a surviving dedup key would suppress them).
     if reposts and ctx.stop.wait(ctx.bound_s + 1.0):
@@ -424,6 +473,13 @@ def reregister_users(ctx: ActionContext, params: dict[str, Any]) -> str:
                 probe = ctx.probes[key]
                 post_event(http, ctx.history, tenant, key[1], probe["kind"], probe["object_id"],
                            probe["event_id"], driver=ctx.driver)  # fmt: skip
+    # Their inbox once the probes must have landed again: nothing the erased person read may
+    # show as read to the new one (the erasure checker's read_state_survived).
+    if reposts and ctx.stop.wait(ctx.bound_s + 1.0):
+        return f"{done} user(s) registered again; their probes posted again"
+    with ctx.client() as http:
+        for tenant, user_id in again:
+            read_after_erasure(ctx, http, tenant, user_id, walk="registered-again")
     return f"{done} user(s) registered again; their probes posted again"
 
 

@@ -33,9 +33,13 @@ class SimulatorControl:
         self.http.post("/_sim/reset").raise_for_status()
         self.next = 0  # the file reader sees the new epoch itself
 
-    def unregister(self, tokens: list[str]) -> None:
+    def unregister(self, tokens: list[str], reason: str | None = None) -> None:
+        """``reason`` (APNs): BadDeviceToken to have them answer 400 BadDeviceToken, not 410."""
         if tokens:
-            self.http.post("/_sim/tokens/unregistered", json={"tokens": tokens}).raise_for_status()
+            body: dict[str, Any] = {"tokens": tokens}
+            if reason is not None:
+                body["reason"] = reason
+            self.http.post("/_sim/tokens/unregistered", json=body).raise_for_status()
 
     def ledger_files(self) -> LedgerReader | None:
         """A reader of the simulator's ledger files, when they are on this machine."""

@@ -43,7 +43,7 @@ from harness.load.record import (
 from harness.model import history as history_mod
 from harness.model.history import STREAM_FILE, History
 from harness.model.oracle import expected_channel_deliveries
-from harness.model.population import Population, generate, of_another_run
+from harness.model.population import Population, bad_device_tokens, generate, of_another_run
 from harness.model.scenarios import Scenario
 from harness.run.actions import ActionContext, malformed_id_in
 from harness.run.actions import unavailable as action_unavailable
@@ -870,7 +870,10 @@ def _load_population(state: RunState) -> None:
     population.save(state.run_dir / "population.json")
     apns = SimulatorControl(info.url("apns"), info.tls_ca)
     fcm = SimulatorControl(info.url("fcm"))
-    apns.unregister([d.token for d in population.devices if d.dead and d.platform == "apns"])
+    dead_apns = [d.token for d in population.devices if d.dead and d.platform == "apns"]
+    bad = bad_device_tokens(dead_apns, state.scenario.population.bad_device_token_fraction)
+    apns.unregister([t for t in dead_apns if t not in bad])
+    apns.unregister(sorted(bad), reason="BadDeviceToken")
     fcm.unregister([d.token for d in population.devices if d.dead and d.platform == "fcm"])
     sns_url = _sns_url(state.stack, info)
     sns = SnsObserver(sns_url) if sns_url else None
