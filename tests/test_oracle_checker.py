@@ -369,6 +369,29 @@ def test_a_kill_between_send_and_mark_is_admitted_only_right_after_the_send():
     assert late.counts["unattributed_duplicates"] == 1 and not late.valid
 
 
+def test_a_send_the_provider_read_after_the_kill_was_recorded_is_the_killed_consumers():
+    """Between the kill and the restart no consumer runs: a request reaching the provider then
+    was written by the killed process (a loaded provider read it late), so its duplicate after
+    the restart is the kill's. One reaching the provider after the restart is not."""
+    population = _population()
+    history = _history_with_injection(population)
+    expectation = _expectation(population, history)
+    rows = list(expectation.deliveries.itertuples())
+    _fault(history, "consumer-crash", 11.0, 13.0)
+    for row in rows:
+        _deliver_at(history, row, 10.0 if row is not rows[0] else 11.3, collapse_id="c1")
+    _deliver_at(history, rows[0], 20.0, collapse_id="c1")
+    admitted = effectively_once.check(expectation, history.frame())
+    assert admitted.counts["duplicates_consumer_killed"] == 1 and admitted.valid, admitted.counts
+    history = _history_with_injection(population)
+    _fault(history, "consumer-crash", 11.0, 13.0)
+    for row in rows:
+        _deliver_at(history, row, 10.0 if row is not rows[0] else 13.5, collapse_id="c1")
+    _deliver_at(history, rows[0], 20.0, collapse_id="c1")
+    after_restart = effectively_once.check(expectation, history.frame())
+    assert after_restart.counts["unattributed_duplicates"] == 1 and not after_restart.valid
+
+
 def test_a_volatile_store_crash_is_admitted_only_for_a_volatile_store():
     population = _population()
     history, expectation, rows = _all_once(population)

@@ -11,8 +11,10 @@ from the history alone, first rule that matches:
 
 * ``accepted_then_error``: an earlier request of the key was delivered and answered non-200;
 * ``consumer_killed``: a consumer was killed (``consumer-crash``) within ``kill_window_s`` after
-  the key's previous delivery, and the duplicate came after the kill: the send happened, its
-  'sent' mark did not;
+  the key's previous delivery, or that delivery reached the provider while the consumer was
+  down (a request the killed process had written, read by a loaded provider after the kill was
+  recorded: nothing else can send before the restart), and the duplicate came after the kill:
+  the send happened, its 'sent' mark did not;
 * ``volatile_store_failover``: the dedup store crashed (``dedup-crash``) between the previous
   delivery and this one, and the system states a store that does not keep its keys;
 * ``dedup_ttl_expired``: the previous delivery is older than the 30-day dedup window;
@@ -53,7 +55,7 @@ def cause_of(
     if (statuses != 200).any():
         return "accepted_then_error"
     last = float(previous["time"].iloc[-1])
-    if any(last <= k.start <= last + kill_window_s and k.start <= now for k in kills):
+    if any(k.start - kill_window_s <= last < k.stop and k.start <= now for k in kills):
         return "consumer_killed"
     if not durable and any(last <= c.start <= now for c in crashes):
         return "volatile_store_failover"
