@@ -3,6 +3,10 @@ reference's public bulk paths, timed, then spot-checked through the same API a c
 
     .venv/bin/python benchmarks/bench_population.py --out reports/bench/population.json
     .venv/bin/python benchmarks/bench_population.py --followers 100000   # a quicker look
+    .venv/bin/python benchmarks/bench_population.py --audit   # with the audit trail configured
+
+``--audit`` adds moto (S3) so the reference has its audit bucket: the Event API then makes each
+registered user's audit data key as it stores them (reference_impl/audit_keys.py).
 
 The seed sizes a celebrity burst by the ~20% of followers who have push enabled: the other 80%
 follow and read but registered nothing the delivery path reads, so they cost one id in a
@@ -20,8 +24,10 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
+from stack_cpu import group_cpu_seconds
 
 from harness.load.loader import load_population
 from harness.model.population import PopulationSpec, generate
@@ -38,7 +44,15 @@ REFERENCE = {
 }
 
 
-def bench_population(followers: int, push_enabled: float, seed: int) -> dict[str, object]:
+def _count_items(ddb: Any, table: str) -> int:
+    """The table's items, by a paginated Scan that returns only counts."""
+    pages = ddb.get_paginator("scan").paginate(TableName=table, Select="COUNT")
+    return sum(page["Count"] for page in pages)
+
+
+def bench_population(
+    followers: int, push_enabled: float, seed: int, audit: bool = False
+) -> dict[str, object]:
     spec = PopulationSpec(
         tenants=1,
         users_per_tenant=followers + 1,
@@ -46,7 +60,7 @@ def bench_population(followers: int, push_enabled: float, seed: int) -> dict[str
         push_enabled_fraction=push_enabled,
     )
     with tempfile.TemporaryDirectory() as tmp:
-        parts = ("redis", "dynamodb", "kinesis", "sqs", "event-api")
+        parts = ("redis", "dynamodb", "kinesis", "sqs", "event-api") + (("aws",) if audit else ())
         with Stack(Path(tmp) / "stack", parts=parts, reference_overrides=REFERENCE) as stack:
             started = time.perf_counter()
             population = generate(seed, datetime.now(UTC), spec)
@@ -60,8 +74,15 @@ def bench_population(followers: int, push_enabled: float, seed: int) -> dict[str
                     last[0] = now
 
             api = stack.info.url("event-api")
+            groups = {part: proc.pid for part, proc in stack.procs.items()}
+            cpu_before = group_cpu_seconds(list(groups.values()))
             calls = load_population(api, population, progress=progress)
             loaded = time.perf_counter()
+            cpu_after = group_cpu_seconds(list(groups.values()))
+            load_cpu = {
+                part: round(cpu_after[pgid] - cpu_before[pgid], 1)
+                for part, pgid in sorted(groups.items())
+            }
 
             celebrity = next(a for a in population.authors if a.celebrity)
             rng = random.Random(seed)
@@ -78,6 +99,9 @@ def bench_population(followers: int, push_enabled: float, seed: int) -> dict[str
             )
             stored = pages.count(celebrity.tenant_id, celebrity.user_id)
             found = sum(pages.follows(celebrity.tenant_id, celebrity.user_id, u) for u in sample)
+            audit_keys = _count_items(
+                stack.info.aws_client("dynamodb"), stack.reference_config().table("audit_keys")
+            )
             keys, after, page_count = None, None, 0
             while True:
                 keys, after = pages.page_keys(celebrity.tenant_id, celebrity.user_id, after, 1000)
@@ -89,12 +113,16 @@ def bench_population(followers: int, push_enabled: float, seed: int) -> dict[str
     return {
         "followers": followers,
         "push_enabled_fraction": push_enabled,
+        "with_audit_bucket": audit,
+        "audit_keys_stored": audit_keys,
         "users_with_records": len(population.users),
         "devices": len(population.devices),
         "generate_seconds": round(generate_s, 1),
         "load_seconds": round(load_s, 1),
         "generate_and_load_seconds": round(generate_s + load_s, 1),
         "under_60s": generate_s + load_s < 60,
+        # Each part's CPU (its whole process group) while the population loaded.
+        "load_cpu_seconds": load_cpu,
         "api_calls": calls,
         "follower_count_stored": stored,
         "follower_pages_stored": page_count,
@@ -108,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--followers", type=int, default=1_000_000)
     parser.add_argument("--push-enabled", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--audit",
+        action="store_true",
+        help="with the audit bucket (moto): registration makes every user's audit key",
+    )
     args = parser.parse_args(argv)
     print(f"== population: a celebrity with {args.followers:,} followers", flush=True)
     results: dict[str, object] = {
@@ -115,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(),
         "seed": args.seed,
-        **bench_population(args.followers, args.push_enabled, args.seed),
+        **bench_population(args.followers, args.push_enabled, args.seed, args.audit),
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -14,9 +14,12 @@ The ``audit_keys`` table, one item per (tenant, user)::
                 and store the ciphertext; here the table's access policy is the only guard
     created_at  ISO 8601
 
-* created lazily, on the first record that needs it, by a conditional put
-  (``attribute_not_exists(pk)``): two writers racing never end with two keys, the loser
-  re-reads the winner's (a consistent read);
+* created when the user is registered: the Event API makes the key where missing whenever it
+  stores a user's preferences, a device or a ``users:batch`` entry (:meth:`AuditKeys.ensure`),
+  so a first notification's fan-out only reads keys. Still created lazily, on the first record
+  that needs one, for a user registered without (before this, or when that creation failed).
+  Either way by a conditional put (``attribute_not_exists(pk)``): two writers racing never end
+  with two keys, the loser re-reads the winner's (a consistent read);
 * read per batch (one BatchGetItem per 100 users, or inside a BatchGetItem the batch makes
   anyway, :meth:`AuditKeys.requests`), never cached past the batch: a destroyed key must not
   keep being used;
@@ -85,7 +88,8 @@ def key_of(item: Mapping[str, Any] | None) -> DataKey | None:
 
 
 class AuditKeys:
-    """The ``audit_keys`` table: read per batch, created lazily, destroyed by erasure."""
+    """The ``audit_keys`` table: read per batch, created at registration (or lazily),
+    destroyed by erasure."""
 
     def __init__(
         self,

@@ -30,6 +30,7 @@ import yaml
 from botocore.exceptions import BotoCoreError, ClientError
 from ulid import ULID
 
+from reference_impl.audit_keys import AuditKeys
 from reference_impl.aws import batch_write, client
 from reference_impl.config import CHANNELS, Config
 from reference_impl.event_registry import REGISTRY_TABLE, EventRegistry, content_sha256
@@ -166,6 +167,12 @@ class EventApi:
         self.registry = EventRegistry(self.ddb, config.table(REGISTRY_TABLE))
         # Token registration's own role: the devices' SNS platform endpoints.
         self.endpoints = EndpointRegistry(config) if config.push_transport == "sns" else None
+        # A user's audit data key is made when the user is registered, not on their first
+        # notification: a burst's fan-out then only reads keys (the lazy creation there stays
+        # for users registered before keys were made here, or whose creation failed).
+        self.audit_keys = (
+            AuditKeys(self.ddb, config.table("audit_keys")) if config.audit_bucket else None
+        )
         # (method, path pattern, handler, takes a JSON body)
         self.routes: list[tuple[str, re.Pattern[str], Callable[..., dict[str, Any]], bool]] = [
             ("GET", re.compile(r"^/health$"), self.health, False),
@@ -423,6 +430,7 @@ class EventApi:
     ) -> dict[str, Any]:
         self._require_ids(tenant_id=tenant, user_id=user)
         prefs = self._preferences(body)
+        self._ensure_audit_keys(tenant, [user])
         # An update, not a put: the record's devices stay as they are.
         self.ddb.update_item(
             TableName=self.config.table("preferences"),
@@ -441,6 +449,7 @@ class EventApi:
     ) -> dict[str, Any]:
         self._require_ids(tenant_id=tenant, user_id=user)
         token, platform = self._device(token, body.get("platform"))
+        self._ensure_audit_keys(tenant, [user])
         arn = self._endpoints([(user, token, platform)]).get((user, token))
         self.ddb.update_item(
             TableName=self.config.table("preferences"),
@@ -452,6 +461,19 @@ class EventApi:
             },
         )
         return _response(200, {"device_id": device_id(token)})
+
+    def _ensure_audit_keys(self, tenant: str, users: list[str]) -> None:
+        """Each user's audit data key, made where missing (read in one BatchGetItem per 100,
+        the missing ones created by conditional puts, :meth:`AuditKeys.ensure`), before their
+        record is written: a stored user has a key. Made only with an audit trail configured.
+        A failure is a 503 (ClientError) with nothing of the user stored but keys, which a
+        retry reuses."""
+        if self.audit_keys is None:
+            return
+        try:
+            self.audit_keys.ensure([(tenant, user) for user in users])
+        except RuntimeError as exc:  # keys left unread, or one erased while it was made
+            raise ApiError(f"audit key creation failed: {exc}; retry", 503) from exc
 
     def _endpoints(self, devices: list[tuple[str, str, str]]) -> dict[tuple[str, str], str]:
         """(user, token) -> SNS endpoint ARN for each (user, token, platform), registered before
@@ -505,6 +527,7 @@ class EventApi:
                 raise BadRequest(f"users[{i}]: {exc}") from exc
             entries[user] = (prefs, registered)
             devices += len(registered)
+        self._ensure_audit_keys(tenant, list(entries))
         arns = self._endpoints(
             [(u, t, p) for u, (_, registered) in entries.items() for t, p in registered]
         )

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import quote
 
 import boto3
 import httpx
@@ -755,6 +756,112 @@ def test_two_writers_creating_one_users_key_end_with_one_key(audited):
     assert again.kid != created[0].kid  # the same id registered again: a new key
 
 
+class _PutCounter:
+    """A DynamoDB client that counts the PutItems sent through it (the key creations)."""
+
+    def __init__(self, ddb) -> None:
+        self._ddb = ddb
+        self.puts = 0
+
+    def put_item(self, **kwargs):
+        self.puts += 1
+        return self._ddb.put_item(**kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._ddb, name)
+
+
+def _keys_of(info) -> AuditKeys:
+    config = Config.load(info.reference_config)
+    return AuditKeys(client(config, "dynamodb"), config.table("audit_keys"))
+
+
+@pytest.mark.integration
+def test_registration_makes_one_key_kept_on_update_and_a_new_one_after_erasure(audited):
+    """The Event API makes a user's key when it first stores them (preferences, a device, the
+    bulk path), keeps it when they are stored again, and an erased user registered again under
+    the same id gets a new key."""
+    t = TenantClient(audited)
+    keys = _keys_of(audited.info)
+    user = (t.tenant, "reg")
+    assert keys.read([user]) == {}
+    t.user("reg")  # preferences only
+    first = keys.read([user])[user]
+    t.user("reg", consent=False, devices=[("fcm", fcm_token(11, t.tenant))])
+    bulk = {
+        "users": [
+            {"user_id": "reg", "preferences": {"zone": "UTC"}},
+            {"user_id": "bulk", "devices": [{"token": fcm_token(12, t.tenant), "platform": "fcm"}]},
+        ]
+    }
+    t.api.post(f"/v1/tenants/{t.tenant}/users:batch", json=bulk).raise_for_status()
+    device_only = (t.tenant, "dev")
+    token = quote(fcm_token(13, t.tenant), safe="")
+    t.api.put(
+        f"/v1/tenants/{t.tenant}/users/dev/devices/{token}", json={"platform": "fcm"}
+    ).raise_for_status()
+    found = keys.read([user, (t.tenant, "bulk"), device_only])
+    assert found[user] == first  # stored again: the same key
+    assert set(found) == {user, (t.tenant, "bulk"), device_only}
+    assert len({k.kid for k in found.values()}) == 3
+
+    erased = t.api.delete(f"/v1/tenants/{t.tenant}/users/reg")
+    assert erased.status_code == 200 and erased.json()["removed"]["audit_keys"] == 1
+    assert keys.read([user]) == {}
+    t.user("reg")
+    again = keys.read([user])[user]
+    assert again.kid != first.kid and again.key != first.key
+
+
+@pytest.mark.integration
+def test_a_registration_racing_the_fan_out_ends_with_the_one_key_both_use(audited):
+    """Eight registrations of one new user at once (two API processes' threads) and the
+    fan-out's own ensure: one key, the one the fan-out hands its jobs."""
+    t = TenantClient(audited)
+    keys = _keys_of(audited.info)
+    user = (t.tenant, "racer")
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: t.user("racer"), range(8)))
+    assert answers == [None] * 8  # each PUT answered 2xx (raise_for_status)
+    stored = keys.read([user])[user]
+    assert keys.ensure([user]) == {user: stored}
+
+
+@pytest.mark.integration
+def test_the_first_notification_to_registered_users_creates_no_key(audited):
+    """The fan-out's page keys for users the Event API registered (bulk and one by one) are
+    read, not made: no PutItem, and the kids are the registration's. A follower who never
+    registered still gets a key from the fan-out (the fallback), by one PutItem."""
+    from reference_impl.fanout import FanoutEvent
+    from reference_impl.fanout_worker import FanoutWorker
+
+    t = TenantClient(audited)
+    bulk = [{"user_id": f"b{i}", "preferences": {"zone": "UTC"}} for i in range(30)]
+    t.api.post(f"/v1/tenants/{t.tenant}/users:batch", json={"users": bulk}).raise_for_status()
+    for user in ("author", "one"):
+        t.user(user)
+    followers = [u["user_id"] for u in bulk] + ["one"]
+    registered = _keys_of(audited.info).read([(t.tenant, u) for u in [*followers, "author"]])
+    assert len(registered) == len(followers) + 1
+
+    event = FanoutEvent(
+        t.tenant, "author", "post", "o1", str(ULID()), datetime.now(UTC).isoformat()
+    )
+    worker = FanoutWorker(Config.load(audited.info.reference_config))
+    try:
+        assert worker.audit_keys is not None
+        counter = _PutCounter(worker.audit_keys.ddb)
+        worker.audit_keys.ddb = counter
+        page = worker.page_keys(event, followers)
+        assert counter.puts == 0
+        assert page == registered
+        fallback = worker.page_keys(event, ["never-registered"])
+        assert counter.puts == 1 and (t.tenant, "never-registered") in fallback
+    finally:
+        if worker.audit_sink is not None:
+            worker.audit_sink.close()
+
+
 def _stored(s3, bucket: str) -> list[dict[str, object]]:
     return [r for records in _objects(s3, bucket).values() for r in records]
 
@@ -768,6 +875,10 @@ def test_a_consumer_seals_each_copys_record_and_withholds_a_job_whose_key_is_gon
     t = TenantClient(audited)
     t.user("fresh", consent=False, devices=[("fcm", fcm_token(2, t.tenant))])
     t.user("erased", consent=False)
+    # Registration made the user's key; erasure has destroyed it since the job was enqueued.
+    assert AuditKeys(client(config, "dynamodb"), config.table("audit_keys")).destroy(
+        t.tenant, "erased"
+    )
 
     def record(user: str, message_id: str, **job_extra: str) -> dict[str, object]:
         job = {
