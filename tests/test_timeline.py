@@ -158,7 +158,8 @@ def test_a_revoked_record_or_push_switched_off_allows_no_delivery_after_the_boun
     assert not verdict.valid and verdict.counts[reason] == 1
 
 
-def test_a_granted_consent_makes_later_notifications_due():
+def _celebrity_follower_without_consent():
+    """A celebrity's follower with no push consent, no quiet hours and a live device."""
     population = generate(5, START, SPEC)
     author = next(a for a in population.authors if a.celebrity)
     user = next(
@@ -168,6 +169,11 @@ def test_a_granted_consent_makes_later_notifications_due():
         and population.user("tenant-0", f).quiet_state == "none"
         and any(not d.dead for d in population.devices_of("tenant-0", f))
     )
+    return population, author, user
+
+
+def test_a_granted_consent_makes_later_notifications_due():
+    population, author, user = _celebrity_follower_without_consent()
     granted = {**preferences_body(user), "push_consent": {"granted_at": "x", "version": "1"}}
     history = History()
     _change(history, user, T0 + 10, T0 + 10.1, change="preferences", preferences=granted)
@@ -179,15 +185,7 @@ def test_a_granted_consent_makes_later_notifications_due():
 def test_a_consent_given_again_after_a_withdrawal_makes_later_notifications_due():
     """Given, withdrawn, given again: the record keeps its older ``revoked_at``, and the consent
     stands (a system that reads any ``revoked_at`` as a withdrawal misses the notification)."""
-    population = generate(5, START, SPEC)
-    author = next(a for a in population.authors if a.celebrity)
-    user = next(
-        population.user("tenant-0", f)
-        for f in author.followers
-        if population.user("tenant-0", f).consent is None
-        and population.user("tenant-0", f).quiet_state == "none"
-        and any(not d.dead for d in population.devices_of("tenant-0", f))
-    )
+    population, author, user = _celebrity_follower_without_consent()
     again = preference_change("regrant_consent", user, T0, T0 + 3600)
     assert again is not None and again["push_consent"]["revoked_at"]
     history = History()
