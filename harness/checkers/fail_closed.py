@@ -33,7 +33,7 @@ from harness.checkers.keys import joint_keys, member, sorted_unique
 from harness.checkers.registry import checker
 from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
-from harness.checkers.windows import delivery_rows, fault_windows
+from harness.checkers.windows import delivery_rows, fault_windows, injection_times
 
 OUTAGES = ("dedup-outage", "dedup-blackhole", "dedup-crash")
 KEY = ["tenant_id", "notification_id", "token"]
@@ -51,7 +51,8 @@ def check(
     windows = fault_windows(history, OUTAGES)
     rows = delivery_rows(history)
     times = history["time"].to_numpy(dtype=float, na_value=np.nan)[rows]
-    injected_at = _injection_times(history)
+    injects = history.loc[history["kind"] == "inject", ["tenant_id", "notification_id", "time"]]
+    injected_at = injection_times(injects)
     (history_keys,) = joint_keys([history], KEY)
     delivered_keys = history_keys[rows]
     pairs = pd.MultiIndex.from_frame(history[["tenant_id", "notification_id"]].iloc[rows])
@@ -93,13 +94,6 @@ def _valid(counts: Mapping[str, int], fallback: bool) -> bool:
     return counts["decided_during_outage"] == 0 and counts["backlog_sent_late"] == 0
 
 
-def _injection_times(history: pd.DataFrame) -> pd.Series:
-    """When the harness sent each (tenant, notification) it injected: the earliest instant its
-    decision can have been taken."""
-    injects = history.loc[history["kind"] == "inject", ["tenant_id", "notification_id", "time"]]
-    return injects.groupby(["tenant_id", "notification_id"])["time"].min()
-
-
 def check_store(
     store: HistoryStore,
     grace_s: float = 0.5,
@@ -121,7 +115,7 @@ def check_store(
             dtype=float,
         ),
     )
-    # When each injected notification was sent, by the prov table's codes (see _injection_times).
+    # When each injected notification was sent, by the prov table's codes (see windows.injection_times).
     store.run(
         """CREATE OR REPLACE TABLE injected_at AS
         SELECT t.code AS tenant, n.code AS nid, min(o.time) AS at FROM other o

@@ -59,7 +59,7 @@ from harness.checkers.keys import joint_keys, member, sorted_unique
 from harness.checkers.registry import checker
 from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
-from harness.checkers.windows import delivery_rows
+from harness.checkers.windows import delivery_rows, injection_times
 from harness.model.oracle import Expectation
 from harness.model.population import Population
 
@@ -106,7 +106,7 @@ def check(
     """``per_window`` / ``daily_limit`` 0 means that limit is off (its counts stay 0)."""
     owner = {(d.tenant_id, d.token): d.user_id for d in population.devices}
     injects = history[history["kind"] == "inject"]
-    kinds, injected_at = event_kinds(injects), event_times(injects)
+    kinds, injected_at = event_kinds(injects), injection_times(injects).to_dict()
     window_on = per_window > 0
     is_provider = (history["kind"] == "provider").to_numpy(dtype=bool, na_value=False)
     delivered_row = np.zeros(len(history), dtype=bool)
@@ -227,18 +227,6 @@ def event_kinds(injected: pd.DataFrame) -> dict[tuple[Any, Any], str]:
             injected["tenant_id"], injected["notification_id"], injected["detail"], strict=True
         )
     }
-
-
-def event_times(injected: pd.DataFrame) -> dict[tuple[Any, Any], float]:
-    """(tenant, notification) -> when the harness sent it (the earliest of its rows): the
-    limiter cannot have admitted it before."""
-    times: dict[tuple[Any, Any], float] = {}
-    for t, n, at in zip(
-        injected["tenant_id"], injected["notification_id"], injected["time"], strict=True
-    ):
-        if (t, n) not in times or at < times[(t, n)]:
-            times[(t, n)] = float(at)
-    return times
 
 
 def over_limit(attempts: np.ndarray, injected: np.ndarray, per_window: int, span: float) -> int:
@@ -477,7 +465,7 @@ def check_store(
     store.require_decided()
     owner = {(d.tenant_id, d.token): d.user_id for d in population.devices}
     injects = store.rows(["inject"], ["tenant_id", "notification_id", "detail", "time"])
-    kinds, injected_at = event_kinds(injects), event_times(injects)
+    kinds, injected_at = event_kinds(injects), injection_times(injects).to_dict()
     window_on = per_window > 0
     store.register(
         "rl_owner_strings",

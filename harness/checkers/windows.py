@@ -72,3 +72,10 @@ def _nullable_bool(values: pd.Series) -> bool:
 def deliveries(history: pd.DataFrame) -> pd.DataFrame:
     """Provider requests the device got: a 200, or 'accepted then error' when recorded."""
     return history.iloc[delivery_rows(history)]
+
+
+def injection_times(injected: pd.DataFrame) -> pd.Series:
+    """When the harness sent each injected (tenant, notification), the earliest of its rows:
+    no decision of the system about it can be earlier. ``injected``: rows with tenant_id,
+    notification_id and time; the answer is indexed by (tenant_id, notification_id)."""
+    return injected.groupby(["tenant_id", "notification_id"])["time"].min()
