@@ -36,7 +36,7 @@ from harness.load.loader import load_population
 from harness.model.population import PopulationSpec, generate
 from harness.model.scenarios import LocustLoad, Probe, Scenario
 from harness.run.runner import Progress, read_injected, run
-from harness.stack.supervisor import STOP_GRACE_SECONDS, Stack
+from harness.stack.supervisor import Stack
 
 ROOT = Path(__file__).resolve().parent.parent
 # The reference before this benchmark's CPU work (today's main when it began): --baseline's
@@ -95,11 +95,12 @@ class MeteredStack(Stack):
         for part, pgid in groups.items():
             self.cpu_seconds.setdefault(part, cpu[pgid])
 
-    def stop_parts(self, parts, grace: float = STOP_GRACE_SECONDS) -> list[str]:  # noqa: ANN001
-        # Stack's signature and answer: the runner reads which parts had to be killed.
+    def stop_parts(self, parts, *grace: float) -> list[str]:  # noqa: ANN001
+        # Stack's signature and answer (the runner reads which parts had to be killed); an older
+        # Stack (--baseline) takes no grace and answers None.
         self._stop_profiles()
         self._meter(list(parts))
-        return super().stop_parts(parts, grace)
+        return super().stop_parts(parts, *grace) or []
 
     def down(self, hurry: bool = False) -> None:
         self._stop_profiles()
