@@ -612,6 +612,23 @@ def test_checker_counts_sends_withheld_after_the_users_midnight(zone, injected, 
 
 
 @pytest.mark.usefixtures("engine")
+@pytest.mark.parametrize(("second", "withheld"), [((1.8, 2.2), 0), ((1.0, 1.5), 1)])
+def test_checker_lets_the_cap_fill_with_a_send_decided_across_midnight(second, withheld):
+    """Seen in a clean day-boundary run: one send before midnight, one injected before and
+    sent after it, one after; the fourth withheld. The system may have counted the second on
+    the new day, filling it (cap 2): withholding the fourth is then right. Only when the second
+    surely fell on the old day is the new day's cap short."""
+    run = _Run(4, zone="UTC")
+    run.send(0, at=1.0)
+    run.send(1, at=second[1])
+    run.send(2, at=2.7)
+    run.inject_each(0.5, second[0], 2.5, 3.0)
+    verdict = run.check(per_window=0, daily_limit=2, clock_offset_s=UTC_MIDNIGHT_AT_2S)
+    assert verdict.counts["withheld_below_daily_limit"] == withheld
+    assert verdict.counts["over_daily_limit"] == 0
+
+
+@pytest.mark.usefixtures("engine")
 def test_checker_reads_a_digest_window_opened_on_the_systems_clock():
     """The collapse id names the window's start on the system's clock: read back in real
     time, the digest's window holds the two admitted sends (no redelivery counted)."""

@@ -399,19 +399,21 @@ def judge(
             over, per_day = daily_overage(certain, spanning, daily_limit)
             over_daily += over
             at_limit += sum(1 for n in per_day.values() if n >= daily_limit)
-            # When each full day filled: its cap-th send of that day (a spanning one, at the
-            # day its interval ends, the latest it can have been counted).
-            by_day: dict[date, list[float]] = defaultdict(list)
+            # A day the cap may have filled: its sends that can have been counted there (one
+            # decided across midnight, on either day) reach the cap; filled at the cap-th of
+            # them, the earliest the cap can have blocked anything that day.
+            on_day: dict[date, list[float]] = defaultdict(list)
             for nid, at in sent.items():
-                _first, last = decision_days(
+                first, last = decision_days(
                     injected_at.get((tenant, nid), np.nan), at, zone, clock_offset_s
                 )
-                by_day[last].append(at)
-            for day, n in per_day.items():
-                if n >= daily_limit:
-                    times = sorted(by_day.get(day, []))
-                    filled = times[daily_limit - 1] if len(times) >= daily_limit else seen_until
-                    full_days[key][day] = filled
+                day = first
+                while day <= last:
+                    on_day[day].append(at)
+                    day += timedelta(days=1)
+            for day, times in on_day.items():
+                if len(times) >= daily_limit:
+                    full_days[key][day] = sorted(times)[daily_limit - 1]
 
     def capped_from(tenant: str, token: str, kind: str, nid: str) -> float | None:
         """When the device's cap can first have blocked the notification: the earliest fill

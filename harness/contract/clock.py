@@ -140,3 +140,24 @@ def offset_of(history: pd.DataFrame) -> float:
     """Seconds the system's clock ran ahead of real time during the run (0: not moved)."""
     clock = recorded(history)
     return float(clock["offset_s"]) if clock else 0.0
+
+
+def summary(history: pd.DataFrame) -> dict[str, object] | None:
+    """The run summary's ``clock``: the offset, the midnight aimed at (on the system's clock and
+    in real time), and how many injected events came before and after it (both > 0: the day
+    boundary fell inside the load). None when the run did not move the clock."""
+    clock = recorded(history)
+    if clock is None:
+        return None
+    boundary, offset = float(clock["boundary"]), float(clock["offset_s"])
+    injected = history.loc[history["kind"] == "inject", "time"].astype(float)
+    return {
+        "offset_s": offset,
+        "midnight": clock["midnight"],
+        "system_shows": datetime.fromtimestamp(
+            boundary + offset, ZoneInfo(str(clock["midnight"]))
+        ).isoformat(),
+        "at_real": datetime.fromtimestamp(boundary, UTC).isoformat(),
+        "injected_before": int((injected < boundary).sum()),
+        "injected_after": int((injected >= boundary).sum()),
+    }

@@ -32,7 +32,13 @@ from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
 from harness.checkers.evidence import evidence_from
 from harness.checkers.store import out_of_core_if_large
 from harness.checkers.verdict import STATUS_WORDS, SWITCHED_OFF, Verdict, result_status
-from harness.contract.clock import CACHE_SECONDS, midnight_at, offset_to_midnight, phase_detail
+from harness.contract.clock import (
+    CACHE_SECONDS,
+    midnight_at,
+    offset_to_midnight,
+    phase_detail,
+)
+from harness.contract.clock import summary as clock_summary
 from harness.contract.driver import Driver
 from harness.contract.system import Queues, SystemContract
 from harness.load.loader import load_population, post_event
@@ -1207,6 +1213,9 @@ def run(
     history.write(run_dir / "history.parquet")
     (run_dir / STREAM_FILE).unlink(missing_ok=True)
     interrupted = error is not None and error.startswith(INTERRUPTED)
+    moved = clock_summary(history.frame())
+    if moved is not None:
+        summary["clock"] = moved
     summary.update(
         verdict="incomplete"
         if interrupted
