@@ -978,6 +978,7 @@ def _inject_load(state: RunState) -> None:
         bound_s=scenario.preference_bound_s,
         send_raw=_raw_sender(info, queues) if queues is not None else None,
         poison_channels=_existing_poison_queues(info, queues) if queues is not None else (),
+        clock_offset_s=state.clock_offset_s,
     )
     nemesis = state.nemesis = Nemesis(
         [ScheduledFault(fault_of(f), f.offset_s, f.duration_s) for f in scenario.faults],
