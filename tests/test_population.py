@@ -181,4 +181,6 @@ def test_a_moved_clock_places_windows_in_system_time_and_states_instants_in_real
             )
         if user.quiet_state == "whole_run":
             assert local_time.inside(user.quiet_hours, user.zone, start.timestamp() + offset)
-    assert any(u.quiet_hours != p.quiet_hours for u, p in zip(moved.users, plain.users))
+    assert any(
+        u.quiet_hours != p.quiet_hours for u, p in zip(moved.users, plain.users, strict=True)
+    )
