@@ -169,3 +169,15 @@ def test_a_target_declares_its_clock_by_the_offset_file_its_processes_read():
     contract = target.contract(None)
     assert "clock" in contract.capabilities()
     assert contract.clock == SystemClock(Path("/run/team/faketimerc"))
+
+
+def test_the_report_says_where_the_clock_was():
+    from harness.report.document import verdict_sentence
+
+    clock = {"offset_s": 60806.0, "midnight": "UTC", "system_shows": "2026-11-26T00:00:00+00:00",
+             "injected_before": 32, "injected_after": 28}  # fmt: skip
+    passed = {"verdict": "pass", "checkers": {"rate_limit": {"valid": True}}}
+    assert "clock" not in verdict_sentence(passed)
+    said = verdict_sentence({**passed, "clock": clock})
+    assert said.startswith("All 1 checkers passed.")
+    assert "60806 s ahead" in said and "32 event(s) injected before it and 28 after" in said
