@@ -69,6 +69,7 @@ DEFECTS = (
     "inbox_ttl_in_milliseconds",  # inbox rows' TTL in epoch ms: DynamoDB never expires them
     "fallback_sent_without_ttl",  # the fallback dedup store's 'sent' marks carry no TTL
     "daily_cap_off_by_one",  # the daily cap admits one more per (device, kind, local day)
+    "daily_cap_day_in_utc",  # the daily cap's day is the UTC date, not the user's local date
     "audit_until_naive",  # a deferral's audit record names its release without a UTC offset
     "inbox_ttl_not_enabled",  # provisioning never enables TTL on the inbox: its rows never expire
     "consent_ignores_revoked_at",  # a push or email consent record with revoked_at still grants

@@ -636,7 +636,8 @@ class PushConsumer(JobConsumer):
                     job["kind"],
                     job["notification_id"],
                     self.clock(),
-                    state.zone,
+                    # The defect: the cap's day (and its key's expiry) taken in UTC.
+                    "UTC" if "daily_cap_day_in_utc" in self.defects else state.zone,
                 )
             )
         try:

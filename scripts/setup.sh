@@ -22,6 +22,9 @@ command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+# PyPI's libfaketime builds its C library on install (the clock the harness moves).
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
+command -v make >/dev/null 2>&1 || need_apt+=(make)
 # make bench only: wrk drives benchmarks/bench_event_api.py; h2load (nghttp2-client) drives
 # benchmarks/bench_simulators.py against the simulators and nghttpd (nghttp2-server).
 if [ "${SETUP_BENCH:-}" = 1 ]; then
@@ -46,7 +49,7 @@ if [ ! -f "$py_stamp" ]; then
     echo "setup: error: pip install failed (full log: .venv/pip.log)" >&2
     exit 1
   fi
-  .venv/bin/python -c 'import harness, reference_impl, locust, boto3, ulid, redis, pandas, matplotlib, moto, h2, jwt, aioapns, pyfcm, uvicorn, uvloop, httptools, schemathesis, granian' \
+  .venv/bin/python -c 'import harness, reference_impl, libfaketime, locust, boto3, ulid, redis, pandas, matplotlib, moto, h2, jwt, aioapns, pyfcm, uvicorn, uvloop, httptools, schemathesis, granian' \
     || { echo "setup: error: python packages failed to install" >&2; exit 1; }
   rm -f .venv/.installed-*
   touch "$py_stamp"

@@ -87,3 +87,16 @@ def test_deferrals_the_oracle_cannot_place_are_counted_not_judged():
 
 def test_no_audit_record_is_unknown_never_pass():
     assert audit_fields.check(History().frame(), POP, set(), 1.0).valid is None
+
+
+def test_a_moved_clock_stamps_records_on_the_systems_time():
+    """The system's clock an hour ahead: its record of an event the harness sent 2 s before
+    (real time) is stamped an hour later, and the deferral's window is the one its clock
+    shows. Judged less the offset it passes; a record stamped, on the system's clock, before
+    its event was sent is still caught (on the real clock it would look an hour late)."""
+    offset = 3600.0
+    verdict = audit_fields.check(_history(at=AT, sent=AT - offset - 2.0), POP, set(), 1.0, offset)
+    assert verdict.valid, verdict.counts
+    assert verdict.counts["deferrals"] == 1 and verdict.counts["deferrals_not_judged"] == 0
+    early = audit_fields.check(_history(at=AT, sent=AT - offset + 30), POP, set(), 1.0, offset)
+    assert early.counts["records_before_injection"] == 1

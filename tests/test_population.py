@@ -159,3 +159,28 @@ def test_a_celebrity_loaded_a_few_followers_a_call_and_its_latest_followers():
     assert late == {("tenant-0", f) for f in celebrity.followers[-6:]}
     assert spec.problem() is None
     assert PopulationSpec(followers_per_call=-1).problem() is not None
+
+
+def test_a_moved_clock_places_windows_in_system_time_and_states_instants_in_real_time():
+    """The system's clock 17 h ahead: its windows are the wall-clock times it reads, and each
+    ends, on its clock, at the real instant the population states plus the offset."""
+    from harness.model import local_time
+
+    start = datetime(2026, 11, 25, 7, 0, tzinfo=UTC)
+    offset = 17 * 3600 + 7
+    plain = generate(3, start)
+    moved = generate(3, start, clock_offset_s=offset)
+    ending = [u for u in moved.users if u.quiet_state == "ends_during_run"]
+    assert ending
+    for user, same in zip(moved.users, plain.users, strict=True):
+        assert user.quiet_until == same.quiet_until  # a real instant either way
+        if user.quiet_state == "ends_during_run":
+            shown = start.timestamp() + 1 + offset
+            assert local_time.window_end(user.quiet_hours, user.zone, shown) == (
+                user.quiet_until + offset
+            )
+        if user.quiet_state == "whole_run":
+            assert local_time.inside(user.quiet_hours, user.zone, start.timestamp() + offset)
+    assert any(
+        u.quiet_hours != p.quiet_hours for u, p in zip(moved.users, plain.users, strict=True)
+    )

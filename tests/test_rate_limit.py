@@ -344,6 +344,12 @@ class _Run:
             if row["kind"] == "inject":
                 row["time"] = T0.timestamp() + at
 
+    def inject_each(self, *at: float) -> None:
+        """Notification i injected at ``at[i]`` seconds after T0."""
+        rows = [row for row in self.rows if row["kind"] == "inject"]
+        for row, when in zip(rows, at, strict=True):
+            row["time"] = T0.timestamp() + when
+
     def request(self, nid: str, at: float, *, collapse: str | None = None, token: str = TOKEN):
         self.rows.append(
             {
@@ -521,9 +527,120 @@ def test_checker_daily_cap_buckets_by_the_recipients_local_day_not_utc(first_s, 
     run = _Run(2, zone="Asia/Kathmandu")
     run.send(0, at=first_s)
     run.send(1, at=second_s)
+    # Each decided within a second of its send: its day is certain.
+    run.inject_each(first_s - 1, second_s - 1)
     verdict = run.check(per_window=0, daily_limit=1)
     assert verdict.counts["over_daily_limit"] == over
     assert verdict.counts["daily_buckets_at_limit"] == 2 - over
+
+
+# -- the daily cap on a moved clock (harness/contract/clock.py) -------------------------------
+
+# The system's clock shows this offset ahead of real time: T0 + 2 s reads as midnight in the
+# zone named (T0 is 12:00 UTC on 1 May).
+UTC_MIDNIGHT_AT_2S = 12 * 3600 - 2  # 00:00 UTC on 2 May
+KOLKATA_MIDNIGHT_AT_2S = 6 * 3600 + 1800 - 2  # 00:00 in Kolkata (+05:30) = 18:30 UTC
+
+
+@pytest.mark.usefixtures("engine")
+@pytest.mark.parametrize(
+    ("zone", "offset", "over"),
+    [
+        # UTC's midnight between the two sends: a new day for a UTC user, not for Kolkata's
+        # (05:29:59 and 05:30:01 on 2 May): a cap that reset at UTC midnight sent one too many.
+        ("UTC", UTC_MIDNIGHT_AT_2S, 0),
+        ("Asia/Kolkata", UTC_MIDNIGHT_AT_2S, 1),
+        # Kolkata's own midnight between them: a new day there.
+        ("Asia/Kolkata", KOLKATA_MIDNIGHT_AT_2S, 0),
+        # The real clock: 17:30 in Kolkata, one day.
+        ("Asia/Kolkata", 0, 1),
+    ],
+)
+def test_checker_takes_the_cap_day_on_the_systems_clock(zone, offset, over):
+    run = _Run(2, zone=zone)
+    run.send(0, at=1.0)
+    run.send(1, at=3.0)
+    run.inject_each(0.5, 2.5)
+    verdict = run.check(per_window=0, daily_limit=1, clock_offset_s=offset)
+    assert verdict.counts["over_daily_limit"] == over
+    assert verdict.counts["withheld_below_daily_limit"] == 0
+
+
+@pytest.mark.usefixtures("engine")
+def test_checker_lets_a_send_decided_across_midnight_count_on_either_day():
+    """Injected before midnight, first sent after: its decision may lie on either day, so it
+    is put on the one with room (the day after), whatever the order the system counted in."""
+    run = _Run(2, zone="UTC")
+    run.send(0, at=1.0)
+    run.send(1, at=2.2)
+    run.inject_each(0.5, 1.8)
+    assert run.check(per_window=0, daily_limit=1, clock_offset_s=UTC_MIDNIGHT_AT_2S).valid
+    # Both certainly after midnight: one too many.
+    run.inject_each(2.1, 2.1)
+    run.rows = [
+        r for r in run.rows if not (r["kind"] == "provider" and r["time"] < T0.timestamp() + 2)
+    ]
+    run.send(0, at=2.3)
+    verdict = run.check(per_window=0, daily_limit=1, clock_offset_s=UTC_MIDNIGHT_AT_2S)
+    assert verdict.counts["over_daily_limit"] == 1
+
+
+@pytest.mark.usefixtures("engine")
+@pytest.mark.parametrize(
+    ("zone", "injected", "offset", "withheld"),
+    [
+        # After the user's midnight the cap is empty again: withholding is the cap's fault.
+        ("UTC", 2.5, UTC_MIDNIGHT_AT_2S, 1),
+        # Injected before midnight: it may have been decided on the full day.
+        ("UTC", 1.5, UTC_MIDNIGHT_AT_2S, 0),
+        # Kolkata's day did not change at UTC midnight: still full.
+        ("Asia/Kolkata", 2.5, UTC_MIDNIGHT_AT_2S, 0),
+        ("Asia/Kolkata", 2.5, KOLKATA_MIDNIGHT_AT_2S, 1),
+        ("UTC", 2.5, 0, 0),
+    ],
+)
+def test_checker_counts_sends_withheld_after_the_users_midnight(zone, injected, offset, withheld):
+    run = _Run(2, zone=zone)
+    run.send(0, at=1.0)
+    run.inject_each(0.5, injected)
+    verdict = run.check(per_window=0, daily_limit=1, clock_offset_s=offset)
+    assert verdict.counts["withheld_below_daily_limit"] == withheld
+    assert verdict.valid == (withheld == 0)
+    if withheld:
+        [example] = verdict.details["withheld_examples"]
+        assert example["notification_id"] == run.ids[1] and example["token"] == TOKEN
+
+
+@pytest.mark.usefixtures("engine")
+@pytest.mark.parametrize(("second", "withheld"), [((1.8, 2.2), 0), ((1.0, 1.5), 1)])
+def test_checker_lets_the_cap_fill_with_a_send_decided_across_midnight(second, withheld):
+    """Seen in a clean day-boundary run: one send before midnight, one injected before and
+    sent after it, one after; the fourth withheld. The system may have counted the second on
+    the new day, filling it (cap 2): withholding the fourth is then right. Only when the second
+    surely fell on the old day is the new day's cap short."""
+    run = _Run(4, zone="UTC")
+    run.send(0, at=1.0)
+    run.send(1, at=second[1])
+    run.send(2, at=2.7)
+    run.inject_each(0.5, second[0], 2.5, 3.0)
+    verdict = run.check(per_window=0, daily_limit=2, clock_offset_s=UTC_MIDNIGHT_AT_2S)
+    assert verdict.counts["withheld_below_daily_limit"] == withheld
+    assert verdict.counts["over_daily_limit"] == 0
+
+
+@pytest.mark.usefixtures("engine")
+def test_checker_reads_a_digest_window_opened_on_the_systems_clock():
+    """The collapse id names the window's start on the system's clock: read back in real
+    time, the digest's window holds the two admitted sends (no redelivery counted)."""
+    offset = UTC_MIDNIGHT_AT_2S
+    run = _Run(5)
+    run.send(0, 1)
+    start = int((T0.timestamp() + 0.2 + offset) * 1000)
+    nid = digest_notification_id(TENANT, FAN, "push", start)
+    run.request(nid, 10.5, collapse=digest_collapse_id(start, 3))
+    assert run.check(clock_offset_s=offset).valid
+    verdict = run.check(clock_offset_s=0)
+    assert verdict.counts["redeliveries_counted"] == 1
 
 
 @pytest.mark.usefixtures("engine")

@@ -25,6 +25,7 @@ SHIPPED = (
     "tenant-collision",
     "mention-channels",
     "sns-throttle",
+    "day-boundary",
 )
 
 
@@ -44,6 +45,8 @@ def test_chaos_scenarios_schedule_the_faults_they_are_named_for():
     assert scenarios.get("sns-throttle").reference["push_transport"] == "sns"
     assert scenarios.get("dedup-failover").durable_redis is True
     assert scenarios.get("dedup-failover-volatile").durable_redis is False
+    clock = scenarios.get("day-boundary").clock
+    assert clock is not None and clock.midnight == "UTC" and clock.at_s > 0
 
 
 BASE = {

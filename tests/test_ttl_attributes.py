@@ -181,3 +181,17 @@ def test_a_scan_reads_every_items_expiry_by_notification(stack):
         assert gone.status is None and "ResourceNotFoundException" in (gone.error or "")
     finally:
         ddb.delete_table(TableName=table)
+
+
+def test_a_moved_clock_writes_its_expiries_on_the_systems_time():
+    """A system whose clock ran 17 hours ahead wrote expiries 17 hours later than real time
+    plus the TTL: right on its clock, so they pass less the offset; a real-clock 90 days is
+    then 17 hours early."""
+    offset = 17 * 3600
+    moved = _history(
+        inbox=[int(SENT + 0.2) + 90 * DAY + offset], fallback=[int(SENT + 30) + 30 * DAY + offset]
+    )
+    assert ttl_attributes.check(moved, TTLS, 5.0, offset).valid
+    assert ttl_attributes.check(moved, TTLS, 5.0).counts["inbox_late"] == 3
+    verdict = ttl_attributes.check(_history(), TTLS, 5.0, offset)
+    assert verdict.counts["inbox_early"] == 3 and verdict.counts["dedup_fallback_early"] == 1

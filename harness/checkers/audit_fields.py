@@ -59,7 +59,11 @@ def check(
     population: Population,
     changed: set[tuple[str, str]],
     slack_s: float,
+    clock_offset_s: float = 0.0,
 ) -> Verdict:
+    """``clock_offset_s``: how far the system's clock ran ahead of real time. Its records are
+    stamped on its clock: back in real time before they are compared with an injection; its
+    quiet windows and their ``until`` are read on its clock."""
     audit = history[history["kind"] == "audit"]
     if audit.empty:
         return unknown_verdict("audit_fields", "the run read no audit record")
@@ -83,7 +87,7 @@ def check(
         at = float(row.time) if not pd.isna(row.time) else np.nan
         if np.isnan(at):
             counts["records_without_time"] += 1
-        elif at < sent - slack_s:
+        elif at - clock_offset_s < sent - slack_s:
             counts["records_before_injection"] += 1
             if len(examples) < EXAMPLES:
                 examples.append({"notification_id": nid, "outcome": row.reason, "at": at,
@@ -140,4 +144,10 @@ def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     if evidence.timeline is not None:
         timeline = evidence.timeline
         changed = set(timeline.states) | set(timeline.erasures) | set(timeline.registrations)
-    return check(evidence.history, evidence.population, changed, float(tolerance["slack_s"]))
+    return check(
+        evidence.history,
+        evidence.population,
+        changed,
+        float(tolerance["slack_s"]),
+        evidence.clock_offset_s,
+    )

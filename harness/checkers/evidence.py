@@ -31,6 +31,9 @@ class Evidence:
     # What the system exposes (``SystemContract.capabilities``; None: everything), for a
     # checker that switches off only a part of itself (channel_delivery's SMS part).
     capabilities: frozenset[str] | None = None
+    # How far the system's clock ran ahead of real time (a scenario that moved it): calendar
+    # and time-of-day promises are judged in the system's time, real time plus this.
+    clock_offset_s: float = 0.0
 
 
 def expectation_from(
@@ -55,4 +58,7 @@ def evidence_from(
 ) -> Evidence:
     timeline = from_history(population, history, bound_s)
     expectation = expectation_from(population, history, timeline)
-    return Evidence(population, expectation, history, policy or SystemPolicy(), timeline)
+    return Evidence(
+        population, expectation, history, policy or SystemPolicy(), timeline,
+        clock_offset_s=timeline.clock_offset_s,
+    )  # fmt: skip

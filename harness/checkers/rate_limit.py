@@ -32,12 +32,24 @@ Counts:
   fewer than ``per_window`` admitted notifications: the budget went to something other than
   distinct notifications;
 * ``over_daily_limit``: deliveries beyond the cap per (device, kind, local day), the day in the
-  recipient's IANA zone; ``daily_buckets_at_limit``: those buckets the cap filled (not judged:
-  it says the cap was exercised).
+  recipient's IANA zone *on the system's clock* (real time plus the offset a scenario moved it
+  by, :mod:`harness.contract.clock`). A delivery's day is that of its decision, which lies
+  between its injection and its first request to the device: one whose interval spans a
+  midnight may count on either day, and is put where it breaks no cap if one has room;
+  ``daily_buckets_at_limit``: those buckets the cap filled (not judged: it says the cap was
+  exercised);
+* ``withheld_below_daily_limit`` (the window off, the daily cap on): expected deliveries that
+  never came to a device none of whose (kind, local day) buckets the notification's decision
+  could fall in (from its injection to the run's last observation) was full: a cap that did
+  not reset at the user's midnight, or counted another day's sends. (A delivery lost for
+  another reason counts here too; effectively_once says which.)
 
 With the daily cap on, a notification the cap blocked on every device of its user is not
 distinguishable from a held one; it is allowed either way (the digest count may or may not
-include it).
+include it), if each device's bucket was full on a local day its decision can fall in.
+
+A digest's collapse id names its window's start on the system's clock: it is read back in real
+time (the offset taken off) before it is compared with the requests' times.
 """
 
 from __future__ import annotations
@@ -46,7 +58,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -86,12 +98,40 @@ def _strings(values: list[object]) -> pa.Array:
     return pa.array([v if isinstance(v, str) else None for v in values], pa.large_string())
 
 
-def _local_day(instant: float, zone: str) -> str:
+def _local_day(instant: float, zone: str) -> date:
+    """The calendar day in ``zone`` at ``instant`` (epoch seconds, on the system's clock)."""
     try:
         tz = ZoneInfo(zone)
     except Exception:  # the population only uses real zones; a bad one buckets in UTC
         tz = ZoneInfo("UTC")
-    return datetime.fromtimestamp(instant, UTC).astimezone(tz).date().isoformat()
+    return datetime.fromtimestamp(instant, UTC).astimezone(tz).date()
+
+
+def decision_days(after: float, before: float, zone: str, offset_s: float) -> tuple[date, date]:
+    """The first and last local day (in ``zone``, on a clock ``offset_s`` ahead of real time)
+    a decision taken between the real instants ``after`` and ``before`` can fall on; a missing
+    (NaN) ``after`` is ``before``."""
+    first = before if np.isnan(after) else min(after, before)
+    return _local_day(first + offset_s, zone), _local_day(before + offset_s, zone)
+
+
+def daily_overage(
+    certain: Mapping[date, int], spanning: Iterable[tuple[date, date]], cap: int
+) -> tuple[int, dict[date, int]]:
+    """Sends beyond ``cap`` per day, and the count per day, when ``certain[d]`` sends surely
+    fell on day ``d`` and each of ``spanning`` on some day in its (first, last) range: each is
+    put on the earliest day of its range with room, the ranges taken by their last day (the
+    greedy order that fits the most intervals under per-day capacities), else on its last."""
+    counts = dict(certain)
+    over = sum(max(0, n - cap) for n in counts.values())
+    for first, last in sorted(spanning, key=lambda r: (r[1], r[0])):
+        day = first
+        while day <= last and counts.get(day, 0) >= cap:
+            day += timedelta(days=1)
+        if day > last:
+            day, over = last, over + 1
+        counts[day] = counts.get(day, 0) + 1
+    return over, counts
 
 
 def check(
@@ -102,8 +142,10 @@ def check(
     window_seconds: float,
     daily_limit: int = 0,
     slack_s: float = 1.0,
+    clock_offset_s: float = 0.0,
 ) -> Verdict:
-    """``per_window`` / ``daily_limit`` 0 means that limit is off (its counts stay 0)."""
+    """``per_window`` / ``daily_limit`` 0 means that limit is off (its counts stay 0);
+    ``clock_offset_s``: how far the system's clock ran ahead of real time."""
     owner = {(d.tenant_id, d.token): d.user_id for d in population.devices}
     injects = history[history["kind"] == "inject"]
     kinds, injected_at = event_kinds(injects), injection_times(injects).to_dict()
@@ -195,13 +237,13 @@ def check(
             strict=True,
         )
     ]
-    # Read only with the window on (below); the row loop over every expected delivery is
-    # most of the checker's time otherwise.
+    # Read only with a limit on (below); the row loop over every expected delivery is most of
+    # the checker's time otherwise.
     expected_rows = expectation.deliveries[["tenant_id", "notification_id", "token", "user_id"]]
     return judge(
         population, owner, kinds, admitted, first_attempt, delivered_individual, other_rows,
-        expected_rows.itertuples(index=False, name=None) if window_on else (),
-        per_window, window_seconds, daily_limit, slack_s, injected_at,
+        expected_rows.itertuples(index=False, name=None) if window_on or daily_limit > 0 else (),
+        per_window, window_seconds, daily_limit, slack_s, injected_at, clock_offset_s,
     )  # fmt: skip
 
 
@@ -266,6 +308,7 @@ def judge(
     daily_limit: int,
     slack_s: float,
     injected_at: Mapping[tuple[Any, Any], float],
+    clock_offset_s: float = 0.0,
 ) -> Verdict:
     """The verdict from what both engines gather: per (tenant, user, notification) its first
     attempt (with a limit on), the individual deliveries (with the daily cap on), the requests
@@ -321,22 +364,71 @@ def judge(
             1 for a, b in zip(starts, starts[1:], strict=False) if b - a < window_seconds * 1000
         )
 
-    over_daily = at_limit = 0
-    # (tenant, token, kind) capped on some day -> when its bucket first filled
-    full_buckets: dict[tuple[str, str, str], float] = {}
+    over_daily = at_limit = withheld = 0
+    withheld_examples: list[dict[str, Any]] = []
+    # (tenant, token, kind) -> local day -> when the cap filled there (its cap-th delivery)
+    full_days: dict[tuple[str, str, str], dict[date, float]] = defaultdict(dict)
+    delivered_to: set[tuple[str, str, str]] = set()  # (tenant, token, notification)
+    # The latest instant anything was seen: no decision the evidence shows is later.
+    seen_until = max(
+        [*first_attempt.values(), *(v for v in injected_at.values() if not np.isnan(v))],
+        default=0.0,
+    )
+    zone_of = {key: population.user(key[0], user).zone for key, user in owner.items()}
     if daily_limit > 0:
-        # (tenant, token, kind, local day) -> notification -> its first delivery there
-        day_counts: dict[tuple[str, str, str, str], dict[str, float]] = defaultdict(dict)
+        # (tenant, token, kind) -> notification -> its first delivery to that device
+        sends: dict[tuple[str, str, str], dict[str, float]] = defaultdict(dict)
         for tenant, token, nid, at in delivered_individual:
-            zone = population.user(tenant, owner[(tenant, token)]).zone
-            bucket = day_counts[(tenant, token, kinds[(tenant, nid)], _local_day(at, zone))]
+            bucket = sends[(tenant, token, kinds[(tenant, nid)])]
             bucket[nid] = min(at, bucket.get(nid, at))
-        over_daily = sum(max(0, len(n) - daily_limit) for n in day_counts.values())
-        for key, sent in day_counts.items():
-            if len(sent) >= daily_limit:
-                filled = sorted(sent.values())[daily_limit - 1]
-                full_buckets[key[:3]] = min(filled, full_buckets.get(key[:3], filled))
-        at_limit = sum(1 for n in day_counts.values() if len(n) >= daily_limit)
+            delivered_to.add((tenant, token, nid))
+            seen_until = max(seen_until, at)
+        for key, sent in sends.items():
+            tenant, token, _kind = key
+            zone = zone_of[(tenant, token)]
+            certain: dict[date, int] = defaultdict(int)
+            spanning: list[tuple[date, date]] = []
+            for nid, at in sent.items():
+                first, last = decision_days(
+                    injected_at.get((tenant, nid), np.nan), at, zone, clock_offset_s
+                )
+                if first == last:
+                    certain[first] += 1
+                else:
+                    spanning.append((first, last))
+            over, per_day = daily_overage(certain, spanning, daily_limit)
+            over_daily += over
+            at_limit += sum(1 for n in per_day.values() if n >= daily_limit)
+            # A day the cap may have filled: its sends that can have been counted there (one
+            # decided across midnight, on either day) reach the cap; filled at the cap-th of
+            # them, the earliest the cap can have blocked anything that day.
+            on_day: dict[date, list[float]] = defaultdict(list)
+            for nid, at in sent.items():
+                first, last = decision_days(
+                    injected_at.get((tenant, nid), np.nan), at, zone, clock_offset_s
+                )
+                day = first
+                while day <= last:
+                    on_day[day].append(at)
+                    day += timedelta(days=1)
+            for day, times in on_day.items():
+                if len(times) >= daily_limit:
+                    full_days[key][day] = sorted(times)[daily_limit - 1]
+
+    def capped_from(tenant: str, token: str, kind: str, nid: str) -> float | None:
+        """When the device's cap can first have blocked the notification: the earliest fill
+        of a full (kind, local day) its decision can fall on; None if no such day was full."""
+        days = full_days.get((tenant, token, kind))
+        if not days:
+            return None
+        first, last = decision_days(
+            injected_at.get((tenant, nid), np.nan),
+            seen_until,
+            zone_of[(tenant, token)],
+            clock_offset_s,
+        )
+        fills = [at for day, at in days.items() if first <= day <= last]
+        return min(fills) if fills else None
 
     expected_by_user: dict[tuple[str, str], dict[str, set[str]]] = defaultdict(
         lambda: defaultdict(set)
@@ -348,15 +440,32 @@ def judge(
     # blocked on every device: never sent, so no request shows when. Not before every one of
     # their devices' buckets had filled: the earliest instant each can have spent a slot.
     capped_since: dict[tuple[str, str], np.ndarray] = {}
+    capped_by_user: dict[tuple[str, str], set[str]] = defaultdict(set)
     if daily_limit > 0:
         for (tenant, user), expected in expected_by_user.items():
             attempted = attempted_by_user.get((tenant, user), set())
-            since = [
-                max(full_buckets[(tenant, token, kinds[(tenant, nid)])] for token in tokens)
-                for nid, tokens in expected.items()
-                if nid not in attempted
-                and all((tenant, token, kinds[(tenant, nid)]) in full_buckets for token in tokens)
-            ]
+            since = []
+            for nid, tokens in expected.items():
+                kind = kinds[(tenant, nid)]
+                froms = [capped_from(tenant, token, kind, nid) for token in tokens]
+                if not window_on:
+                    for token, capped_at in zip(tokens, froms, strict=True):
+                        if capped_at is None and (tenant, token, nid) not in delivered_to:
+                            withheld += 1
+                            if len(withheld_examples) < 5:
+                                withheld_examples.append(
+                                    {
+                                        "tenant_id": tenant,
+                                        "user_id": user,
+                                        "token": token,
+                                        "notification_id": nid,
+                                    }  # fmt: skip
+                                )
+                    continue
+                if nid in attempted or any(f is None for f in froms):
+                    continue
+                capped_by_user[(tenant, user)].add(nid)
+                since.append(max(f for f in froms if f is not None))
             if since:
                 capped_since[(tenant, user)] = np.sort(np.array(since))
 
@@ -365,7 +474,8 @@ def judge(
     if window_on:
         for digest in digests.values():
             times = sorted_attempts.get((digest.tenant_id, digest.user_id), np.array([]))
-            opened = digest.start_ms / 1000
+            # The window's start on the system's clock, back in real time.
+            opened = digest.start_ms / 1000 - clock_offset_s
             lo = np.searchsorted(times, opened - window_seconds, side="right")
             hi = np.searchsorted(times, opened + slack_s, side="right")
             # A slot a capped notification may have spent is not a redelivery's.
@@ -394,11 +504,7 @@ def judge(
         held = set(expected) - attempted_by_user.get(key, set())
         # A notification the daily cap blocked on every one of its devices was never sent
         # either; it may or may not also sit in a digest.
-        capped = {
-            nid
-            for nid in held
-            if all((tenant, token, kinds[(tenant, nid)]) in full_buckets for token in expected[nid])
-        }
+        capped = held & capped_by_user.get(key, set())
         counted = sum(d.count for d in digests_by_user.get(key, []))
         must, may = len(held) - len(capped), len(held)
         held_total += len(held)
@@ -427,6 +533,7 @@ def judge(
         "digest_overcount": overcount,
         "redeliveries_counted": redeliveries_counted,
         "over_daily_limit": over_daily,
+        "withheld_below_daily_limit": withheld,
         # (device, kind, local day) buckets the cap filled: the cap was exercised (not gating).
         "daily_buckets_at_limit": at_limit,
         "unrecognised_requests": unrecognised,
@@ -439,6 +546,7 @@ def judge(
         "digest_overcount",
         "redeliveries_counted",
         "over_daily_limit",
+        "withheld_below_daily_limit",
     )
     details = {
         "per_window": per_window,
@@ -447,6 +555,8 @@ def judge(
         "slack_s": slack_s,
         "count_examples": count_examples,
         "redelivery_examples": redelivery_examples,
+        "withheld_examples": withheld_examples,
+        "clock_offset_s": clock_offset_s,
     }
     return Verdict("rate_limit", all(counts[k] == 0 for k in gating), counts, details)
 
@@ -458,6 +568,7 @@ def check_store(
     window_seconds: float,
     daily_limit: int = 0,
     slack_s: float = 1.0,
+    clock_offset_s: float = 0.0,
 ) -> Verdict:
     """:func:`check` over a history on disk: what :func:`judge` needs is gathered in DuckDB
     (the first attempts and individual deliveries only with a limit on, the expected
@@ -520,7 +631,7 @@ def check_store(
         WHERE NOT {injected} ORDER BY p.pos"""
     ).fetchall()
     expected_rows: Iterable[tuple[str, str, str, str]] = ()
-    if window_on:
+    if window_on or daily_limit > 0:
         expected_rows = store.sql(
             """SELECT tv.value, nv.value, kv.value, e.user_id FROM exp e
             JOIN tenants tv ON tv.code = e.tenant JOIN nids nv ON nv.code = e.nid
@@ -529,7 +640,7 @@ def check_store(
     return judge(
         population, owner, kinds, int(admitted), first_attempt, delivered_individual,
         other_rows, expected_rows, per_window, window_seconds, daily_limit, slack_s,
-        injected_at,
+        injected_at, clock_offset_s,
     )  # fmt: skip
 
 
@@ -554,6 +665,7 @@ def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
             window_seconds=given("window_seconds", policy.rate_limit_window_seconds),
             daily_limit=int(given("daily_limit", policy.daily_limit_per_device_type)),
             slack_s=float(tolerance["slack_s"]),
+            clock_offset_s=evidence.clock_offset_s,
         )
     return check(
         evidence.population,
@@ -563,4 +675,5 @@ def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
         window_seconds=given("window_seconds", policy.rate_limit_window_seconds),
         daily_limit=int(given("daily_limit", policy.daily_limit_per_device_type)),
         slack_s=float(tolerance["slack_s"]),
+        clock_offset_s=evidence.clock_offset_s,
     )

@@ -11,6 +11,8 @@ expiries come from ``ttl_sample`` rows (:mod:`harness.run.ttl_items`). Counts pe
 ``<purpose>_items``, ``<purpose>_by_notification`` (those judged against their own
 notification's acceptance), ``<purpose>_missing_attribute`` (none, or not a number),
 ``<purpose>_early`` and ``<purpose>_late`` (outside the bounds; milliseconds are ``late``).
+A system whose clock the run moved writes its expiries on that clock: they are judged less the
+offset (:mod:`harness.contract.clock`).
 
 Right attributes expire nothing unless TTL is enabled on the table, on that attribute: the row
 also holds the table's DescribeTimeToLive answer, and ``ttl_not_enabled`` counts the tables
@@ -84,7 +86,11 @@ def acceptance_bounds(history: pd.DataFrame, until: float) -> dict[str, tuple[fl
     return {str(n): (float(r.time), float(r.end)) for n, r in grouped.iterrows()}
 
 
-def check(history: pd.DataFrame, ttls: Mapping[str, float], slack_s: float) -> Verdict:
+def check(
+    history: pd.DataFrame, ttls: Mapping[str, float], slack_s: float, clock_offset_s: float = 0.0
+) -> Verdict:
+    """``clock_offset_s``: how far the system's clock ran ahead of real time; it writes its
+    expiries on that clock, so they are read back in real time before they are judged."""
     samples = history[history["kind"] == "ttl_sample"]
     if samples.empty:
         return unknown_verdict("ttl_attributes", "the run read no table's TTL attributes")
@@ -112,7 +118,7 @@ def check(history: pd.DataFrame, ttls: Mapping[str, float], slack_s: float) -> V
             if ident in bounds:
                 counts[f"{purpose}_by_notification"] += sum(expiries.values())
             for expiry, n in expiries.items():
-                at = int(expiry)
+                at = int(expiry) - clock_offset_s
                 if at < low + ttl - slack_s:
                     counts[f"{purpose}_early"] += n
                 elif at > high + ttl + slack_s:
@@ -122,7 +128,7 @@ def check(history: pd.DataFrame, ttls: Mapping[str, float], slack_s: float) -> V
                 if len(examples) < EXAMPLES:
                     examples.append({
                         "table": detail["table"], "notification_id": ident or None,
-                        "expires_at": at, "expected_from": round(low + ttl, 3),
+                        "expires_at": int(expiry), "expected_from": round(low + ttl, 3),
                         "expected_until": round(high + ttl, 3), "items": n,
                     })  # fmt: skip
     wrong = counts.get("ttl_not_enabled", 0) + sum(
@@ -153,4 +159,4 @@ def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
         "inbox": evidence.policy.inbox_ttl_seconds,
         "dedup_fallback": evidence.policy.dedup_window_seconds,
     }
-    return check(evidence.history, ttls, float(tolerance["slack_s"]))
+    return check(evidence.history, ttls, float(tolerance["slack_s"]), evidence.clock_offset_s)

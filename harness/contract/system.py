@@ -17,6 +17,9 @@ the checkers and faults that need it, with a line saying so.
   run (:mod:`harness.run.ttl_items`), with what each is for;
 * ``dedup_store_url``: the Redis its dedup store is, read-only, if the target says: the
   harness reads its keys' remaining TTLs at the end of a run (:mod:`harness.run.dedup_keys`);
+* ``clock``: the offset file its processes read their wall clock from (libfaketime), if it
+  can be moved (capability ``clock``, :mod:`harness.contract.clock`): a scenario that crosses
+  a midnight needs it;
 * where its provider traffic goes (the harness's simulators) and its dedup store's fault proxy
   are the stack's business (``StackInfo``), not the system's.
 """
@@ -27,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.contract.clock import SystemClock
 from harness.contract.driver import Driver, Event, Unsupported
 from harness.model.system import SystemPolicy
 
@@ -96,6 +100,8 @@ class SystemContract:
     dedup_store_url: str | None = None
     # Tables whose TTL attribute the harness reads at the end of a run (public DynamoDB Scan).
     ttl_tables: tuple[TtlTable, ...] = ()
+    # A wall clock the harness can move (libfaketime's offset file), if the system has one.
+    clock: SystemClock | None = None
     extra: set[str] = field(default_factory=set)
 
     def operations(self) -> set[str]:
@@ -140,4 +146,6 @@ class SystemContract:
             caps.add("ttl_tables")
         if self.dedup_store_url and self.policy.dedup_key_pattern:
             caps.add("dedup_store")
+        if self.clock is not None:
+            caps.add("clock")
         return frozenset(caps)

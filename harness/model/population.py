@@ -401,8 +401,15 @@ def generate(
     start: datetime,
     spec: PopulationSpec | None = None,
     tenant_prefix: str = "tenant",
+    clock_offset_s: float = 0.0,
 ) -> Population:
     """A population whose quiet windows are placed relative to ``start`` (timezone-aware).
+
+    ``clock_offset_s``: how far the system's clock runs ahead of real time (a scenario that
+    moves it, harness/contract/clock.py). The windows are wall-clock times the *system* reads
+    on its clock, so they are placed relative to ``start`` as the system sees it; every instant
+    the population states (``quiet_until``, ``started_at``) stays in real time, as the
+    history's are.
 
     Tenants are ``<tenant_prefix>-0``, ``-1``...: a run against a long-lived system gives each
     run a prefix of its own, so that what earlier runs left in it (feeds, devices, follower
@@ -451,7 +458,12 @@ def generate(
                 else "none"
             )
             if (state, zone) not in windows:
-                windows[state, zone] = _window(state, start, zone, spec.quiet_release_seconds)
+                window, until = _window(
+                    state, start + timedelta(seconds=clock_offset_s), zone,
+                    spec.quiet_release_seconds,
+                )  # fmt: skip
+                real_until = None if until is None else until - clock_offset_s
+                windows[state, zone] = (window, real_until)
             window, until = windows[state, zone]
             consent = (
                 None

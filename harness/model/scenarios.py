@@ -14,9 +14,10 @@ same :class:`Scenario`. A fault, action or probe may name any importable functio
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
@@ -31,7 +32,7 @@ from harness.model.tolerance import (
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 CONFIGURATION_KEYS = frozenset(
-    {"durable_redis", "population", "preference_bound_s", "reference", "timeout_s"}
+    {"clock", "durable_redis", "population", "preference_bound_s", "reference", "timeout_s"}
 )
 
 
@@ -104,6 +105,35 @@ class LocustLoad:
 
 
 @dataclass(frozen=True)
+class ClockStep:
+    """A day boundary inside the load (``configuration.clock``): the system's clock is moved
+    forward so that it shows midnight in ``midnight`` (an IANA zone) ``at_s`` seconds after
+    the load starts. ``lead_s``: how long the harness allows from setting the clock to the
+    load's start (loading the population); the load waits for the rest. The system must offer
+    a movable clock (contract capability ``clock``), else the run ends "unknown"."""
+
+    midnight: str = "UTC"
+    at_s: float = 10.0
+    lead_s: float = 30.0
+
+
+def _clock(value: Any) -> ClockStep | None:
+    if value is None:
+        return None
+    where = "configuration.clock"
+    clock = _dataclass_from(ClockStep, _mapping(value, where), where)
+    try:
+        ZoneInfo(clock.midnight)
+    except (ValueError, TypeError, ZoneInfoNotFoundError):
+        raise ScenarioError(
+            f"{where}: midnight must be an IANA zone, not {clock.midnight!r}"
+        ) from None
+    for key in ("at_s", "lead_s"):
+        _number(asdict(clock), key, where)
+    return clock
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
@@ -121,6 +151,8 @@ class Scenario:
     # after the system acknowledged it (seed 000: invalidation now; the 5-minute TTL is only a
     # backstop).
     preference_bound_s: float = 5.0
+    # A day boundary inside the load (the system's clock moved), or None.
+    clock: ClockStep | None = None
 
     @property
     def regular_posts(self) -> int:
@@ -293,6 +325,7 @@ def parse(data: Any, name: str) -> Scenario:
         durable_redis=bool(config.get("durable_redis", False)),
         timeout_seconds=float(timeout),
         preference_bound_s=_number(config, "preference_bound_s", "configuration", 5.0),
+        clock=_clock(config.get("clock")),
     )
 
 

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from harness.contract.clock import offset_of
 from harness.model import local_time
 from harness.model.population import Device, Population, QuietState, User, consent_stands
 
@@ -78,6 +79,8 @@ class Timeline:
     states: dict[UserKey, list[State]] = field(default_factory=dict)
     erasures: dict[UserKey, Change] = field(default_factory=dict)
     registrations: dict[UserKey, Change] = field(default_factory=dict)
+    # How far the system's clock ran ahead of real time: windows are the system's wall clock.
+    clock_offset_s: float = 0.0
 
     @property
     def horizon(self) -> float:
@@ -133,8 +136,11 @@ class Timeline:
                     )
                 )
         else:
-            end = local_time.window_end(state.quiet_hours, state.zone, instant)
+            # In the system's time (its clock's offset), the end back in real time.
+            shown = instant + self.clock_offset_s
+            end = local_time.window_end(state.quiet_hours, state.zone, shown)
             if end is not None:
+                end -= self.clock_offset_s
                 return ("suppress", "quiet_hours_pending") if end > self.horizon else ("defer", end)
         if device.dead:
             return ("suppress", "dead_token")
@@ -192,10 +198,13 @@ def _next_state(previous: State, change: Change, original: User) -> State:
 
 
 def build(
-    population: Population, changes: Iterable[Change], bound_s: float = DEFAULT_BOUND_S
+    population: Population,
+    changes: Iterable[Change],
+    bound_s: float = DEFAULT_BOUND_S,
+    clock_offset_s: float = 0.0,
 ) -> Timeline:
     """The timeline of every changed user; ``changes`` in any order, failed ones left out."""
-    timeline = Timeline(population, bound_s)
+    timeline = Timeline(population, bound_s, clock_offset_s=clock_offset_s)
     ordered = sorted(changes, key=lambda c: (c.sent, c.acked))
     for change in ordered:
         key = (change.tenant_id, change.user_id)
@@ -239,4 +248,4 @@ def changes_from_history(history: pd.DataFrame) -> list[Change]:
 def from_history(
     population: Population, history: pd.DataFrame, bound_s: float = DEFAULT_BOUND_S
 ) -> Timeline:
-    return build(population, changes_from_history(history), bound_s)
+    return build(population, changes_from_history(history), bound_s, offset_of(history))

@@ -74,6 +74,7 @@ def verdict_sentence(summary: dict[str, Any]) -> str:
         if off
         else ""
     )
+    off_text += clock_sentence(summary)
     if summary.get("verdict") == "incomplete":
         return (
             f"The run did not finish: {summary.get('error') or 'it was stopped'}. There is "
@@ -95,6 +96,19 @@ def verdict_sentence(summary: dict[str, Any]) -> str:
             f"{', '.join(undecided)}. Do not release on this run.{off_text}"
         )
     return f"All {judged} checkers passed.{off_text}"
+
+
+def clock_sentence(summary: dict[str, Any]) -> str:
+    """Where the run put the system's clock (``configuration.clock``), or nothing."""
+    clock = summary.get("clock")
+    if not clock:
+        return ""
+    return (
+        f" The system's clock ran {float(clock['offset_s']):.0f} s ahead of real time: it showed"
+        f" midnight in {clock['midnight']} ({clock['system_shows']}) with"
+        f" {clock['injected_before']} event(s) injected before it and"
+        f" {clock['injected_after']} after."
+    )
 
 
 def short_token(token: Any) -> str:

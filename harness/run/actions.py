@@ -101,6 +101,9 @@ class ActionContext:
     # whose system names a poison queue. None / empty: the system exposes no such queues.
     send_raw: Callable[[str, str, dict[str, Any]], None] | None = None
     poison_channels: tuple[str, ...] = ()
+    # How far the system's clock runs ahead of real time: a window placed over "the present"
+    # is placed over the system's present (its wall clock reads it).
+    clock_offset_s: float = 0.0
     probes: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     erased: list[tuple[str, str]] = field(default_factory=list)
     chosen: set[tuple[str, str]] = field(default_factory=set)
@@ -215,8 +218,9 @@ def change_preferences(ctx: ActionContext, params: dict[str, Any]) -> str:
     authors = [
         a for a in ctx.population.authors if of == "any" or a.celebrity == (of == "celebrity")
     ]
-    now = time.time()
-    horizon = ctx.population.started_at + PENDING_AFTER_S
+    # On the system's clock: the windows placed are wall-clock times it reads.
+    now = time.time() + ctx.clock_offset_s
+    horizon = ctx.population.started_at + PENDING_AFTER_S + ctx.clock_offset_s
     candidates = [
         u for u in _followers(ctx.population, authors) if _live_devices(ctx.population, u)
     ]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import numpy as np
@@ -31,6 +32,13 @@ from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
 from harness.checkers.evidence import evidence_from
 from harness.checkers.store import out_of_core_if_large
 from harness.checkers.verdict import STATUS_WORDS, SWITCHED_OFF, Verdict, result_status
+from harness.contract.clock import (
+    CACHE_SECONDS,
+    midnight_at,
+    offset_to_midnight,
+    phase_detail,
+)
+from harness.contract.clock import summary as clock_summary
 from harness.contract.driver import Driver
 from harness.contract.system import Queues, SystemContract
 from harness.load.loader import load_population, post_event
@@ -460,6 +468,13 @@ def _require_fit(scenario: Scenario, contract: SystemContract, targets: ChaosTar
         )
         if why:
             lacks.append(why)
+    if scenario.clock is not None and contract.clock is None:
+        lacks.append(
+            "configuration.clock moves the system's clock across a midnight, and it declares "
+            "no clock the harness can move (contract capability clock: a target's clock_file; "
+            "the reference needs libfaketime: pip install libfaketime, or apt-get install "
+            "libfaketime)"
+        )
     if lacks:
         raise ScenarioDoesNotFit(
             f"scenario {scenario.name} cannot run on {contract.name}: "
@@ -775,6 +790,10 @@ class RunState:
     outcome: str = ""
     # When the run began (monotonic): before any dedup key of it was set.
     began: float = field(default_factory=time.monotonic)
+    # How far the system's clock runs ahead of real time (seconds), and the real instant
+    # (epoch) at which it shows the scenario's midnight (configuration.clock), if it does.
+    clock_offset_s: int = 0
+    boundary: float | None = None
 
 
 def execute(
@@ -798,6 +817,7 @@ def execute(
                 durable_redis=scenario.durable_redis,
                 reference_overrides=scenario.reference,
                 target=target,
+                movable_clock=scenario.clock is not None,
             )
         )
     )(run_dir / "stack")
@@ -809,6 +829,7 @@ def execute(
     interrupted = False
     try:
         _bring_up(state)
+        _move_clock(state)
         _load_population(state)
         _inject_load(state)
         _await_outcome(state)
@@ -856,6 +877,46 @@ def _bring_up(state: RunState) -> None:
     )
 
 
+def _move_clock(state: RunState) -> None:
+    """With ``configuration.clock``: the system's clock moved forward so that it shows the
+    scenario's midnight ``at_s`` into the load, allowing ``lead_s`` for the population's load
+    (the load waits for the rest: :func:`_await_boundary`); recorded in the history."""
+    step, contract = state.scenario.clock, state.contract
+    if step is None:
+        return
+    assert contract is not None and contract.clock is not None
+    aim = state.clock().timestamp() + step.lead_s + step.at_s
+    offset = offset_to_midnight(aim, step.midnight)
+    contract.clock.set_offset(offset)
+    state.clock_offset_s, state.boundary = offset, midnight_at(offset, aim, step.midnight)
+    state.history.append("phase", detail=phase_detail(offset, step.midnight, state.boundary))
+    shown = datetime.fromtimestamp(state.boundary + offset, ZoneInfo(step.midnight))
+    state.progress(
+        "clock",
+        f"the system's clock moved {offset} s ahead: it shows {shown.isoformat()} "
+        f"(midnight in {step.midnight}) {step.at_s:g} s into the load",
+    )
+    # libfaketime re-reads the offset file every CACHE_SECONDS: every process has it after.
+    time.sleep(CACHE_SECONDS + 1.0)
+
+
+def _await_boundary(state: RunState) -> None:
+    """Start the load ``at_s`` before the system's clock shows the scenario's midnight (the
+    population's load took less than ``lead_s``); said so when it took longer."""
+    step = state.scenario.clock
+    if step is None or state.boundary is None:
+        return
+    start_at = state.boundary - step.at_s
+    wait = start_at - state.clock().timestamp()
+    if wait < 0:
+        state.progress(
+            "clock", f"the load starts {-wait:.1f} s late: the midnight falls earlier in it"
+        )
+        return
+    state.progress("clock", f"waiting {wait:.1f} s for the load's start")
+    time.sleep(min(wait, step.lead_s))
+
+
 def _load_population(state: RunState) -> None:
     """The oracle's population, generated, told to the simulators (dead tokens) and loaded
     through the system's driver; the provider ledgers collected from here on."""
@@ -863,8 +924,9 @@ def _load_population(state: RunState) -> None:
     info, progress, history = state.info, state.progress, state.history
     prefix = tenant_prefix(state.run_dir.name, state.target)
     population = state.population = generate(
-        state.seed, state.clock(), state.scenario.population, prefix
-    )
+        state.seed, state.clock(), state.scenario.population, prefix,
+        clock_offset_s=state.clock_offset_s,
+    )  # fmt: skip
     if state.target is not None:
         progress("load", f"tenants {prefix}-0.. (this run's own, apart from earlier runs')")
     population.save(state.run_dir / "population.json")
@@ -916,6 +978,7 @@ def _inject_load(state: RunState) -> None:
         bound_s=scenario.preference_bound_s,
         send_raw=_raw_sender(info, queues) if queues is not None else None,
         poison_channels=_existing_poison_queues(info, queues) if queues is not None else (),
+        clock_offset_s=state.clock_offset_s,
     )
     nemesis = state.nemesis = Nemesis(
         [ScheduledFault(fault_of(f), f.offset_s, f.duration_s) for f in scenario.faults],
@@ -928,6 +991,7 @@ def _inject_load(state: RunState) -> None:
         ],
     )
     actions.stop = nemesis.stopping
+    _await_boundary(state)
     if scenario.locust is not None:
         _inject_with_locust(
             scenario, state.run_dir, contract.api_url, state.seed, state.locust_workers,
@@ -1150,6 +1214,9 @@ def run(
     history.write(run_dir / "history.parquet")
     (run_dir / STREAM_FILE).unlink(missing_ok=True)
     interrupted = error is not None and error.startswith(INTERRUPTED)
+    moved = clock_summary(history.frame())
+    if moved is not None:
+        summary["clock"] = moved
     summary.update(
         verdict="incomplete"
         if interrupted

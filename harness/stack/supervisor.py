@@ -28,6 +28,7 @@ from chaos.faults import DEDUP_PROXY
 from emulators.ports import LOOPBACK, free_port
 from emulators.providers.serving import MAX_PROCESSES as MAX_SIM_PROCESSES
 from emulators.providers.serving import SERVERS as SIM_SERVERS
+from harness.contract.clock import SystemClock, faked_environment, faketime_library
 from harness.contract.system import SystemContract
 from harness.stack import reference
 from harness.stack.aws_clients import aws_client
@@ -295,8 +296,17 @@ class Stack:
         target: Target | None = None,
         sim_processes: int | None = None,
         sim_server: str | None = None,
+        movable_clock: bool = False,
     ) -> None:
         self.workdir = Path(workdir).resolve()
+        # The reference's own processes (its workers, never the emulators) under libfaketime,
+        # reading their clock offset from this file (harness/contract/clock.py); None: their
+        # clocks are true (also when libfaketime is not installed: the contract then has no
+        # clock, and a scenario that moves it does not fit).
+        self.clock_file: Path | None = None
+        self.faketime = faketime_library() if movable_clock and target is None else None
+        if self.faketime is not None:
+            self.clock_file = self.workdir / "faketimerc"
         self.durable_redis = durable_redis
         self.apns_tls = apns_tls
         # The APNs and FCM simulators: processes and HTTP server (sim_settings says why).
@@ -477,7 +487,10 @@ class Stack:
         """What the verifier may know of the system under test."""
         if self.target is not None:
             return self.target.contract(self.info)
-        return reference.contract(self.info, durable)
+        contract = reference.contract(self.info, durable)
+        if self.clock_file is not None:
+            contract.clock = SystemClock(self.clock_file)
+        return contract
 
     def part_argv(self, part: str, port: int | None) -> list[str]:
         py = sys.executable
@@ -754,6 +767,10 @@ class Stack:
         log_path = self.workdir / "logs" / f"{part}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "FANOUT_CONFIG": self.info.reference_config}
         env.setdefault("FANOUT_NODE_MODULES", str(ROOT / "node_modules"))
+        if self.clock_file is not None and self.faketime is not None and part in reference.WORKERS:
+            if not self.clock_file.exists():
+                SystemClock(self.clock_file).set_offset(0)
+            env = faked_environment(env, self.clock_file, self.faketime)
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 argv,

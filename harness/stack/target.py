@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from harness.contract.clock import SystemClock
 from harness.contract.driver import load_driver
 from harness.contract.system import TTL_PURPOSES, JobIdentity, Queues, SystemContract, TtlTable
 from harness.model.system import SystemPolicy
@@ -83,6 +84,12 @@ class Target:
     # a list of {purpose: inbox | dedup_fallback, table, attribute (default expires_at),
     # id_attribute (the item's notification id, optional)}. None: ttl_attributes is off.
     ttl_tables: list[dict[str, Any]] | None = None
+    # A wall clock the harness can move (capability ``clock``, harness/contract/clock.py): the
+    # file the system's processes read their offset from, every process started under
+    # libfaketime with FAKETIME_TIMESTAMP_FILE=<this path>, FAKETIME_CACHE_DURATION=1 and
+    # DONT_FAKE_MONOTONIC=1. The harness writes "+<seconds>s" there. None: the clock is fixed,
+    # and a scenario that moves it ends "unknown".
+    clock_file: str | None = None
 
     def contract(self, info: Any) -> SystemContract:
         """What the verifier may know of this system (``info``: the stack's StackInfo)."""
@@ -102,6 +109,7 @@ class Target:
                 if self.dedup_redis and "dedup_key_pattern" in (self.policy or {})
                 else None
             ),
+            clock=SystemClock(Path(self.clock_file)) if self.clock_file else None,
         )
 
     def _queues(self) -> Queues:
