@@ -27,7 +27,7 @@ format: setup
 test: setup lint
 	@$(PY) -m pytest -m "timing and not slow and not wholerun" -q
 	@$(PY) -m pytest -m "not timing and not slow and not wholerun" -q -n 2 --dist loadfile
-	@$(PY) -m pytest -m "wholerun and not slow" -q -n 3
+	@$(PY) -m pytest -m "wholerun and not slow" -q -n 3 --durations=12
 
 # test-all also runs moto's own SQS test suite against our SQS endpoint (fetched from PyPI at a
 # pinned moto version into .cache/moto-sqs/ the first time; about 20 s after that).
