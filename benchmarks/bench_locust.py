@@ -36,7 +36,8 @@ from harness.load.loader import load_population
 from harness.model.population import PopulationSpec, generate
 from harness.model.scenarios import LocustLoad, Probe, Scenario
 from harness.run.runner import Progress, read_injected, run
-from harness.stack.supervisor import STOP_GRACE_SECONDS, Stack
+from harness.stack import supervisor
+from harness.stack.supervisor import Stack
 
 ROOT = Path(__file__).resolve().parent.parent
 # The reference before this benchmark's CPU work (today's main when it began): --baseline's
@@ -46,6 +47,8 @@ BASELINE = "642fd3d"
 # stack's default pollers (which the consumer-crash scenario's bounds are counted in). The
 # baseline runs with its own defaults: one process of 4 threads, all one core let it use.
 BURST_FLEET = {"push_consumer_processes": 2, "consumer_threads": 4}
+# --baseline runs this script on an older checkout's harness: what it lacks, its own defaults.
+STOP_GRACE_SECONDS = getattr(supervisor, "STOP_GRACE_SECONDS", 5.0)
 # The Python parts py-spy records with --profile.
 PROFILED_PARTS = (
     "push-consumer", "fanout-worker", "event-api", "sqs", "dynamodb-proxy", "kinesis-proxy",
@@ -99,7 +102,7 @@ class MeteredStack(Stack):
         # Stack's signature and answer: the runner reads which parts had to be killed.
         self._stop_profiles()
         self._meter(list(parts))
-        return super().stop_parts(parts, grace)
+        return super().stop_parts(parts, grace) or []  # an older Stack answers None
 
     def down(self, hurry: bool = False) -> None:
         self._stop_profiles()
