@@ -202,9 +202,10 @@ class Inbox:
 
     def unread_count(self, tenant: str, user: str) -> dict[str, Any]:
         watermark, reads = self.read_state(tenant, user)
-        items = merge_newest_first(
-            self._sources(tenant, user, None, UNREAD_CAP + 1, after=watermark), UNREAD_CAP + 1
-        )
+        sources = self._sources(tenant, user, None, UNREAD_CAP + 1, after=watermark)
+        if "unread_ignores_celebrity_pointers" in self.config.defects:
+            sources = sources[:1]  # the defect: the user's own rows only, no merged pointers
+        items = merge_newest_first(sources, UNREAD_CAP + 1)
         if "unread_ignores_item_reads" in self.config.defects:
             reads = set()
         count = sum(1 for i in items if i.notification_id not in reads)
