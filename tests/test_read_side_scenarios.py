@@ -70,10 +70,14 @@ def test_unread_and_read_flags_that_forget_reads_and_fcm_projects_per_notificati
     read one by one, the flags forget the read-all: each touches only its own answer), the FCM
     project is chosen by the consumer, and no count below can come from another defect."""
     defects = ["unread_ignores_item_reads", "fcm_project_random", "read_flags_ignore_watermark"]
+    # Red team 3: and a count that leaves out the merged celebrity pointers, short (undercount)
+    # on the counts taken as a reader opens the app; forgetting reads only ever adds.
+    defects.append("unread_ignores_celebrity_pointers")
     path = _variant(tmp_path, "read-side", defects)
     code, summary, _ = _run(path, tmp_path / "o")
     result = _failed(code, summary, "unread")
     assert result["overcount"] > 0
+    assert result["undercount"] > 0
     assert result["read_shown_unread"] > 0
     result = _failed(code, summary, "fcm_stickiness")
     assert result["users_on_several_projects"] > 0 and result["wrong_project"] > 0
