@@ -82,6 +82,7 @@ DEFECTS = (
     "ses_5xx_rejected",  # an SES 500/503 acknowledged as a rejection (only throttling retried)
     "send_batch_ignores_failed",  # SendMessageBatch's Failed entries dropped (HTTP 200 = sent)
     "audit_at_event_time",  # audit records stamped with the event's acceptance, not the attempt
+    "next_cursor_from_own_rows",  # a next page only when the reader's own rows filled this one
 )
 
 

@@ -195,6 +195,8 @@ class Inbox:
             for i in items
         ]
         next_cursor = items[-1].notification_id if len(items) == limit else None
+        if "next_cursor_from_own_rows" in self.config.defects and len(sources[0]) < limit:
+            next_cursor = None  # the defect: pointers filling the page end the walk
         if next_cursor and "inbox_cursor_skips" in self.config.defects:
             # The defect: the oldest row any source fetched, not the last one merged in.
             next_cursor = min(s[-1].notification_id for s in sources if s)

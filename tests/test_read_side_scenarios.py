@@ -62,7 +62,7 @@ def test_one_authors_posts_over_several_shards_show_out_of_order(tmp_path):
     assert _failed(code, summary, "author_order")["later_seen_earlier_missing"] > 0
 
 
-def test_unread_and_read_flags_that_forget_reads_and_fcm_projects_per_notification_are_caught(
+def test_unread_read_flags_cursors_and_fcm_projects_per_notification_are_caught(
     tmp_path,
 ):
     """Three independent defects in one run (a run each would cost a minute of the suite): the
@@ -73,11 +73,15 @@ def test_unread_and_read_flags_that_forget_reads_and_fcm_projects_per_notificati
     # Red team 3: and a count that leaves out the merged celebrity pointers, short (undercount)
     # on the counts taken as a reader opens the app; forgetting reads only ever adds.
     defects.append("unread_ignores_celebrity_pointers")
+    # And a next cursor given only when the reader's own rows filled the page: walks through
+    # pointers end early (missing), which no count or flag defect touches.
+    defects.append("next_cursor_from_own_rows")
     path = _variant(tmp_path, "read-side", defects)
     code, summary, _ = _run(path, tmp_path / "o")
     result = _failed(code, summary, "unread")
     assert result["overcount"] > 0
     assert result["undercount"] > 0
+    assert _failed(code, summary, "inbox")["missing"] > 0
     assert result["read_shown_unread"] > 0
     result = _failed(code, summary, "fcm_stickiness")
     assert result["users_on_several_projects"] > 0 and result["wrong_project"] > 0
