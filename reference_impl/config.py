@@ -83,6 +83,7 @@ DEFECTS = (
     "send_batch_ignores_failed",  # SendMessageBatch's Failed entries dropped (HTTP 200 = sent)
     "audit_at_event_time",  # audit records stamped with the event's acceptance, not the attempt
     "next_cursor_from_own_rows",  # a next page only when the reader's own rows filled this one
+    "event_ids_in_whole_seconds",  # minted ids from int(seconds): python-ulid reads ms, 1970
 )
 
 

@@ -315,6 +315,9 @@ class EventApi:
             # A fresh ULID is unique (80 random bits); registered all the same (before the 202),
             # so that a client reusing it later as its event_id for other content is refused.
             notification_id = str(ULID())
+            if "event_ids_in_whole_seconds" in self.config.defects:
+                # The defect: an int is milliseconds to python-ulid: an id from January 1970.
+                notification_id = str(ULID.from_timestamp(int(now.timestamp())))
             self.registry.claim_minted(body["tenant_id"], notification_id, digest, now)
         accepted_at = now.isoformat()
         record = {

@@ -320,14 +320,19 @@ def test_six_independent_defects_in_one_smoke_run_are_each_caught(tmp_path):
     )
 
 
-def test_quiet_hours_on_standard_time_all_year_are_caught(tmp_path):
+def test_quiet_hours_on_standard_time_all_year_and_ids_minted_in_1970_are_caught(tmp_path):
     # Whatever the date, some of the population's zones (New York, London, St John's, Lord
     # Howe, Chatham) are on summer time: their windows end an hour (Lord Howe: 30 min) late.
-    path = _variant(tmp_path, "smoke", ["quiet_hours_ignore_dst"])
+    # And (red team 3) the Event API mints smoke's ids (load.system_minted_ids) from whole
+    # seconds, which python-ulid reads as milliseconds: every id carries a time in 1970, which
+    # only notification_ids reads (no delivery, window or inbox row depends on the id's time).
+    path = _variant(tmp_path, "smoke", ["quiet_hours_ignore_dst", "event_ids_in_whole_seconds"])
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     result = _failed(summary, "quiet_hours")
     assert result["deferred_never_released"] + result["delivered_inside_window"] > 0
+    ids = _failed(summary, "notification_ids")
+    assert ids["minted_off_acceptance"] == ids["judged"] == ids["ids"] > 0
 
 
 def test_a_deferral_that_is_never_requeued_is_caught_by_quiet_hours(tmp_path):

@@ -154,12 +154,14 @@ def post_event(
     object_id: str,
     event_id: str | None = None,
     driver: Driver | None = None,
+    system_minted: bool = False,
 ) -> str:
-    """POST one event with an id minted here (or ``event_id``); recorded as ``inject`` once
-    accepted, or ``inject_info`` when the answer does not say (5xx, a cut connection: the
-    system may have taken it), before the error is raised."""
+    """POST one event with an id minted here (or ``event_id``; or, ``system_minted``, none:
+    the system mints it and answers it); recorded as ``inject`` once accepted, or
+    ``inject_info`` when the answer does not say (5xx, a cut connection: the system may have
+    taken it; a system-minted id is then unknown), before the error is raised."""
     driver = driver or FanoutApiDriver()
-    event_id = event_id or str(ULID())
+    event_id = None if system_minted else event_id or str(ULID())
     call = driver.post_event(Event(tenant_id, author_id, kind, object_id, event_id))
     started = time.time()
     fields = {"time": started, "tenant_id": tenant_id, "author_id": author_id, "detail": kind}

@@ -625,6 +625,7 @@ def _inject(
                 f"{scenario.load.kind}-{author.user_id}-{n}-{rng.randrange(10**6)}",
                 event_id,
                 driver,
+                system_minted=scenario.load.system_minted_ids and event_id is None,
             )
 
 
