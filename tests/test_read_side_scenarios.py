@@ -139,3 +139,15 @@ def test_erasures_that_delete_rows_first_keep_the_audit_key_or_skip_pages_are_al
     assert result["reused_id_lost"] > 0
     assert result["records_still_readable"] > 0
     assert result["inbox_items_after_erasure"] > 0
+
+
+def test_an_erasure_that_purges_only_the_push_keys_is_caught(tmp_path):
+    """Red team 3: the probes are mentions, so the erased users had email, in-app and SMS dedup
+    keys too. An erasure that deletes the push keys only lets the re-posted mention reach the
+    new person's devices but not their address or number (``reused_id_channel_lost``); their
+    push is fine (no push key survives), which the other erasure defects cannot say."""
+    path = _variant(tmp_path, "gdpr-erasure", ["erasure_skips_channel_keys"])
+    code, summary, _ = _run(path, tmp_path / "o")
+    result = _failed(code, summary, "erasure")
+    assert result["reused_id_channel_lost"] > 0
+    assert result["reused_id_lost"] == 0

@@ -288,15 +288,18 @@ def _probe_authors(population: Population, which: str) -> list[Author]:
 
 def post_probes(ctx: ActionContext, params: dict[str, Any]) -> str:
     authors = _probe_authors(ctx.population, str(params.get("authors", "both")))
+    # ``kind``: "post" (push only) or e.g. "mention" (every channel: the erasure must purge the
+    # email, in-app and SMS keys too, which a post never sets).
+    kind = str(params.get("kind", "post"))
     with ctx.client() as http:
         for author in authors:
             object_id = f"probe-{author.user_id}-{ctx.seed}"
             nid = post_event(
-                http, ctx.history, author.tenant_id, author.user_id, "post", object_id,
+                http, ctx.history, author.tenant_id, author.user_id, kind, object_id,
                 driver=ctx.driver,
             )  # fmt: skip
             ctx.probes[(author.tenant_id, author.user_id)] = {
-                "event_id": nid, "kind": "post", "object_id": object_id,
+                "event_id": nid, "kind": kind, "object_id": object_id,
             }  # fmt: skip
     return f"{len(authors)} probe event(s) posted"
 
