@@ -85,6 +85,7 @@ DEFECTS = (
     "next_cursor_from_own_rows",  # a next page only when the reader's own rows filled this one
     "event_ids_in_whole_seconds",  # minted ids from int(seconds): python-ulid reads ms, 1970
     "erasure_skips_channel_keys",  # erasure purges the push dedup keys only
+    "followed_cache_kept_at_threshold",  # crossing the threshold drops only new followers' cache
 )
 
 

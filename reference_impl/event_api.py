@@ -585,7 +585,8 @@ class EventApi:
             batch_write(self.ddb, self.config.table("following"), requests)
         if count >= threshold:
             self.pages.mark_celebrity(tenant, user)  # idempotent: one set, one write a call
-        if before < threshold <= count:
+        crossing = before < threshold <= count
+        if crossing and "followed_cache_kept_at_threshold" not in self.config.defects:
             # Every follower's cached list of followed celebrities just went stale, once.
             added = tuple(f for page in self.pages.all_pages(tenant, user) for f in page.ids)
         self.inbox.forget_followed(tenant, list(added))

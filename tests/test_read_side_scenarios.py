@@ -56,10 +56,19 @@ def test_a_cursor_that_skips_is_a_gap_at_a_page_boundary(tmp_path):
     assert _failed(code, summary, "inbox")["gap_at_boundary"] > 0
 
 
-def test_one_authors_posts_over_several_shards_show_out_of_order(tmp_path):
-    path = _variant(tmp_path, "read-side", ["partition_key_per_event"])
+def test_posts_over_several_shards_and_a_follow_cache_kept_past_the_threshold_are_caught(
+    tmp_path,
+):
+    """Two independent defects in one run: one author's posts spread over shards (a later post
+    shown while an earlier one is held: author_order; the 8 s hold is inside the inbox's lag),
+    and (red team 3) the followers' cached "celebrities I follow" kept when the author crosses
+    the threshold: the readers who read while it was gaining followers never see its posts
+    (inbox ``missing``), which no shard order can cause past the lag."""
+    defects = ["partition_key_per_event", "followed_cache_kept_at_threshold"]
+    path = _variant(tmp_path, "read-side", defects)
     code, summary, _ = _run(path, tmp_path / "o")
     assert _failed(code, summary, "author_order")["later_seen_earlier_missing"] > 0
+    assert _failed(code, summary, "inbox")["missing"] > 0
 
 
 def test_unread_read_flags_cursors_and_fcm_projects_per_notification_are_caught(
