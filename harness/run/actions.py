@@ -19,6 +19,9 @@ acknowledged it, so that the oracle knows what should hold from when.
 * ``reregister-users``: register the erased users again (same id, same devices), follow the
   probe authors again, post the probes again with the same id and content, and once they must
   have landed read their inbox again;
+* ``count-unread``: the unread count of ``users`` followers of each celebrity, once (the seed
+  picks them), late enough that the celebrity's posts are older than any lag: counts a
+  read-all did not just precede, which an undercount (the merged pointers left out) can show;
 * ``inject-malformed-jobs``: put jobs no retry can fix straight onto channel work queues
   through the public SQS API (a body that is not JSON, a JSON job without its fields, a job
   whose notification id is not a ULID but whose tenant and recipient are real), each carrying
@@ -550,6 +553,34 @@ def inject_malformed_jobs(ctx: ActionContext, params: dict[str, Any]) -> str:
     return f"{sent} malformed job(s) on {', '.join(wanted) or 'no queue'}{note}"
 
 
+def count_unread(ctx: ActionContext, params: dict[str, Any]) -> str:
+    users = max(0, int(params.get("users", 10)))
+    rng = ctx.rng("count-unread")
+    counted = 0
+    with ctx.client() as http:
+        for author in [a for a in ctx.population.authors if a.celebrity]:
+            followers = list(author.followers)
+            for user in rng.sample(followers, min(users, len(followers))):
+                try:
+                    call = ctx.driver.unread_count(author.tenant_id, user)
+                except Unsupported:
+                    return "the system offers no unread count"
+                sent = time.time()
+                answer = ctx.make(http, call)
+                unread, capped = (
+                    ctx.driver.parse_unread_count(answer.status_code, answer.json())
+                    if answer.status_code == 200
+                    else (None, None)
+                )
+                append_read(ctx.history, {
+                    "op": "unread", "tenant_id": author.tenant_id, "user_id": user,
+                    "status": answer.status_code, "time": sent, "end": time.time(),
+                    "unread": unread, "capped": capped,
+                })  # fmt: skip
+                counted += 1
+    return f"{counted} unread count(s) of celebrity followers"
+
+
 def redrive_dlq(ctx: ActionContext, params: dict[str, Any]) -> str:
     if ctx.redrive is None:
         raise ActionError("this target has no dead-letter queues the harness can redrive")
@@ -563,6 +594,7 @@ ACTIONS: dict[str, Callable[[ActionContext, dict[str, Any]], str]] = {
     "erase-users": erase_users,
     "reregister-users": reregister_users,
     "inject-malformed-jobs": inject_malformed_jobs,
+    "count-unread": count_unread,
 }
 
 
