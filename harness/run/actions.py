@@ -53,7 +53,13 @@ from harness.load.loader import post_event
 from harness.load.record import append_read
 from harness.model import local_time
 from harness.model.history import History
-from harness.model.population import Author, Population, User, preferences_body
+from harness.model.population import (
+    Author,
+    Population,
+    User,
+    consent_stands,
+    preferences_body,
+)
 from harness.model.timeline import PENDING_AFTER_S
 
 PREFERENCE_CHANGES = (
@@ -346,6 +352,10 @@ def erase_users(ctx: ActionContext, params: dict[str, Any]) -> str:
     if latest:
         late = latest_followers(authors, latest)
         eligible = [u for u in eligible if (u.tenant_id, u.user_id) in late] or eligible
+    if any(probe.get("kind", "post") != "post" for probe in ctx.probes.values()):
+        # Probes that reach email and SMS: users those channels reach first, so that the
+        # erasure of their channel dedup keys is judged (red team 3).
+        eligible = [u for u in eligible if _texted_or_mailed(u)] or eligible
     erased = 0
     with ctx.client() as http:
         for user in _pick(ctx, "erase", eligible, count):
@@ -368,6 +378,15 @@ def erase_users(ctx: ActionContext, params: dict[str, Any]) -> str:
             ctx.erased.append((user.tenant_id, user.user_id))
             read_after_erasure(ctx, http, user.tenant_id, user.user_id)
     return f"{erased} user(s) erased"
+
+
+def _texted_or_mailed(user: User) -> bool:
+    """Whether a mention may reach the user by email or SMS (an address or number with that
+    channel's consent, the channel on): the consent-bearing channels the erasure checker reads."""
+    off = set(user.channels_off or ())
+    mailed = bool(user.email) and consent_stands(user.email_consent) and "email" not in off
+    texted = bool(user.phone) and consent_stands(user.sms_consent) and "sms" not in off
+    return mailed or texted
 
 
 def _note(ctx: ActionContext, op: str, tenant: str, user: str, status: int, sent: float,
