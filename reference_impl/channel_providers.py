@@ -106,6 +106,12 @@ class SesClient:
         try:
             self.ses.send_email(**kwargs)
         except ClientError as exc:
+            if "ses_5xx_rejected" in self.config.defects:
+                # The defect: only SES's throttling codes retried, a 500 / 503 acknowledged.
+                code = exc.response.get("Error", {}).get("Code")
+                if code not in _SES_RETRIABLE:
+                    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                    return SendResult("rejected", status, code)
             return _classify(exc, _SES_RETRIABLE, None)
         except BotoCoreError as exc:
             return SendResult("retry", None, f"transport: {type(exc).__name__}")

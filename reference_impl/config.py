@@ -78,6 +78,15 @@ DEFECTS = (
     "read_flags_ignore_watermark",  # inbox pages flag items read only one by one, not read-all
     "audit_sent_before_answer",  # a send audited 'sent' whatever the provider answered (a 429)
     "erasure_skips_celebrity_pages",  # erasure forgets follows made past the threshold
+    # Red team 3 (docs/PROMISES.md):
+    "unread_ignores_celebrity_pointers",  # the unread count reads the user's own rows only
+    "ses_5xx_rejected",  # an SES 500/503 acknowledged as a rejection (only throttling retried)
+    "send_batch_ignores_failed",  # SendMessageBatch's Failed entries dropped (HTTP 200 = sent)
+    "audit_at_event_time",  # audit records stamped with the event's acceptance, not the attempt
+    "next_cursor_from_own_rows",  # a next page only when the reader's own rows filled this one
+    "event_ids_in_whole_seconds",  # minted ids from int(seconds): python-ulid reads ms, 1970
+    "erasure_skips_channel_keys",  # erasure purges the push dedup keys only
+    "followed_cache_kept_at_threshold",  # crossing the threshold drops only new followers' cache
 )
 
 

@@ -112,7 +112,8 @@ def erase_user(config: Config, ddb: Any, redis: Any, tenant: str, user: str) -> 
     device_ids = [d["device_id"] for d in devices_of(record)]
     notifications = notification_ids(inbox, tenant, user)
     keys = user_dedup_keys(tenant, user, notifications, device_ids)
-    keys += channel_dedup_keys(tenant, user, notifications, email, phone)
+    if "erasure_skips_channel_keys" not in config.defects:  # the defect: push keys only
+        keys += channel_dedup_keys(tenant, user, notifications, email, phone)
     # The authors the user follows: the per-edge rows kept below the threshold, and the
     # tenant's celebrities whose follower pages hold the user (read before the cache goes).
     following = list(_query_all(ddb, config.table("following"), pk))

@@ -315,6 +315,9 @@ class EventApi:
             # A fresh ULID is unique (80 random bits); registered all the same (before the 202),
             # so that a client reusing it later as its event_id for other content is refused.
             notification_id = str(ULID())
+            if "event_ids_in_whole_seconds" in self.config.defects:
+                # The defect: an int is milliseconds to python-ulid: an id from January 1970.
+                notification_id = str(ULID.from_timestamp(int(now.timestamp())))
             self.registry.claim_minted(body["tenant_id"], notification_id, digest, now)
         accepted_at = now.isoformat()
         record = {
@@ -582,7 +585,8 @@ class EventApi:
             batch_write(self.ddb, self.config.table("following"), requests)
         if count >= threshold:
             self.pages.mark_celebrity(tenant, user)  # idempotent: one set, one write a call
-        if before < threshold <= count:
+        crossing = before < threshold <= count
+        if crossing and "followed_cache_kept_at_threshold" not in self.config.defects:
             # Every follower's cached list of followed celebrities just went stale, once.
             added = tuple(f for page in self.pages.all_pages(tenant, user) for f in page.ids)
         self.inbox.forget_followed(tenant, list(added))

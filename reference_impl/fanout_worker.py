@@ -94,6 +94,7 @@ class FanoutWorker:
                 lambda accepted, job_of=job_of: self.audit_enqueued(
                     [job_of[e["Id"]] for e in accepted], keys
                 ),
+                ignore_failed="send_batch_ignores_failed" in self.config.defects,
             )
 
     def audit_enqueued(
@@ -176,7 +177,10 @@ class FanoutWorker:
     def send_tasks(self, tasks: list[PageTask]) -> None:
         for batch in chunks(tasks, 10):
             send_batch(
-                self.sqs, self.pages_queue, [task_entry(t, str(i)) for i, t in enumerate(batch)]
+                self.sqs,
+                self.pages_queue,
+                [task_entry(t, str(i)) for i, t in enumerate(batch)],
+                ignore_failed="send_batch_ignores_failed" in self.config.defects,
             )
 
     def handle_tasks(self, event: dict[str, Any], context: Any) -> dict[str, Any]:

@@ -195,6 +195,8 @@ class Inbox:
             for i in items
         ]
         next_cursor = items[-1].notification_id if len(items) == limit else None
+        if "next_cursor_from_own_rows" in self.config.defects and len(sources[0]) < limit:
+            next_cursor = None  # the defect: pointers filling the page end the walk
         if next_cursor and "inbox_cursor_skips" in self.config.defects:
             # The defect: the oldest row any source fetched, not the last one merged in.
             next_cursor = min(s[-1].notification_id for s in sources if s)
@@ -202,9 +204,10 @@ class Inbox:
 
     def unread_count(self, tenant: str, user: str) -> dict[str, Any]:
         watermark, reads = self.read_state(tenant, user)
-        items = merge_newest_first(
-            self._sources(tenant, user, None, UNREAD_CAP + 1, after=watermark), UNREAD_CAP + 1
-        )
+        sources = self._sources(tenant, user, None, UNREAD_CAP + 1, after=watermark)
+        if "unread_ignores_celebrity_pointers" in self.config.defects:
+            sources = sources[:1]  # the defect: the user's own rows only, no merged pointers
+        items = merge_newest_first(sources, UNREAD_CAP + 1)
         if "unread_ignores_item_reads" in self.config.defects:
             reads = set()
         count = sum(1 for i in items if i.notification_id not in reads)

@@ -428,9 +428,12 @@ class JobConsumer:
         The record names the SQS copy of ``job`` (or of ``copy_of``: a record about another
         job, e.g. the digest a job scheduled) being handled."""
         copy = self._copies.get(id(copy_of if copy_of is not None else job), {})
+        at = self.clock().isoformat()
+        if "audit_at_event_time" in self.defects and isinstance(job.get("accepted_at"), str):
+            at = job["accepted_at"]  # the defect: when the event was accepted, not the attempt
         record = {
             "audit": outcome,
-            "at": self.clock().isoformat(),
+            "at": at,
             "tenant_id": job.get("tenant_id"),
             "notification_id": job.get("notification_id"),
             "recipient_user_id": job.get("recipient_user_id"),

@@ -1053,6 +1053,38 @@ def test_sent_records_may_not_outnumber_what_the_provider_or_sns_accepted():
     assert verdict.details["examples"][0]["accepted"] == 1
 
 
+@pytest.mark.usefixtures("engine")
+def test_a_sent_record_stamped_before_its_first_request_fails_on_both_engines():
+    """Red team 3: a trail stamped with the event's acceptance time (``at`` = accepted_at), not
+    the attempt's. The record says 'sent' at 1.0 while the first request for that device
+    reached APNs at 1.4 (or SNS at 1.4): no system can know a send happened before it tried.
+    A record stamped after its request, or within the clock slack of it, passes."""
+    history = History()
+    history.extend_provider(
+        [{"received_at": 1.4, "tenant_id": T, "notification_id": "n1", "token": token,
+          "provider": "apns", "project": None, "status": 200, "reason": None}
+         for token in ("early", "after", "within-slack")]
+    )  # fmt: skip
+    history.append("sns_publish", time=1.4, tenant_id=T, notification_id="n1",
+                   token="published-early", provider="sns", reason=None)  # fmt: skip
+    for token, at in (("after", 1.45), ("within-slack", 1.38)):
+        history.append("audit", time=at, tenant_id=T, notification_id="n1", reason="sent",
+                       detail=json.dumps({"token_sha256": audit_complete.token_sha256(token)}))  # fmt: skip
+    assert audit_outcomes.check(history.frame()).valid
+    for token in ("early", "published-early"):
+        history.append("audit", time=1.0, tenant_id=T, notification_id="n1", reason="sent",
+                       detail=json.dumps({"token_sha256": audit_complete.token_sha256(token)}))  # fmt: skip
+    frame = history.frame()
+    verdict = audit_outcomes.check(frame)
+    assert not verdict.valid
+    assert verdict.counts["sent_before_request"] == 2
+    assert verdict.counts["sent_beyond_acceptance"] == 0  # each was accepted: only the time lies
+    with HistoryStore.from_frame(
+        frame, expected_deliveries(_population(), frame[frame["kind"] == "inject"])
+    ) as store:
+        assert audit_outcomes.check_store(store).to_dict() == verdict.to_dict()
+
+
 def _random_outcomes_history(seed: int) -> pd.DataFrame:
     """A history of direct sends and SNS publishes with their answers, and an audit trail
     that is right about most devices and wrong about some: 'sent' written for a 429 or 5xx
@@ -1116,6 +1148,7 @@ def test_random_outcome_histories_pass_and_fail():
     assert {v.valid for v in verdicts} == {True, False}
     assert sum(v.counts["devices_judged"] for v in verdicts) > 100
     assert sum(v.counts["sent_beyond_acceptance"] for v in verdicts) > 10
+    assert sum(v.counts["sent_before_request"] for v in verdicts) >= 5
 
 
 @pytest.mark.usefixtures("engine")
@@ -1149,6 +1182,7 @@ def test_a_429_audited_sent_fails_on_both_engines_and_sns_errors_are_no_acceptan
         "devices_judged": 5,
         "sent_beyond_acceptance": 4,
         "devices_over": 4,
+        "sent_before_request": 0,
     }
     over = {e["token_sha256"] for e in verdict.details["examples"]}
     assert audit_complete.token_sha256("throttled") in over

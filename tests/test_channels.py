@@ -206,6 +206,40 @@ def test_channel_clients_classify_the_simulators_answers(ses_sim: Sim, inapp_sim
     inapp_sim.stop_fault(fault["id"])
 
 
+def test_chaos_ses_and_inapp_status_faults_reach_the_simulators(
+    ses_sim: Sim, inapp_sim: Sim
+) -> None:
+    """``ses-status`` and ``inapp-status`` (the chaos catalogue, as a scenario starts them) make
+    the simulators answer 503 / 500 until undone: a consumer's reading of a channel's 5xx is
+    exercised by a run, not only by this module's client tests."""
+    from chaos.faults import ChaosTargets, make_fault
+
+    ses_sim.reset()
+    inapp_sim.reset()
+    config = Config(ses_url=ses_sim.url, inapp_url=inapp_sim.url, **KEYS_CONFIG)
+    job = {"tenant_id": "acme.eu", "notification_id": NID, "author_id": "a", "kind": "mention"}
+    ses, gateway = SesClient(config), InAppClient(config)
+    inapp_sim.control("POST", "/_sim/connections", {"connections": ["acme.eu:u1"]})
+    targets = ChaosTargets(ses_url=ses_sim.url, inapp_url=inapp_sim.url)
+    faults = [
+        make_fault("ses-status", {"p": 1.0, "status": 503}),
+        make_fault("inapp-status", {"p": 1.0, "status": 500}),
+    ]
+    for fault in faults:
+        fault.start(targets, None)
+    try:
+        failed = ses.send("ada@example.com", job)
+        assert (failed.outcome, failed.status) == ("retry", 503)
+        assert gateway.send("acme.eu:u1", job).outcome == "retry"
+    finally:
+        for fault in faults:
+            fault.stop(targets, None)
+    assert ses.send("ada@example.com", job).outcome == "sent"
+    assert gateway.send("acme.eu:u1", job).outcome == "sent"
+    with pytest.raises(Exception, match="no SES simulator"):
+        make_fault("ses-status", {"p": 1.0, "status": 503}).start(ChaosTargets(), None)
+
+
 # -- routing, population, oracle, checker (pure) ------------------------------------------------
 
 

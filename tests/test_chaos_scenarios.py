@@ -134,20 +134,32 @@ def test_ignoring_retry_after_is_caught_by_backpressure(tmp_path):
 def test_no_collapse_id_and_sent_records_written_before_the_answer_are_both_caught(tmp_path):
     # Not in one run with the defect above: ignoring Retry-After ends the load before the
     # accepted-then-5xx window opens, and nothing is resent. The second defect only writes the
-    # trail ('sent' for an attempt answered 429 or 5xx), which no count of the first reads.
-    path = _variant(tmp_path, "apns-429-storm", ["no_collapse_id", "audit_sent_before_answer"])
+    # trail ('sent' for an attempt answered 429 or 5xx), which no count of the first reads. The
+    # third (red team 3) only stamps the trail with the event's acceptance time: its records'
+    # times, which sent_beyond_acceptance does not read, precede the requests they report.
+    defects = ["no_collapse_id", "audit_sent_before_answer", "audit_at_event_time"]
+    path = _variant(tmp_path, "apns-429-storm", defects)
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     assert _failed(summary, "effectively_once")["visible_duplicates"] > 0
-    assert _failed(summary, "audit_outcomes")["sent_beyond_acceptance"] > 0
+    outcomes = _failed(summary, "audit_outcomes")
+    assert outcomes["sent_beyond_acceptance"] > 0
+    assert outcomes["sent_before_request"] > 0
 
 
-def test_skipping_dedup_is_caught_under_sqs_redelivery(tmp_path):
-    code, summary, _ = _run(
-        str(_variant(tmp_path, "sqs-redelivery", ["skip_dedup"])), tmp_path / "out"
-    )
+def test_skipping_dedup_and_dropping_failed_batch_entries_are_caught_under_sqs_redelivery(
+    tmp_path,
+):
+    """Two independent defects in one run: no dedup claim (redeliveries duplicate) and a
+    fan-out that takes SendMessageBatch's HTTP 200 for "all sent" (red team 3: the entries SQS
+    answered under Failed are never sent again, so their jobs are lost; no dedup can lose a
+    job, no lost entry can duplicate one)."""
+    defects = ["skip_dedup", "send_batch_ignores_failed"]
+    code, summary, _ = _run(str(_variant(tmp_path, "sqs-redelivery", defects)), tmp_path / "out")
     assert code == 1
-    assert _failed(summary, "effectively_once")["duplicated"] > 0
+    once = _failed(summary, "effectively_once")
+    assert once["duplicated"] > 0
+    assert once["lost"] > 0
 
 
 def test_auditing_only_the_first_copy_is_caught_under_sqs_redelivery(tmp_path):
@@ -308,14 +320,19 @@ def test_six_independent_defects_in_one_smoke_run_are_each_caught(tmp_path):
     )
 
 
-def test_quiet_hours_on_standard_time_all_year_are_caught(tmp_path):
+def test_quiet_hours_on_standard_time_all_year_and_ids_minted_in_1970_are_caught(tmp_path):
     # Whatever the date, some of the population's zones (New York, London, St John's, Lord
     # Howe, Chatham) are on summer time: their windows end an hour (Lord Howe: 30 min) late.
-    path = _variant(tmp_path, "smoke", ["quiet_hours_ignore_dst"])
+    # And (red team 3) the Event API mints smoke's ids (load.system_minted_ids) from whole
+    # seconds, which python-ulid reads as milliseconds: every id carries a time in 1970, which
+    # only notification_ids reads (no delivery, window or inbox row depends on the id's time).
+    path = _variant(tmp_path, "smoke", ["quiet_hours_ignore_dst", "event_ids_in_whole_seconds"])
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     result = _failed(summary, "quiet_hours")
     assert result["deferred_never_released"] + result["delivered_inside_window"] > 0
+    ids = _failed(summary, "notification_ids")
+    assert ids["minted_off_acceptance"] == ids["judged"] == ids["ids"] > 0
 
 
 def test_a_deferral_that_is_never_requeued_is_caught_by_quiet_hours(tmp_path):
@@ -368,10 +385,14 @@ def test_texting_opted_out_numbers_and_mailing_revoked_consents_are_caught(tmp_p
     without email consent: no record, and a record withdrawn), and the email / in-app / SMS
     switches unread (users who turned a channel off, consent kept, still reached on it)."""
     defects = ["sms_ignores_opt_out", "consent_ignores_revoked_at", "channel_switch_ignored"]
+    # Red team 3: and an SES 500 / 503 acknowledged as a rejection (the scenario's ses-status
+    # window): emails lost, which none of the three above can lose.
+    defects.append("ses_5xx_rejected")
     path = _variant(tmp_path, "mention-channels", defects)
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     result = _failed(summary, "channel_delivery")
+    assert result["email_lost"] > 0
     # SNS texted none of them (its ledger says OPTED_OUT): only the publishes give it away.
     assert result["sms_to_opted_out"] > 0
     for channel in ("email", "in_app", "sms"):

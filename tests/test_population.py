@@ -184,3 +184,30 @@ def test_a_moved_clock_places_windows_in_system_time_and_states_instants_in_real
     assert any(
         u.quiet_hours != p.quiet_hours for u, p in zip(moved.users, plain.users, strict=True)
     )
+
+
+def test_warm_reads_follow_an_authors_first_follow_call():
+    """Red team 3: read-side loads the celebrity ten followers a call and the first ten read
+    their inbox right after the first call, before the author crosses the threshold (the
+    reference's is 50): a cache of what they follow then predates the crossing."""
+    from harness.contract.driver import FanoutApiDriver
+    from harness.load.loader import _follower_calls
+
+    spec = PopulationSpec(tenants=1, users_per_tenant=120, celebrity_followers=60,
+                          followers_per_call=10, warm_reads_while_following=4)  # fmt: skip
+    population = generate(2, START, spec)
+    celebrity = next(a for a in population.authors if a.celebrity)
+    [chain] = [c for a, c in zip(population.authors, _follower_calls(population,
+               FanoutApiDriver()), strict=True) if a is celebrity]  # fmt: skip
+    kinds = ["follow" if c.method == "POST" else "read" for c in chain]
+    assert kinds == ["follow", "read", "read", "read", "read"] + ["follow"] * 5
+    reads = [c.path for c in chain if c.method == "GET"]
+    assert all(c.query == {"limit": "1"} for c in chain if c.method == "GET")
+    assert [r.rsplit("/", 2)[-2] for r in reads] == list(celebrity.followers[:4])
+    follows = [f for c in chain if c.method == "POST" for f in c.body["followers"]]
+    assert follows == list(celebrity.followers)
+    # Off by default, and an author loaded in one call gets none either.
+    plain = generate(2, START, PopulationSpec(tenants=1, users_per_tenant=120,
+                                              celebrity_followers=60, followers_per_call=10))  # fmt: skip
+    assert all(c.method == "POST" for chain in _follower_calls(plain, FanoutApiDriver())
+               for c in chain)  # fmt: skip

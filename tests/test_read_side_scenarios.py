@@ -56,13 +56,22 @@ def test_a_cursor_that_skips_is_a_gap_at_a_page_boundary(tmp_path):
     assert _failed(code, summary, "inbox")["gap_at_boundary"] > 0
 
 
-def test_one_authors_posts_over_several_shards_show_out_of_order(tmp_path):
-    path = _variant(tmp_path, "read-side", ["partition_key_per_event"])
+def test_posts_over_several_shards_and_a_follow_cache_kept_past_the_threshold_are_caught(
+    tmp_path,
+):
+    """Two independent defects in one run: one author's posts spread over shards (a later post
+    shown while an earlier one is held: author_order; the 8 s hold is inside the inbox's lag),
+    and (red team 3) the followers' cached "celebrities I follow" kept when the author crosses
+    the threshold: the readers who read while it was gaining followers never see its posts
+    (inbox ``missing``), which no shard order can cause past the lag."""
+    defects = ["partition_key_per_event", "followed_cache_kept_at_threshold"]
+    path = _variant(tmp_path, "read-side", defects)
     code, summary, _ = _run(path, tmp_path / "o")
     assert _failed(code, summary, "author_order")["later_seen_earlier_missing"] > 0
+    assert _failed(code, summary, "inbox")["missing"] > 0
 
 
-def test_unread_and_read_flags_that_forget_reads_and_fcm_projects_per_notification_are_caught(
+def test_unread_read_flags_cursors_and_fcm_projects_per_notification_are_caught(
     tmp_path,
 ):
     """Three independent defects in one run (a run each would cost a minute of the suite): the
@@ -70,10 +79,18 @@ def test_unread_and_read_flags_that_forget_reads_and_fcm_projects_per_notificati
     read one by one, the flags forget the read-all: each touches only its own answer), the FCM
     project is chosen by the consumer, and no count below can come from another defect."""
     defects = ["unread_ignores_item_reads", "fcm_project_random", "read_flags_ignore_watermark"]
+    # Red team 3: and a count that leaves out the merged celebrity pointers, short (undercount)
+    # on the counts taken as a reader opens the app; forgetting reads only ever adds.
+    defects.append("unread_ignores_celebrity_pointers")
+    # And a next cursor given only when the reader's own rows filled the page: walks through
+    # pointers end early (missing), which no count or flag defect touches.
+    defects.append("next_cursor_from_own_rows")
     path = _variant(tmp_path, "read-side", defects)
     code, summary, _ = _run(path, tmp_path / "o")
     result = _failed(code, summary, "unread")
     assert result["overcount"] > 0
+    assert result["undercount"] > 0
+    assert _failed(code, summary, "inbox")["missing"] > 0
     assert result["read_shown_unread"] > 0
     result = _failed(code, summary, "fcm_stickiness")
     assert result["users_on_several_projects"] > 0 and result["wrong_project"] > 0
@@ -131,3 +148,15 @@ def test_erasures_that_delete_rows_first_keep_the_audit_key_or_skip_pages_are_al
     assert result["reused_id_lost"] > 0
     assert result["records_still_readable"] > 0
     assert result["inbox_items_after_erasure"] > 0
+
+
+def test_an_erasure_that_purges_only_the_push_keys_is_caught(tmp_path):
+    """Red team 3: the probes are mentions, so the erased users had email, in-app and SMS dedup
+    keys too. An erasure that deletes the push keys only lets the re-posted mention reach the
+    new person's devices but not their address or number (``reused_id_channel_lost``); their
+    push is fine (no push key survives), which the other erasure defects cannot say."""
+    path = _variant(tmp_path, "gdpr-erasure", ["erasure_skips_channel_keys"])
+    code, summary, _ = _run(path, tmp_path / "o")
+    result = _failed(code, summary, "erasure")
+    assert result["reused_id_channel_lost"] > 0
+    assert result["reused_id_lost"] == 0

@@ -112,6 +112,36 @@ def test_lost_delete_returns_the_message(
     assert receive(sqs, url, wait=2) == []
 
 
+def test_batch_entry_errors_fail_entries_alone_in_a_200(
+    control: SqsFaultControl, sqs: Any, queue: tuple[str, str]
+) -> None:
+    """A SendMessageBatch taken in part: HTTP 200, some entries under Failed and not enqueued,
+    the rest enqueued; a retry of only the failed entries completes the batch."""
+    name, url = queue
+    entries = [{"Id": str(i), "MessageBody": f"m{i}"} for i in range(10)]
+    with control.inject("batch_entry_errors", {"p": 0.5}, queues=[name], seed=4):
+        response = sqs.send_message_batch(QueueUrl=url, Entries=entries)
+        assert response["ResponseMetadata"]["HTTPStatusCode"] == 200
+        failed = {f["Id"] for f in response.get("Failed", [])}
+        taken = {s["Id"] for s in response.get("Successful", [])}
+        assert failed and taken and failed | taken == {e["Id"] for e in entries}
+        assert all(
+            f["Code"] == "InternalError" and not f["SenderFault"] for f in response["Failed"]
+        )
+    bodies: set[str] = set()  # the queue's 1 s visibility hands a message out again
+    wait_for(
+        lambda: (
+            bodies.update(m["Body"] for m in receive(sqs, url, MaxNumberOfMessages=10))
+            or len(bodies) >= len(taken)
+        ),
+        15,
+        "the taken entries",
+    )
+    assert bodies == {f"m{i}" for i in taken}
+    retry = [e for e in entries if e["Id"] in failed]
+    assert not sqs.send_message_batch(QueueUrl=url, Entries=retry).get("Failed")
+
+
 def test_errors_raise_the_right_botocore_exceptions(
     control: SqsFaultControl, sqs: Any, queue: tuple[str, str], endpoint: EndpointProcess
 ) -> None:

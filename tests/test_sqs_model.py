@@ -38,6 +38,7 @@ class Hooks:
         self.dup = False
         self.expire = False
         self.lose = False
+        self.fail = False
 
     def duplicate(self, queue: str) -> bool:
         return self.dup
@@ -47,6 +48,9 @@ class Hooks:
 
     def lose_delete(self, queue: str) -> bool:
         return self.lose
+
+    def fail_entry(self, queue: str) -> bool:
+        return self.fail
 
 
 @pytest.fixture

@@ -408,3 +408,46 @@ def test_every_checker_judges_changed_users_alike_on_both_engines(
         "effectively_once",
         "erasure" if scene is _erasure_history else "preference_changes",
     } <= failed
+
+
+@pytest.mark.parametrize("emails_after_registration", [1, 0, 2])
+def test_a_mention_posted_again_must_reach_the_new_persons_email_once(emails_after_registration):
+    """Red team 3: an erasure that purged the push dedup keys only left the email (and SMS)
+    keys; the mention posted again with the same id then reaches the new person's devices but
+    not their address. The erasure checker expects the oracle's email for them, once."""
+    from harness.run.channel_ledgers import append_channel_rows
+
+    population, author, _, _ = _scene()
+    user = next(
+        population.user("tenant-0", f)
+        for f in author.followers
+        if population.user("tenant-0", f).email
+        and population.user("tenant-0", f).email_consent
+        and not (population.user("tenant-0", f).channels_off or ())
+    )
+    history = History()
+
+    def mention(at: float) -> None:
+        history.append("inject", time=at, end=at + 0.01, tenant_id=author.tenant_id,
+                       author_id=author.user_id, notification_id="probe", detail="mention")  # fmt: skip
+
+    def email(at: float) -> None:
+        append_channel_rows(history, [{"received_at": at, "tenant_id": user.tenant_id,
+                                       "notification_id": "probe", "token": user.email,
+                                       "provider": "ses", "status": 200}])  # fmt: skip
+
+    mention(T0 + 1)
+    email(T0 + 2)
+    _change(history, user, T0 + 10, T0 + 10.5, change="erasure")
+    _change(history, user, T0 + 20, T0 + 20.5, change="registration",
+            follows=[[author.tenant_id, author.user_id]])  # fmt: skip
+    mention(T0 + 27)
+    for device in population.devices_of(user.tenant_id, user.user_id):
+        _deliver(history, device, "probe", T0 + 28)  # push reaches the new person: judged apart
+    for n in range(emails_after_registration):
+        email(T0 + 28 + n)
+    verdict = erasure.check(evidence_from(population, history.frame(), bound_s=5))
+    assert verdict.counts["reused_id_channel_required"] == 1
+    assert verdict.counts["reused_id_channel_lost"] == int(emails_after_registration == 0)
+    assert verdict.counts["reused_id_channel_duplicated"] == max(0, emails_after_registration - 1)
+    assert (verdict.valid is True) == (emails_after_registration == 1)

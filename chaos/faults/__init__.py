@@ -50,6 +50,9 @@ class ChaosTargets:
     apns_url: str | None = None
     apns_ca_file: str | None = None
     fcm_url: str | None = None
+    # The SES and in-app (API Gateway Management API) simulators, when the system sends there.
+    ses_url: str | None = None
+    inapp_url: str | None = None
     sqs_url: str | None = None
     # The SNS endpoint's control API, when the system publishes through the harness's SNS.
     sns_url: str | None = None

@@ -37,11 +37,12 @@ def control_client(url: str | None, what: str, ca_file: str | None = None) -> ht
 
 def simulator_fault(provider: str, fault: str) -> Callable[..., Callable[[], None]]:
     def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
-        url, ca = (
-            (targets.apns_url, targets.apns_ca_file)
-            if provider == "apns"
-            else (targets.fcm_url, None)
-        )
+        url, ca = {
+            "apns": (targets.apns_url, targets.apns_ca_file),
+            "fcm": (targets.fcm_url, None),
+            "ses": (targets.ses_url, None),
+            "inapp": (targets.inapp_url, None),
+        }[provider]
         client = control_client(url, f"{provider} simulator", ca)
         body = {"fault": fault, "params": params}
         response = client.post("/_sim/faults", json=body)

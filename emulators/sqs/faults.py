@@ -14,6 +14,10 @@ Faults (``params``):
   any effect: ``RequestThrottled`` (HTTP 400, SQS's throttling error, which botocore retries)
   or ``InternalError`` (HTTP 500).
 * ``latency`` ``{"ms": 50}``: every call is answered that much later.
+* ``batch_entry_errors`` ``{"p": 0.2}``: each entry of a SendMessageBatch fails on its own with
+  probability p (HTTP 200, the entry under ``Failed`` with ``InternalError``, nothing enqueued
+  for it), as SQS answers a batch it took only in part. A sender that reads only the HTTP
+  status loses those messages.
 
 A fault applies to the queues named in ``queues`` (``None``: every queue and every call). Each
 fault draws from its own ``random.Random(seed)``; the seed is chosen when not given and always
@@ -32,7 +36,14 @@ from typing import Any
 
 import httpx
 
-FAULTS = ("duplicate_delivery", "visibility_expiry", "lost_delete", "errors", "latency")
+FAULTS = (
+    "duplicate_delivery",
+    "visibility_expiry",
+    "lost_delete",
+    "errors",
+    "latency",
+    "batch_entry_errors",
+)
 ERROR_KINDS = ("throttling", "internal")
 
 
@@ -175,6 +186,9 @@ class FaultState:
 
     def lose_delete(self, queue: str) -> bool:
         return bool(self._active["lost_delete"]) and self._draw("lost_delete", queue)
+
+    def fail_entry(self, queue: str) -> bool:
+        return bool(self._active["batch_entry_errors"]) and self._draw("batch_entry_errors", queue)
 
     def error_for(self, queue: str | None) -> str | None:
         """``"throttling"`` / ``"internal"`` when this call must fail, else None."""
@@ -324,6 +338,9 @@ class SqsFaultControl:
 
     def latency(self, ms: float, **kw: Any) -> FaultWindow:
         return self.start("latency", {"ms": ms}, **kw)
+
+    def batch_entry_errors(self, p: float, **kw: Any) -> FaultWindow:
+        return self.start("batch_entry_errors", {"p": p}, **kw)
 
     def close(self) -> None:
         self.http.close()

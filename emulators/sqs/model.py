@@ -301,6 +301,10 @@ class FaultHooks(Protocol):
         """A delete answers success but leaves the message in place."""
         ...
 
+    def fail_entry(self, queue: str) -> bool:
+        """An entry of a SendMessageBatch fails on its own (the rest of the batch goes in)."""
+        ...
+
 
 class NoFaults:
     def duplicate(self, queue: str) -> bool:
@@ -310,6 +314,9 @@ class NoFaults:
         return False
 
     def lose_delete(self, queue: str) -> bool:
+        return False
+
+    def fail_entry(self, queue: str) -> bool:
         return False
 
 
@@ -1612,6 +1619,11 @@ class SqsModel:
         failed: list[tuple[str, SqsError]] = []
         visible = 0
         for entry in entries:
+            # Drawn before the message is built: a failed entry leaves no trace (no FIFO
+            # deduplication id taken, no sequence number used).
+            if self.hooks.fail_entry(queue.name):
+                failed.append((entry.id, SqsError("InternalError", "Internal error (injected).")))
+                continue
             try:
                 msg = self._build_message(queue, entry)
             except SqsError as exc:

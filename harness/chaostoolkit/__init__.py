@@ -40,6 +40,7 @@ def load(
     spread_s: float = 0.0,
     shared_event_ids: bool = False,
     kind: str = "post",
+    system_minted_ids: bool = False,
 ) -> dict[str, Any]:
     """The harness's own load (events of ``kind`` per author): starts the run; returns where it
     runs."""

@@ -10,7 +10,11 @@ not reached; NIST AU-3: a record says what happened, not what was hoped).
   error: through SNS, 'sent' means the publish was accepted).
 
 A system that writes ``sent`` before it knows the answer (a 429, a 5xx, a timeout, later
-retried) leaves more ``sent`` records than acceptances: ``sent_beyond_acceptance``. Devices
+retried) leaves more ``sent`` records than acceptances: ``sent_beyond_acceptance``. A ``sent``
+record also says *when* (``at``, NIST AU-3): it cannot be stamped before the first request for
+its device left (the provider's or SNS's receive time, ``clock_slack_s`` aside; one machine,
+one clock): ``sent_before_request`` counts the devices whose first ``sent`` record is (red team
+3: a trail stamped with the event's acceptance time, not the attempt's, passed every checker). Devices
 are matched as ``audit_complete`` matches them (``token_sha256``, from the fields the
 collector decrypted when it could open the record). A record the collector could not tie to a
 device (an erased user's) is not judged; identical records (a batch stored twice) count once.
@@ -62,6 +66,51 @@ def sent_records(history: pd.DataFrame) -> Counter[Key]:
         device = _device_of(detail, row.token)
         if device is not None:
             out[(str(row.tenant_id), str(row.notification_id), device)] += 1
+    return out
+
+
+def first_sent(history: pd.DataFrame) -> dict[Key, float]:
+    """Per device key, the time of its earliest push ``sent`` record."""
+    rows = history[(history["kind"] == "audit") & (history["reason"] == "sent")]
+    out: dict[Key, float] = {}
+    for row in rows[["tenant_id", "notification_id", "token", "detail", "time"]].itertuples(
+        index=False
+    ):
+        detail = record_detail(row.detail)
+        if detail.get("channel", "push") != "push" or pd.isna(row.time):
+            continue
+        device = _device_of(detail, row.token)
+        if device is not None:
+            key = (str(row.tenant_id), str(row.notification_id), device)
+            out[key] = min(out.get(key, float(row.time)), float(row.time))
+    return out
+
+
+def first_requests(history: pd.DataFrame) -> dict[Key, float]:
+    """Per device key, when the first request for it reached APNs or FCM, or SNS (a publish,
+    accepted or not): the earliest instant a send could have been known to happen."""
+    provider = history[(history["kind"] == "provider") & history["provider"].isin(PUSH_PROVIDERS)]
+    published = history[history["kind"] == "sns_publish"]
+    return earliest_per_device(
+        row
+        for frame in (provider, published)
+        for row in frame[["tenant_id", "notification_id", "token", "time"]].itertuples(
+            index=False, name=None
+        )
+    )
+
+
+def earliest_per_device(rows: Iterable[tuple[Any, Any, Any, Any]]) -> dict[Key, float]:
+    """(tenant, notification, token, time): the earliest time per device key (both engines)."""
+    out: dict[Key, float] = {}
+    digests: dict[str, str] = {}
+    for tenant, nid, token, at in rows:
+        if not isinstance(token, str) or at is None or pd.isna(at):
+            continue
+        if token not in digests:
+            digests[token] = token_sha256(token)
+        key = (str(tenant), str(nid), digests[token])
+        out[key] = min(out.get(key, float(at)), float(at))
     return out
 
 
@@ -133,49 +182,113 @@ def acceptances_in_store(store: HistoryStore, digests: Iterable[str]) -> Counter
     )
 
 
-def judge(sent: Counter[Key], accepted: Counter[Key]) -> tuple[dict[str, int], list[dict]]:
-    """Counts and examples: every key whose ``sent`` records outnumber its acceptances."""
+def judge(
+    sent: Counter[Key],
+    accepted: Counter[Key],
+    sent_at: Mapping[Key, float] | None = None,
+    requested_at: Mapping[Key, float] | None = None,
+    clock_slack_s: float = 0.05,
+) -> tuple[dict[str, int], list[dict]]:
+    """Counts and examples: every key whose ``sent`` records outnumber its acceptances, and
+    every key whose first ``sent`` record is stamped before its first request left."""
     over = {key: n - accepted.get(key, 0) for key, n in sent.items() if n > accepted.get(key, 0)}
+    sent_at, requested_at = sent_at or {}, requested_at or {}
+    early = sorted(
+        key
+        for key, at in sent_at.items()
+        if key in requested_at and at < requested_at[key] - clock_slack_s
+    )
     counts = {
         "sent_records": sum(sent.values()),
         "devices_judged": len(sent),
         "sent_beyond_acceptance": sum(over.values()),
         "devices_over": len(over),
+        "sent_before_request": len(early),
     }
     examples = [
         {"tenant_id": t, "notification_id": n, "token_sha256": d, "sent": sent[(t, n, d)],
          "accepted": accepted.get((t, n, d), 0)}
         for (t, n, d) in sorted(over)[:EXAMPLES]
     ]  # fmt: skip
+    examples += [
+        {"tenant_id": t, "notification_id": n, "token_sha256": d,
+         "sent_at": sent_at[(t, n, d)], "first_request_at": requested_at[(t, n, d)]}
+        for (t, n, d) in early[:EXAMPLES]
+    ]  # fmt: skip
     return counts, examples
 
 
-def check(history: pd.DataFrame) -> Verdict:
-    return _verdict(*judge(sent_records(history), acceptances(history)))
+def check(history: pd.DataFrame, clock_slack_s: float = 0.05) -> Verdict:
+    return _verdict(
+        *judge(
+            sent_records(history),
+            acceptances(history),
+            first_sent(history),
+            first_requests(history),
+            clock_slack_s,
+        )
+    )
 
 
-def check_store(store: HistoryStore) -> Verdict:
+def check_store(store: HistoryStore, clock_slack_s: float = 0.05) -> Verdict:
     """:func:`check` over a history on disk: the audit rows read as a frame, the acceptances
-    of the devices they name counted in DuckDB."""
-    columns = ["kind", "tenant_id", "notification_id", "token", "reason", "detail"]
-    sent = sent_records(store.rows(["audit"], columns))
-    accepted = acceptances_in_store(store, {device for _, _, device in sent})
-    return _verdict(*judge(sent, accepted))
+    and first requests of the devices they name counted in DuckDB."""
+    columns = ["kind", "tenant_id", "notification_id", "token", "reason", "detail", "time"]
+    trail = store.rows(["audit"], columns)
+    sent = sent_records(trail)
+    digests = {device for _, _, device in sent}
+    accepted = acceptances_in_store(store, digests)
+    requested = first_requests_in_store(store, digests)
+    return _verdict(*judge(sent, accepted, first_sent(trail), requested, clock_slack_s))
+
+
+def first_requests_in_store(store: HistoryStore, digests: Iterable[str]) -> dict[Key, float]:
+    """:func:`first_requests` over a history on disk, for the devices whose token hashes to
+    one of ``digests`` only."""
+    wanted = sorted(set(digests))
+    if not wanted:
+        return {}
+    store.register("requests_digests", pa.table({"digest": pa.array(wanted, pa.string())}))
+    providers = ", ".join(f"'{p}'" for p in PUSH_PROVIDERS)
+    found = store.frame(
+        f"""WITH named AS (
+            SELECT code, value FROM tokens
+            WHERE value IS NOT NULL AND sha256(value) IN (SELECT digest FROM requests_digests))
+        SELECT tv.value AS tenant_id, nv.value AS notification_id, k.value AS token,
+               min(p.time) AS at
+        FROM prov p
+        JOIN named k ON k.code = p.tok
+        JOIN tenants tv ON tv.code = p.tenant
+        JOIN nids nv ON nv.code = p.nid
+        WHERE p.provider IN ({providers})
+        GROUP BY tv.value, nv.value, k.value
+        UNION ALL
+        SELECT tenant_id, notification_id, token, min(time) FROM other
+        WHERE kind = 'sns_publish' AND token IS NOT NULL
+          AND sha256(token) IN (SELECT digest FROM requests_digests)
+        GROUP BY tenant_id, notification_id, token"""
+    )
+    keys = found[["tenant_id", "notification_id", "token"]].astype("string")
+    return earliest_per_device(
+        zip(keys["tenant_id"], keys["notification_id"], keys["token"], found["at"], strict=True)
+    )
 
 
 def _verdict(counts: dict[str, int], examples: list[dict]) -> Verdict:
-    return Verdict(
-        "audit_outcomes", counts["sent_beyond_acceptance"] == 0, counts, {"examples": examples}
-    )
+    valid = counts["sent_beyond_acceptance"] == 0 and counts["sent_before_request"] == 0
+    return Verdict("audit_outcomes", valid, counts, {"examples": examples})
 
 
 @checker(
     "audit_outcomes",
-    summary="no more 'sent' records per device than the provider (or SNS) accepted sends",
+    summary="no more 'sent' records per device than the provider (or SNS) accepted sends, "
+    "none stamped before its first request",
+    tolerances={"clock_slack_s": 0.05},
     needs=("audit_trail",),
     out_of_core=True,
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
+    slack = float(tolerance["clock_slack_s"])
     if evidence.store is not None:
-        return check_store(evidence.store)
-    return check(evidence.history)
+        return check_store(evidence.store, slack)
+    return check(evidence.history, slack)

@@ -14,7 +14,12 @@ device, follows the same authors, and posts again an event they had received bef
   may show as read (a per-item mark or a read-all watermark the erasure left would);
 * ``reused_id_lost``: the event posted again reaches the person registered again (a dedup key
   that survived the erasure would suppress it: the system remembered the old person);
-  ``reused_id_duplicated``: and only once;
+  ``reused_id_duplicated``: and only once; the same on the consent-bearing channels for a probe
+  that is a mention (``reused_id_channel_lost`` / ``_duplicated``: the email and SMS the oracle
+  expects the new person to get, from the channel ledgers; red team 3: an erasure that purged
+  only the push keys passed while the probes were push-only posts). In-app is left out: it
+  needs no consent, so a first probe's in-app job retried after the erasure may reach the
+  connection before the new registration, which no erasure can prevent;
 * the audit trail, when the system has one: it is WORM (Object Lock), so its records stay, but
   ``personal_ids_in_clear`` (the erased user's id, a token or its hash, in clear in any stored
   record of their tenant) and ``records_still_readable`` (a record from before the erasure that
@@ -40,6 +45,7 @@ from harness.checkers.preference_changes import judge_deliveries
 from harness.checkers.registry import checker
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
+from harness.model.oracle import expected_channel_deliveries
 
 EXAMPLES = 5
 
@@ -147,6 +153,58 @@ def _reused_ids(evidence: Evidence) -> tuple[int, int, int, list[dict[str, Any]]
     return required, lost, duplicated, examples
 
 
+CONSENT_CHANNELS = ("email", "sms")
+
+
+def _reused_channel_ids(evidence: Evidence) -> tuple[int, int, int, list[dict[str, Any]]]:
+    """(required, lost, duplicated, examples) on email and SMS for events posted again after a
+    registration: each (notification, address or number) the oracle expects for the person
+    registered again, delivered exactly once from the registration on."""
+    timeline = evidence.timeline
+    assert timeline is not None
+    history = evidence.history
+    injected = history[history["kind"] == "inject"]
+    channel = history[(history["kind"] == "channel") & history["delivered"].fillna(False)]
+    channels_by_kind = evidence.policy.channels_by_kind
+    required = lost = duplicated = 0
+    examples: list[dict[str, Any]] = []
+    for (tenant, user), registration in timeline.registrations.items():
+        try:
+            person = evidence.population.user(tenant, user)
+        except KeyError:
+            continue
+        tokens = {t for t in (person.email, person.phone) if t}
+        earlier = set(
+            injected.loc[
+                (injected["tenant_id"] == tenant) & (injected["time"] < registration.sent),
+                "notification_id",
+            ]
+        )
+        again = injected[
+            (injected["tenant_id"] == tenant)
+            & (injected["time"] >= registration.sent)
+            & injected["notification_id"].isin(earlier)
+        ]
+        if again.empty or not tokens:
+            continue
+        wanted = expected_channel_deliveries(evidence.population, again, channels_by_kind)
+        wanted = wanted[
+            (wanted["tenant_id"] == tenant)
+            & wanted["token"].isin(tokens)
+            & wanted["channel"].isin(CONSENT_CHANNELS)
+        ].drop_duplicates(["notification_id", "token"])
+        mine = channel[(channel["tenant_id"] == tenant) & (channel["time"] >= registration.sent)]
+        for nid, token in wanted[["notification_id", "token"]].itertuples(index=False):
+            required += 1
+            n = int(((mine["notification_id"] == nid) & (mine["token"] == token)).sum())
+            lost += n == 0
+            duplicated += max(0, n - 1)
+            if n != 1 and len(examples) < EXAMPLES:
+                examples.append({"tenant_id": tenant, "user_id": user, "notification_id": nid,
+                                 "channel_deliveries": n})  # fmt: skip
+    return required, lost, duplicated, examples
+
+
 def _trail(evidence: Evidence) -> dict[str, int] | None:
     """What the audit trail still says of erased users; None without a trail."""
     timeline = evidence.timeline
@@ -195,6 +253,10 @@ def check(evidence: Evidence) -> Verdict:
     reads, items, unread = _reads_after_erasure(evidence)
     new_pages, new_items, survived = _read_state_after_registration(evidence)
     required, lost, duplicated, reuse_examples = _reused_ids(evidence)
+    channel_required, channel_lost, channel_duplicated, channel_examples = _reused_channel_ids(
+        evidence
+    )
+    reuse_examples += channel_examples
     trail = _trail(evidence)
     counts = {
         **(trail or {}),
@@ -213,6 +275,9 @@ def check(evidence: Evidence) -> Verdict:
         "reused_id_required": required,
         "reused_id_lost": lost,
         "reused_id_duplicated": duplicated,
+        "reused_id_channel_required": channel_required,
+        "reused_id_channel_lost": channel_lost,
+        "reused_id_channel_duplicated": channel_duplicated,
     }
     valid = (
         not violations
@@ -221,6 +286,8 @@ def check(evidence: Evidence) -> Verdict:
         and survived == 0
         and lost == 0
         and duplicated == 0
+        and channel_lost == 0
+        and channel_duplicated == 0
         and counts["erasures_unfinished"] == 0
         and not any((trail or {}).values())
     )
@@ -233,7 +300,7 @@ def check(evidence: Evidence) -> Verdict:
     summary="nothing of an erased user survives: no delivery, an empty inbox, no read state, no dedup key",
     needs=("erase_user",),
     # With the history on disk these kinds come as a frame (see registry.in_memory_for).
-    reads=("inject", "inject_info", "read", "change", "audit", "provider"),
+    reads=("inject", "inject_info", "read", "change", "audit", "provider", "channel"),
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     return check(evidence)

@@ -61,7 +61,8 @@ class Event:
     author_id: str
     kind: str
     object_id: str
-    event_id: str
+    # None: the system mints the id (and answers it).
+    event_id: str | None
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,9 @@ class FanoutApiDriver:
             "author_id": event.author_id,
             "kind": event.kind,
             "object_id": event.object_id,
-            "event_id": event.event_id,
         }
+        if event.event_id is not None:
+            body["event_id"] = event.event_id
         return Call("POST", "/v1/events", body, "POST /v1/events")
 
     def parse_post_event(self, status: int, body: Any) -> str:

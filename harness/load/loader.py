@@ -70,16 +70,26 @@ def _follower_calls(population: Population, driver: Driver) -> list[list[Call]]:
     size = getattr(driver, "followers_per_call", 10_000)
     if population.spec.followers_per_call:
         size = min(size, int(population.spec.followers_per_call))
+    warm = max(0, int(population.spec.warm_reads_while_following))
     chains = []
     for author in population.authors:
         followers = list(author.followers)
-        chains.append(
-            [
-                driver.follow(author.tenant_id, author.user_id, followers[start : start + size])
-                for start in range(0, len(followers), size)
-            ]
-        )
+        chain = [
+            driver.follow(author.tenant_id, author.user_id, followers[start : start + size])
+            for start in range(0, len(followers), size)
+        ]
+        if warm and len(chain) > 1:
+            chain[1:1] = _warm_reads(driver, author.tenant_id, followers[: min(size, warm)])
+        chains.append(chain)
     return chains
+
+
+def _warm_reads(driver: Driver, tenant: str, users: list[str]) -> list[Call]:
+    """A one-item inbox page for each of ``users`` (none when the system has no inbox)."""
+    try:
+        return [driver.inbox_page(tenant, user, 1, None) for user in users]
+    except Unsupported:
+        return []
 
 
 def _check(response: httpx.Response, call: Call) -> Any:
@@ -154,12 +164,14 @@ def post_event(
     object_id: str,
     event_id: str | None = None,
     driver: Driver | None = None,
+    system_minted: bool = False,
 ) -> str:
-    """POST one event with an id minted here (or ``event_id``); recorded as ``inject`` once
-    accepted, or ``inject_info`` when the answer does not say (5xx, a cut connection: the
-    system may have taken it), before the error is raised."""
+    """POST one event with an id minted here (or ``event_id``; or, ``system_minted``, none:
+    the system mints it and answers it); recorded as ``inject`` once accepted, or
+    ``inject_info`` when the answer does not say (5xx, a cut connection: the system may have
+    taken it; a system-minted id is then unknown), before the error is raised."""
     driver = driver or FanoutApiDriver()
-    event_id = event_id or str(ULID())
+    event_id = None if system_minted else event_id or str(ULID())
     call = driver.post_event(Event(tenant_id, author_id, kind, object_id, event_id))
     started = time.time()
     fields = {"time": started, "tenant_id": tenant_id, "author_id": author_id, "detail": kind}

@@ -99,6 +99,12 @@ class PopulationSpec:
     # threshold part way: the later follows are made to an author already above it, as most of
     # a real celebrity's are.
     followers_per_call: int = 0
+    # With followers_per_call: after an author's first follow call, this many of the followers
+    # it added read their inbox once (a page of one), as users opening the app while the author
+    # gains followers do. A system that caches what a reader follows then holds an entry made
+    # before the author crossed its threshold (red team 3: a cache not dropped at the crossing
+    # hid the celebrity's posts from those readers, and no run had a reader before it).
+    warm_reads_while_following: int = 0
 
     def problem(self) -> str | None:
         """What makes this spec unusable, said plainly; None when it is fine."""

@@ -93,6 +93,9 @@ class Load:
     # The kind of every event of the load: "post", or e.g. "mention" (which the policy's
     # channels_by_kind routes to email, in-app and SMS too).
     kind: str = "post"
+    # The system mints the load's notification ids (no event_id sent): its own minting, which a
+    # client-chosen id bypasses, then runs and is judged (``notification_ids``).
+    system_minted_ids: bool = False
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,9 @@ acknowledged it, so that the oracle knows what should hold from when.
 * ``reregister-users``: register the erased users again (same id, same devices), follow the
   probe authors again, post the probes again with the same id and content, and once they must
   have landed read their inbox again;
+* ``count-unread``: the unread count of ``users`` followers of each celebrity, once (the seed
+  picks them), late enough that the celebrity's posts are older than any lag: counts a
+  read-all did not just precede, which an undercount (the merged pointers left out) can show;
 * ``inject-malformed-jobs``: put jobs no retry can fix straight onto channel work queues
   through the public SQS API (a body that is not JSON, a JSON job without its fields, a job
   whose notification id is not a ULID but whose tenant and recipient are real), each carrying
@@ -50,7 +53,13 @@ from harness.load.loader import post_event
 from harness.load.record import append_read
 from harness.model import local_time
 from harness.model.history import History
-from harness.model.population import Author, Population, User, preferences_body
+from harness.model.population import (
+    Author,
+    Population,
+    User,
+    consent_stands,
+    preferences_body,
+)
 from harness.model.timeline import PENDING_AFTER_S
 
 PREFERENCE_CHANGES = (
@@ -292,15 +301,18 @@ def _probe_authors(population: Population, which: str) -> list[Author]:
 
 def post_probes(ctx: ActionContext, params: dict[str, Any]) -> str:
     authors = _probe_authors(ctx.population, str(params.get("authors", "both")))
+    # ``kind``: "post" (push only) or e.g. "mention" (every channel: the erasure must purge the
+    # email, in-app and SMS keys too, which a post never sets).
+    kind = str(params.get("kind", "post"))
     with ctx.client() as http:
         for author in authors:
             object_id = f"probe-{author.user_id}-{ctx.seed}"
             nid = post_event(
-                http, ctx.history, author.tenant_id, author.user_id, "post", object_id,
+                http, ctx.history, author.tenant_id, author.user_id, kind, object_id,
                 driver=ctx.driver,
             )  # fmt: skip
             ctx.probes[(author.tenant_id, author.user_id)] = {
-                "event_id": nid, "kind": "post", "object_id": object_id,
+                "event_id": nid, "kind": kind, "object_id": object_id,
             }  # fmt: skip
     return f"{len(authors)} probe event(s) posted"
 
@@ -344,6 +356,10 @@ def erase_users(ctx: ActionContext, params: dict[str, Any]) -> str:
     if latest:
         late = latest_followers(authors, latest)
         eligible = [u for u in eligible if (u.tenant_id, u.user_id) in late] or eligible
+    if any(probe.get("kind", "post") != "post" for probe in ctx.probes.values()):
+        # Probes that reach email and SMS: users those channels reach first, so that the
+        # erasure of their channel dedup keys is judged (red team 3).
+        eligible = [u for u in eligible if _texted_or_mailed(u)] or eligible
     erased = 0
     with ctx.client() as http:
         for user in _pick(ctx, "erase", eligible, count):
@@ -366,6 +382,15 @@ def erase_users(ctx: ActionContext, params: dict[str, Any]) -> str:
             ctx.erased.append((user.tenant_id, user.user_id))
             read_after_erasure(ctx, http, user.tenant_id, user.user_id)
     return f"{erased} user(s) erased"
+
+
+def _texted_or_mailed(user: User) -> bool:
+    """Whether a mention may reach the user by email or SMS (an address or number with that
+    channel's consent, the channel on): the consent-bearing channels the erasure checker reads."""
+    off = set(user.channels_off or ())
+    mailed = bool(user.email) and consent_stands(user.email_consent) and "email" not in off
+    texted = bool(user.phone) and consent_stands(user.sms_consent) and "sms" not in off
+    return mailed or texted
 
 
 def _note(ctx: ActionContext, op: str, tenant: str, user: str, status: int, sent: float,
@@ -551,6 +576,34 @@ def inject_malformed_jobs(ctx: ActionContext, params: dict[str, Any]) -> str:
     return f"{sent} malformed job(s) on {', '.join(wanted) or 'no queue'}{note}"
 
 
+def count_unread(ctx: ActionContext, params: dict[str, Any]) -> str:
+    users = max(0, int(params.get("users", 10)))
+    rng = ctx.rng("count-unread")
+    counted = 0
+    with ctx.client() as http:
+        for author in [a for a in ctx.population.authors if a.celebrity]:
+            followers = list(author.followers)
+            for user in rng.sample(followers, min(users, len(followers))):
+                try:
+                    call = ctx.driver.unread_count(author.tenant_id, user)
+                except Unsupported:
+                    return "the system offers no unread count"
+                sent = time.time()
+                answer = ctx.make(http, call)
+                unread, capped = (
+                    ctx.driver.parse_unread_count(answer.status_code, answer.json())
+                    if answer.status_code == 200
+                    else (None, None)
+                )
+                append_read(ctx.history, {
+                    "op": "unread", "tenant_id": author.tenant_id, "user_id": user,
+                    "status": answer.status_code, "time": sent, "end": time.time(),
+                    "unread": unread, "capped": capped,
+                })  # fmt: skip
+                counted += 1
+    return f"{counted} unread count(s) of celebrity followers"
+
+
 def redrive_dlq(ctx: ActionContext, params: dict[str, Any]) -> str:
     if ctx.redrive is None:
         raise ActionError("this target has no dead-letter queues the harness can redrive")
@@ -564,6 +617,7 @@ ACTIONS: dict[str, Callable[[ActionContext, dict[str, Any]], str]] = {
     "erase-users": erase_users,
     "reregister-users": reregister_users,
     "inject-malformed-jobs": inject_malformed_jobs,
+    "count-unread": count_unread,
 }
 
 

@@ -418,6 +418,9 @@ def _chaos_targets(stack: Stack, info: StackInfo) -> ChaosTargets:
         apns_url=info.url("apns"),
         apns_ca_file=info.tls_ca,
         fcm_url=info.url("fcm"),
+        # The channel simulators, when the stack runs them (a target's own are not ours).
+        ses_url=parts["ses"].url if "ses" in parts else None,
+        inapp_url=parts["inapp"].url if "inapp" in parts else None,
         # The SQS endpoint's control API: the stack's own, or a target's when it uses ours.
         sqs_url=parts["sqs"].url if "sqs" in parts else (target.sqs_control if target else None),
         # The SNS endpoint the system publishes to (the stack's, or served at a target's).
@@ -637,6 +640,7 @@ def _inject(
                 f"{scenario.load.kind}-{author.user_id}-{n}-{rng.randrange(10**6)}",
                 event_id,
                 driver,
+                system_minted=scenario.load.system_minted_ids and event_id is None,
             )
 
 

@@ -69,8 +69,9 @@ class MiniFanoutDriver:
             "actor": event.author_id,
             "verb": event.kind,
             "target": event.object_id,
-            "id": event.event_id,
         }
+        if event.event_id is not None:
+            body["id"] = event.event_id
         return Call("POST", "/api/notify", body, "POST /api/notify")
 
     def parse_post_event(self, status: int, body: Any) -> str:
