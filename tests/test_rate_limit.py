@@ -823,3 +823,64 @@ def test_the_checker_fails_a_consumer_that_counts_redeliveries(limited):
     verdict = checker.check(*_evidence(t, "fan", tokens, jobs), 2, 2)
     assert not verdict.valid
     assert verdict.counts["redeliveries_counted"] == 1
+
+
+# -- what a stated limit withheld is not lost (harness/checkers/limited.py) ------------------
+
+
+def _evidence_of(run: _Run, **policy: Any):
+    from harness.checkers.evidence import evidence_from
+    from harness.model.system import SystemPolicy
+
+    history = to_frame([{"seq": n, **row} for n, row in enumerate(run.rows)])
+    return evidence_from(run.population, history, SystemPolicy(**policy)), history
+
+
+def test_pushes_a_full_daily_cap_withheld_are_optional_not_lost():
+    """A clean reference with a cap of one a day failed effectively_once on smoke (52 lost)
+    before: the oracle required every expected push, the cap's excess included."""
+    from harness.checkers import effectively_once
+
+    run = _Run(3)
+    run.send(0)
+    evidence, history = _evidence_of(run, daily_limit_per_device_type=1)
+    expectation = evidence.expectation
+    assert len(expectation.deliveries) == 1 and len(expectation.limited) == 2
+    assert set(expectation.optional["why"]) == {"limited"}
+    verdict = effectively_once.check(expectation, history)
+    assert verdict.valid and verdict.counts["lost"] == 0, verdict
+    # The same history judged as if no limit were stated: two lost.
+    unlimited, _ = _evidence_of(run)
+    assert effectively_once.check(unlimited.expectation, history).counts["lost"] == 2
+    # rate_limit still sees the withheld pushes: the same verdict either way.
+    for expected in (expectation, unlimited.expectation):
+        limit = checker.check(run.population, expected, history, 0, 10, daily_limit=1)
+        assert limit.valid and limit.counts["daily_buckets_at_limit"] == 1
+
+
+def test_a_cap_not_yet_full_leaves_a_missing_push_lost():
+    from harness.checkers import effectively_once
+
+    run = _Run(3)
+    run.send(0)
+    evidence, history = _evidence_of(run, daily_limit_per_device_type=2)
+    assert len(evidence.expectation.limited) == 0
+    assert effectively_once.check(evidence.expectation, history).counts["lost"] == 2
+    limit = checker.check(run.population, evidence.expectation, history, 0, 10, daily_limit=2)
+    assert limit.counts["withheld_below_daily_limit"] == 2
+
+
+def test_pushes_a_busy_window_held_for_a_digest_are_optional_not_lost():
+    from harness.checkers import effectively_once
+
+    run = _Run(5)
+    run.send(0, 1)
+    run.digest(opened_at=0.2, count=3, at=10.5)
+    evidence, history = _evidence_of(run, rate_limit_per_window=2, rate_limit_window_seconds=10)
+    assert len(evidence.expectation.limited) == 3
+    assert effectively_once.check(evidence.expectation, history).valid
+    # A user under the window's count keeps every push required.
+    quiet = _Run(5)
+    quiet.send(0)
+    evidence, history = _evidence_of(quiet, rate_limit_per_window=2)
+    assert effectively_once.check(evidence.expectation, history).counts["lost"] == 4

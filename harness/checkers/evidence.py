@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from harness.checkers.limited import exempt_limited
 from harness.model.oracle import Expectation, expected_deliveries
 from harness.model.population import Population
 from harness.model.system import SystemPolicy
@@ -57,8 +58,9 @@ def evidence_from(
     bound_s: float = DEFAULT_BOUND_S,
 ) -> Evidence:
     timeline = from_history(population, history, bound_s)
-    expectation = expectation_from(population, history, timeline)
+    policy = policy or SystemPolicy()
+    expectation = exempt_limited(expectation_from(population, history, timeline), history, policy)
     return Evidence(
-        population, expectation, history, policy or SystemPolicy(), timeline,
+        population, expectation, history, policy, timeline,
         clock_offset_s=timeline.clock_offset_s,
     )  # fmt: skip

@@ -54,7 +54,6 @@ time (the offset taken off) before it is compared with the requests' times.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -68,14 +67,13 @@ import pyarrow as pa
 
 from harness.checkers.evidence import Evidence
 from harness.checkers.keys import joint_keys, member, sorted_unique
+from harness.checkers.limited import parse_digest
 from harness.checkers.registry import checker
 from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows, injection_times
 from harness.model.oracle import Expectation
 from harness.model.population import Population
-
-_DIGEST = re.compile(r"^digest-(\d+)-(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -84,14 +82,6 @@ class _Digest:
     user_id: str
     start_ms: int
     count: int
-
-
-def parse_digest(collapse_id: object) -> tuple[int, int] | None:
-    """``(window start ms, count)`` from a digest's collapse id, None for anything else."""
-    if not isinstance(collapse_id, str):
-        return None
-    match = _DIGEST.match(collapse_id)
-    return (int(match[1]), int(match[2])) if match else None
 
 
 def _strings(values: list[object]) -> pa.Array:
@@ -239,7 +229,9 @@ def check(
     ]
     # Read only with a limit on (below); the row loop over every expected delivery is most of
     # the checker's time otherwise.
-    expected_rows = expectation.deliveries[["tenant_id", "notification_id", "token", "user_id"]]
+    # The pushes a limit may have withheld are this checker's to judge (checkers/limited.py).
+    columns = ["tenant_id", "notification_id", "token", "user_id"]
+    expected_rows = pd.concat([expectation.deliveries[columns], expectation.limited[columns]])
     return judge(
         population, owner, kinds, admitted, first_attempt, delivered_individual, other_rows,
         expected_rows.itertuples(index=False, name=None) if window_on or daily_limit > 0 else (),
@@ -636,7 +628,12 @@ def check_store(
             """SELECT tv.value, nv.value, kv.value, e.user_id FROM exp e
             JOIN tenants tv ON tv.code = e.tenant JOIN nids nv ON nv.code = e.nid
             JOIN tokens kv ON kv.code = e.tok ORDER BY e.pos"""
-        ).fetchall()
+        ).fetchall() + list(
+            # The pushes a limit may have withheld are this checker's (checkers/limited.py).
+            store.expectation.limited[
+                ["tenant_id", "notification_id", "token", "user_id"]
+            ].itertuples(index=False, name=None)
+        )
     return judge(
         population, owner, kinds, int(admitted), first_attempt, delivered_individual,
         other_rows, expected_rows, per_window, window_seconds, daily_limit, slack_s,

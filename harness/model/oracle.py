@@ -46,6 +46,9 @@ class Expectation:
     # (tenant, token) of an erased user's device registered again -> when that was sent: the
     # erasure checker judges its deliveries from then on.
     reregistered: dict[tuple[str, str], float] = field(default_factory=dict)
+    # Required deliveries a stated rate limit may have withheld, moved to ``optional``
+    # (harness/checkers/limited.py): ``rate_limit`` judges them (EXPECTED_COLUMNS).
+    limited: pd.DataFrame = field(default_factory=lambda: _empty(EXPECTED_COLUMNS))
 
 
 def expected_deliveries(

@@ -366,19 +366,24 @@ def wait_for_outcome(
     quiet_seconds: float = 2.0,
     settle_seconds: float = 5.0,
     queues: Queues | None = None,
+    digest_window_s: float = 0.0,
 ) -> str:
     """Wait for the outcome, on conditions only. Returns:
 
     * ``complete``: every expected delivery seen, the push queue idle, the ledgers quiet;
     * ``settled``: not all seen, but nothing more can come: every quiet-hours window the
       oracle knows of has ended (``release_by``, epoch), the queue holds nothing visible or in
-      flight, and the ledgers have been still for ``settle_seconds`` (a lost job never returns);
+      flight, and the ledgers and the queue have been still for ``settle_seconds``, or for a
+      whole ``digest_window_s`` and a second when the system states a rate-limit window: a
+      held notification leaves no trace until its window closes and its digest goes out (a
+      lost job never returns);
     * ``timeout``: the deadline passed first.
     """
     last_report = 0.0
     last_change = time.monotonic()
     queue = PushQueueProbe(info, queues)
     done = counted = 0
+    settle_for = max(settle_seconds, digest_window_s + 1.0 if digest_window_s > 0 else 0.0)
     while time.monotonic() < deadline:
         if collector.poll():
             last_change = time.monotonic()
@@ -390,11 +395,14 @@ def wait_for_outcome(
             progress("wait", f"{done}/{len(expected)} expected deliveries seen")
             last_report = now
         still = now - last_change
-        if still >= quiet_seconds and queue.busy() == 0:
-            if done == len(expected):
+        if still >= quiet_seconds:
+            if queue.busy() > 0:
+                # A job still to run may open a window: stillness counts from when none is.
+                last_change = max(last_change, now - quiet_seconds)
+            elif done == len(expected):
                 collector.poll()
                 return "complete"
-            if time.time() >= release_by and still >= settle_seconds:
+            elif time.time() >= release_by and still >= settle_for:
                 collector.poll()
                 return "settled"
         time.sleep(0.2)
@@ -1037,9 +1045,12 @@ def _await_outcome(state: RunState) -> None:
     progress("inject", f"{len(injected)} events accepted, {len(expected)} deliveries expected")
     last_window_end = expectation.deliveries["quiet_until"].max()
     release_by = (0.0 if pd.isna(last_window_end) else float(last_window_end)) + 1.0
+    # With a rate-limit window stated, the held notifications' digests go out when it closes.
+    digest_window_s = policy.rate_limit_window_seconds if policy.rate_limit_per_window > 0 else 0
     state.outcome = wait_for_outcome(
-        state.collector, expected, info, state.deadline, progress, release_by, queues=queues
-    )
+        state.collector, expected, info, state.deadline, progress, release_by, queues=queues,
+        digest_window_s=digest_window_s,
+    )  # fmt: skip
     undone = state.nemesis.rollback()
     if undone:
         progress("rollback", f"undid {', '.join(undone)}")
@@ -1050,7 +1061,7 @@ def _await_outcome(state: RunState) -> None:
         if rollback.name == "redrive-dlq" and not result.startswith("moved 0 "):
             state.outcome = wait_for_outcome(
                 state.collector, expected, info, state.deadline, progress, release_by,
-                queues=queues,
+                queues=queues, digest_window_s=digest_window_s,
             )  # fmt: skip
     channel_expected = expected_channel_deliveries(
         state.population, injected, policy.channels_by_kind
