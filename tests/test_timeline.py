@@ -451,3 +451,33 @@ def test_a_mention_posted_again_must_reach_the_new_persons_email_once(emails_aft
     assert verdict.counts["reused_id_channel_lost"] == int(emails_after_registration == 0)
     assert verdict.counts["reused_id_channel_duplicated"] == max(0, emails_after_registration - 1)
     assert (verdict.valid is True) == (emails_after_registration == 1)
+
+
+def test_a_dead_device_reinstalled_is_due_its_pushes_from_the_registration_and_bound_on():
+    """reinstall-devices: a follower's dead token is revived and registered again at 10 s. An
+    event injected before is not due to it (may: the system may already act on the new
+    registration); one injected after the bound is due, on that device alone; a delivery to
+    it then is allowed (no checker calls it a send to a dead token)."""
+    population = generate(5, START, SPEC)
+    author = next(a for a in population.authors if a.celebrity)
+    user, dead = next(
+        (population.user("tenant-0", f), d)
+        for f in author.followers
+        for d in population.devices_of("tenant-0", f)
+        if d.dead and population.user("tenant-0", f).consent is not None
+        and population.user("tenant-0", f).quiet_state == "none"
+    )  # fmt: skip
+    history = History()
+    _inject(history, author, "before", T0 + 5)
+    _change(history, user, T0 + 10, T0 + 10.1, change="reinstall", tokens=[dead.token])
+    _inject(history, author, "after", T0 + 30)
+    expectation = evidence_from(population, history.frame(), bound_s=5).expectation
+
+    def on_device(frame):
+        return set(frame.loc[frame["token"] == dead.token, "notification_id"])
+
+    assert on_device(expectation.deliveries) == {"after"}
+    assert on_device(expectation.optional) == {"before"}
+    _deliver(history, dead, "before", T0 + 11)
+    _deliver(history, dead, "after", T0 + 31)
+    assert preference_changes.check(evidence_from(population, history.frame(), bound_s=5)).valid
