@@ -83,12 +83,18 @@ class Timeline:
     states: dict[UserKey, list[State]] = field(default_factory=dict)
     erasures: dict[UserKey, Change] = field(default_factory=dict)
     registrations: dict[UserKey, Change] = field(default_factory=dict)
+    # (tenant, user, token) of a dead token reinstalled -> when the first reinstall was sent.
+    reinstalls: dict[tuple[str, str, str], float] = field(default_factory=dict)
     # How far the system's clock ran ahead of real time: windows are the system's wall clock.
     clock_offset_s: float = 0.0
 
     @property
     def horizon(self) -> float:
         return self.population.started_at + PENDING_AFTER_S
+
+    def revived_at(self, tenant: str, user: str, token: str) -> float | None:
+        """When ``token`` of the user was first brought back (reinstall-devices), or None."""
+        return self.reinstalls.get((tenant, user, token))
 
     def changed(self, tenant: str, user: str) -> bool:
         return (tenant, user) in self.states
@@ -224,6 +230,9 @@ def build(
             timeline.erasures.setdefault(key, change)
         elif change.kind == "registration":
             timeline.registrations[key] = change
+        elif change.kind == "reinstall":
+            for token in change.tokens:
+                timeline.reinstalls.setdefault((*key, token), change.sent)
     return timeline
 
 
