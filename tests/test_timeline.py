@@ -484,3 +484,28 @@ def test_a_dead_device_reinstalled_is_due_its_pushes_from_the_registration_and_b
     _deliver(history, dead, "before", T0 + 11)
     _deliver(history, dead, "after", T0 + 31)
     assert preference_changes.check(evidence_from(population, history.frame(), bound_s=5)).valid
+
+
+def test_reinstall_picks_only_dead_tokens_no_other_device_shares():
+    """Reviving a token two tenants' devices share would bring the other's dead device back
+    too (the simulator knows tokens, not tenants): such users are never picked."""
+    from harness.run.actions import reinstallable
+
+    spec = dataclasses.replace(SPEC, tenants=2, dead_token_fraction=0.3, shared_token_fraction=0.9)
+    population = generate(3, START, spec)
+    users = [population.user(u.tenant_id, u.user_id) for u in population.users]
+    picked = reinstallable(population, users)
+    uses: dict[str, int] = {}
+    for device in population.devices:
+        uses[device.token] = uses.get(device.token, 0) + 1
+    shared_dead = {(d.tenant_id, d.user_id) for d in population.devices if d.dead}
+    shared_dead_only = {
+        key for key in shared_dead
+        if all(uses[d.token] > 1 for d in population.devices_of(*key) if d.dead)
+    }  # fmt: skip
+    assert picked and shared_dead_only  # the population has both kinds
+    assert not {(u.tenant_id, u.user_id) for u in picked} & shared_dead_only
+    assert all(
+        any(d.dead and uses[d.token] == 1 for d in population.devices_of(u.tenant_id, u.user_id))
+        for u in picked
+    )
