@@ -87,6 +87,7 @@ DEFECTS = (
     "event_ids_in_whole_seconds",  # minted ids from int(seconds): python-ulid reads ms, 1970
     "erasure_skips_channel_keys",  # erasure purges the push dedup keys only
     "followed_cache_kept_at_threshold",  # crossing the threshold drops only new followers' cache
+    "reregistered_endpoint_stays_disabled",  # a device registered again: Enabled not set true
 )
 
 

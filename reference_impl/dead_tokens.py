@@ -8,6 +8,10 @@ also remembers the dead answers of the last :data:`REMEMBER_SECONDS` in a table 
 others (:class:`reference_impl.shared_deadlines.SharedDeadlines`, made before the consumer forks
 its workers) and checks it right before every send. After that, the deactivated record decides
 (a token registered again is tried again).
+
+A dead answer is remembered for one registration of the device (:func:`registration_key`, the
+recipient with its ``registered_at``): a device registered again after it (an app installed
+again, its token valid again) is tried at once, not a minute later.
 """
 
 from __future__ import annotations
@@ -18,6 +22,11 @@ from collections.abc import Callable
 from reference_impl.shared_deadlines import SharedDeadlines
 
 REMEMBER_SECONDS = 60.0
+
+
+def registration_key(recipient: str, registered_at: str | None) -> str:
+    """The key a dead answer is remembered under: this registration of the recipient."""
+    return f"{recipient}@{registered_at}" if registered_at else recipient
 
 
 class DeadTokens:

@@ -52,7 +52,7 @@ from reference_impl.audit import AuditSink, seal_record, sealing_for
 from reference_impl.audit_keys import AuditKeys, DataKey
 from reference_impl.aws import batch_get_tables, client, queue_url, to_poison
 from reference_impl.config import Config
-from reference_impl.dead_tokens import DeadTokens
+from reference_impl.dead_tokens import DeadTokens, registration_key
 from reference_impl.dedup import Claim, DedupStore, FallbackDedup
 from reference_impl.dedup_key import DEDUP_TTL_SECONDS, dedup_key
 from reference_impl.event_source import SqsPoller, run_pollers
@@ -122,6 +122,13 @@ class Delivery:
     send: Callable[[], SendResult]
     audit_fields: dict[str, Any]
     on_definite: Callable[[SendResult], None] | None = None
+    # Which registration of the recipient (push: the device's registered_at): a dead answer
+    # is remembered for it alone, so a device registered again is tried again at once.
+    registration: str | None = None
+
+    @property
+    def dead_key(self) -> str:
+        return registration_key(self.recipient, self.registration)
 
 
 @dataclass
@@ -613,15 +620,13 @@ class JobConsumer:
             return _PAUSED
         tenant = state.job["tenant_id"]
         # Dead earlier in this batch, or (another poller's answer) since this batch read it.
-        if (tenant, delivery.recipient) in dead or self.dead_tokens.dead(
-            tenant, delivery.recipient
-        ):
+        if (tenant, delivery.dead_key) in dead or self.dead_tokens.dead(tenant, delivery.dead_key):
             return _DEAD
         with self.gate.slot(delivery.scope):
             # Asked again once the slot is ours: waiting for it can outlast another poller's
             # dead answer for the same token, or its Retry-After for the same scope (an
             # apns-429-storm run on the direct transport saw a request 0.39 s after a 429).
-            if self.dead_tokens.dead(tenant, delivery.recipient):
+            if self.dead_tokens.dead(tenant, delivery.dead_key):
                 return _DEAD
             paused = self.gate.paused_for(delivery.scope)
             if paused > 0:
@@ -629,9 +634,9 @@ class JobConsumer:
                 return _PAUSED
             result = delivery.send()
         if result.outcome == "dead_token":
-            dead.add((tenant, delivery.recipient))
+            dead.add((tenant, delivery.dead_key))
             if "dead_token_kept" not in self.defects:  # the defect: nothing remembers it
-                self.dead_tokens.add(tenant, delivery.recipient)
+                self.dead_tokens.add(tenant, delivery.dead_key)
         if result.outcome == "retry":
             retry_in = 0.0
             if result.retry_after and "ignore_retry_after" not in self.defects:

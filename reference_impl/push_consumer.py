@@ -35,7 +35,7 @@ from reference_impl.audit import AuditSink, token_sha256
 from reference_impl.aws import queue_url
 from reference_impl.config import Config
 from reference_impl.consent import push_consent_granted
-from reference_impl.dead_tokens import REMEMBER_SECONDS, DeadTokens
+from reference_impl.dead_tokens import REMEMBER_SECONDS, DeadTokens, registration_key
 from reference_impl.ids import user_key
 from reference_impl.job_consumer import (
     JOB_FIELDS,
@@ -439,7 +439,8 @@ class PushConsumer(JobConsumer):
         job, device = sent["job"], sent["device"]
         tenant, user = job["tenant_id"], job["recipient_user_id"]
         if "dead_token_kept" not in self.defects:
-            self.dead_tokens.add(tenant, f"{user}#{device['device_id']}")
+            recipient = f"{user}#{device['device_id']}"
+            self.dead_tokens.add(tenant, registration_key(recipient, device.get("registered_at")))
         self.deactivate(tenant, user, device["device_id"])
         self.audit("dead_token", job, device=device, reason="InvalidPlatformToken", via="sns")
         return True
@@ -671,6 +672,7 @@ class PushConsumer(JobConsumer):
             lambda: self.send(job, device, digest),
             {"device": device},
             on_definite=deactivate_dead,
+            registration=device.get("registered_at"),
         )
 
     def schedule_digest(self, job: dict[str, Any], start_ms: int) -> None:

@@ -227,7 +227,12 @@ class EndpointRegistry:
                 raise
             arn = found.group(1)
         attributes = self.sns.get_endpoint_attributes(EndpointArn=arn)["Attributes"]
-        if attributes.get("Token") != token or attributes.get("Enabled") != "true":
+        # The defect (red team 3, 15): only a changed token is written, so an endpoint SNS
+        # turned off on a dead answer stays off when the device registers again.
+        stays_off = "reregistered_endpoint_stays_disabled" in self.config.defects
+        if attributes.get("Token") != token or (
+            attributes.get("Enabled") != "true" and not stays_off
+        ):
             # A device registering again has a working token: the endpoint SNS turned off on a
             # dead answer is turned on with it (AWS's documented registration).
             self.sns.set_endpoint_attributes(

@@ -87,6 +87,7 @@ def devices_of(item: dict[str, Any] | None) -> list[dict[str, Any]]:
                 "platform": value["platform"]["S"],
                 "active": value.get("active", {}).get("BOOL", True),
                 "endpoint_arn": value.get("endpoint_arn", {}).get("S"),
+                "registered_at": value.get("registered_at", {}).get("S"),
             }
         )
     return devices

@@ -525,3 +525,20 @@ def test_parse_json_body(body: bytes, expected: object) -> None:
     from emulators.providers.apns import parse_json_body
 
     assert parse_json_body(body) == expected
+
+
+def test_a_dead_token_revived_answers_200_again(sim: Sim) -> None:
+    """An app installed again gets its old token back: after ``/_sim/tokens/revived`` the
+    token that answered 410 (or 400 BadDeviceToken) is delivered to again."""
+    gone, bad = new_token(), new_token()
+    with h2c(sim) as client:
+        assert client.post("/_sim/tokens/unregistered", json={"tokens": [gone]}).status_code == 200
+        body = {"tokens": [bad], "reason": "BadDeviceToken"}
+        assert client.post("/_sim/tokens/unregistered", json=body).status_code == 200
+        assert client.post(f"/3/device/{gone}", json={"aps": {}}).status_code == 410
+        assert client.post(f"/3/device/{bad}", json={"aps": {}}).status_code == 400
+        r = client.post("/_sim/tokens/revived", json={"tokens": [gone, bad]})
+        assert r.json() == {"ok": True, "revived": 2}
+        assert client.post(f"/3/device/{gone}", json={"aps": {}}).status_code == 200
+        assert client.post(f"/3/device/{bad}", json={"aps": {}}).status_code == 200
+        assert client.get("/_sim/tokens/revived").status_code == 405

@@ -709,6 +709,36 @@ def test_a_token_dead_for_one_poller_is_not_tried_by_another_that_read_it_before
 
 
 @pytest.mark.integration
+def test_a_device_registered_again_after_its_dead_answer_is_tried_at_once(stack, node):
+    """The app installed again: the token answers again and the device registers again (a new
+    registered_at) seconds after the dead answer. The pollers' shared memory of dead answers
+    (a minute) holds for the old registration only: the next notification is sent."""
+    config = _config(stack)
+    registry = DeadTokens()
+    first = PushConsumer(config, redis_client=redis.Redis.from_url(node), dead_tokens=registry)
+    second = PushConsumer(config, redis_client=redis.Redis.from_url(node), dead_tokens=registry)
+    t = TenantClient(stack)
+    token = apns_token(8, t.tenant)
+    t.user("back", devices=[("apns", token)])
+    t.apns.unregister([token])
+    try:
+        assert first({"Records": [_record(_job(t.tenant, "back", "push"))]}, None) == {
+            "batchItemFailures": []
+        }
+        t.apns.revive([token])
+        t.user("back", devices=[("apns", token)])
+        assert second({"Records": [_record(_job(t.tenant, "back", "push"))]}, None) == {
+            "batchItemFailures": []
+        }
+    finally:
+        for consumer in (first, second):
+            consumer.apns.close()
+            consumer.fcm.close()
+    tried = [r for r in t.ledger() if r["token"] == token]
+    assert [r["status"] for r in tried] == [410, 200]
+
+
+@pytest.mark.integration
 def test_publish_notes_a_dead_store_refused_are_written_when_it_answers_again(stack, push):
     """A publish SNS accepted while the store was down must still be findable by its
     delivery-failure event once the store is back (a game-day run lost a dead token's audit

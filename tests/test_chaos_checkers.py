@@ -126,6 +126,30 @@ def test_dead_tokens_flags_sends_after_410_or_unregistered():
     assert verdict.counts["dead_tokens"] == 2 and verdict.counts["sends_after_dead"] == 2
 
 
+def test_dead_tokens_forgives_sends_to_a_token_reinstalled_not_those_before():
+    """reinstall-devices brought the token back at 20 s (the app installed again, registered
+    again): sends from then on are a correct system delivering again; one at 15 s, after the
+    410 and before the reinstall, is still a send to a dead token. Another tenant's same token
+    was not reinstalled: its send after 20 s is not forgiven."""
+    history = History()
+    _request(history, 10.0, token="dead", status=410, reason="Unregistered")
+    _request(history, 10.0, token="dead", status=410, reason="Unregistered", tenant="other")
+    detail = {"change": "reinstall", "tokens": ["dead"], "ok": True}
+    history.append("change", time=20.0, end=20.1, tenant_id="acme", user_id="u1",
+                   detail=json.dumps(detail))  # fmt: skip
+    _request(history, 21.0, token="dead", nid="n2")
+    _request(history, 25.0, token="dead", nid="n3")
+    verdict = dead_tokens.check(history.frame())
+    assert verdict.valid, verdict.counts
+    assert verdict.counts["sends_after_reinstall"] == 2
+    _request(history, 15.0, token="dead", status=410, reason="Unregistered", nid="n4")
+    _request(history, 22.0, token="dead", status=410, reason="Unregistered", nid="n5",
+             tenant="other")  # fmt: skip
+    verdict = dead_tokens.check(history.frame())
+    assert not verdict.valid
+    assert verdict.counts["sends_after_dead"] == 2 and verdict.counts["sends_after_reinstall"] == 2
+
+
 def test_dead_tokens_reads_apns_400_bad_device_token_as_dead():
     """400 BadDeviceToken is APNs's other invalid-token answer; a 400 for the request itself
     (here BadCollapseId) says nothing of the token."""

@@ -321,3 +321,27 @@ def test_sent_answer_is_the_json_google_writes() -> None:
     name = json.loads(response.body)["name"]
     assert name.startswith('projects/odd"project\u00e9/messages/0:')
     assert response.body == json.dumps({"name": name}, separators=(",", ":")).encode()
+
+
+def test_a_dead_token_revived_answers_again(sim: Sim, tmp_path: Path) -> None:
+    """An app installed again: the token that answered UNREGISTERED is valid again once the
+    harness revives it (SimulatorControl.revive, over HTTP), as pyfcm sees; bad bodies get a
+    400 and revive nothing."""
+    from harness.run.provider_control import SimulatorControl
+
+    fcm = pyfcm_client(sim, tmp_path)
+    token = new_token()
+    control = SimulatorControl(sim.url)
+    try:
+        control.unregister([token])
+        with pytest.raises(FCMNotRegisteredError):
+            fcm.notify(fcm_token=token, notification_title="t")
+        for bad in (b"[]", b'{"tokens": [""]}', b'{"tokens": "x"}', b"x"):
+            r = control.http.post("/_sim/tokens/revived", content=bad)
+            assert r.status_code == 400 and "error" in r.json()
+        with pytest.raises(FCMNotRegisteredError):
+            fcm.notify(fcm_token=token, notification_title="t")
+        assert control.revive([token, new_token()]) == 1  # only the dead one counts
+        assert "name" in fcm.notify(fcm_token=token, notification_title="t")
+    finally:
+        control.close()

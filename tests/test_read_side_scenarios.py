@@ -150,13 +150,23 @@ def test_erasures_that_delete_rows_first_keep_the_audit_key_or_skip_pages_are_al
     assert result["inbox_items_after_erasure"] > 0
 
 
-def test_an_erasure_that_purges_only_the_push_keys_is_caught(tmp_path):
+def test_an_erasure_that_purges_only_the_push_keys_and_an_endpoint_left_off_are_caught(tmp_path):
     """Red team 3: the probes are mentions, so the erased users had email, in-app and SMS dedup
     keys too. An erasure that deletes the push keys only lets the re-posted mention reach the
     new person's devices but not their address or number (``reused_id_channel_lost``); their
-    push is fine (no push key survives), which the other erasure defects cannot say."""
-    path = _variant(tmp_path, "gdpr-erasure", ["erasure_skips_channel_keys"])
+    push is fine (no push key survives), which the other erasure defects cannot say.
+
+    And (red team 3, 15) in the same run: a device whose app was installed again
+    (reinstall-devices) registers its token again, but the system leaves the endpoint SNS
+    turned off on the dead answer off: the event posted after never reaches it
+    (``effectively_once`` ``lost``, which the channel-keys defect cannot cause: it loses no
+    push). Through SNS, which turns the endpoint off, the stack's default."""
+    defects = ["erasure_skips_channel_keys", "reregistered_endpoint_stays_disabled"]
+    path = _variant(tmp_path, "gdpr-erasure", defects)
     code, summary, _ = _run(path, tmp_path / "o")
     result = _failed(code, summary, "erasure")
     assert result["reused_id_channel_lost"] > 0
     assert result["reused_id_lost"] == 0
+    once = _failed(code, summary, "effectively_once")
+    assert once["lost"] > 0 and once["duplicated"] == 0
+    assert summary["checkers"]["dead_tokens"]["sends_after_reinstall"] == 0

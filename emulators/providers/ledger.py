@@ -318,6 +318,8 @@ class ProviderState:
             self.ledger.reset_to(event.get("epoch", 0))
         elif op == "unregister":
             self._mark(event["tokens"], event["at_ms"], event.get("fault"), event.get("reason"))
+        elif op == "revive":
+            self._revive(event["tokens"])
         else:
             self.faults.apply(event)
 
@@ -351,6 +353,20 @@ class ProviderState:
                         self._unregistered_by[token] = fault
                     if reason is not None:
                         self._unregistered_reason[token] = reason
+
+    def revive(self, tokens: list[str]) -> int:
+        """Tokens that answer again as valid (an app installed again got its token back, as
+        APNs and FCM may hand out the same string); returns how many were dead."""
+        dead = sum(1 for t in tokens if t in self._unregistered)
+        self.publish({"op": "revive", "tokens": list(tokens)})
+        return dead
+
+    def _revive(self, tokens: list[str]) -> None:
+        with self._lock:
+            for token in tokens:
+                self._unregistered.pop(token, None)
+                self._unregistered_by.pop(token, None)
+                self._unregistered_reason.pop(token, None)
 
     def _unregister_from_fault(
         self, tokens: list[str], fault: str, at_ms: int | None = None, publish: bool = True
@@ -442,12 +458,22 @@ def handle_control(request: Request, state: ProviderState) -> Response | None:
             )
         count = state.mark_unregistered(tokens, reason=reason)
         return json_response(200, {"ok": True, "count": count})
+    if route == ("POST", "/_sim/tokens/revived"):
+        try:
+            payload = request.json()
+        except ValueError:
+            return _bad('body must be JSON: {"tokens": [...]}')
+        tokens = payload.get("tokens") if isinstance(payload, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, str) and t for t in tokens):
+            return _bad('body must be {"tokens": [non-empty strings]}')
+        return json_response(200, {"ok": True, "revived": state.revive(tokens)})
     known = {
         "/_sim/health",
         "/_sim/ledger",
         "/_sim/ledger/source",
         "/_sim/reset",
         "/_sim/tokens/unregistered",
+        "/_sim/tokens/revived",
     }
     if path.rstrip("/") in known:
         return json_response(405, {"error": f"method {request.method} not allowed on {path}"})

@@ -11,6 +11,11 @@ leaves room for an order of magnitude more). A system that never deactivates a d
 it again at the next notification, seconds later, far outside it. Per (tenant, token): a token two tenants' apps share is dead for
 each only once its own answer says so.
 
+A token brought back (the ``reinstall-devices`` action: the app installed again, the token valid
+again at the provider and registered again with the system) may be sent to from the instant the
+harness revived it: those requests are forgiven (``sends_after_reinstall``), the requests between
+the dead answer and the reinstall are not.
+
 Through SNS (the system publishes to SNS mobile push endpoints, and SNS's own logs are in the
 history: :mod:`harness.run.sns_ledger`), SNS turns an endpoint off on the dead answer and
 delivers nothing more to it, so the provider rule above holds whatever the publisher does. The
@@ -23,6 +28,7 @@ disabled is the caller's business.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,6 +58,31 @@ def _dead_answers(provider: pd.DataFrame) -> pd.Series:
     return apns | fcm
 
 
+def reinstalled_at(history: pd.DataFrame) -> dict[tuple[str, str], float]:
+    """(tenant, token) -> when the harness revived the token and registered it again (the
+    ``change`` rows of ``reinstall-devices`` the system acknowledged)."""
+    rows = history.loc[history["kind"] == "change", ["tenant_id", "time", "detail"]]
+    out: dict[tuple[str, str], float] = {}
+    for row in rows.itertuples(index=False):
+        detail = json.loads(row.detail) if isinstance(row.detail, str) else {}
+        if detail.get("change") != "reinstall" or detail.get("ok") is False:
+            continue
+        for token in detail.get("tokens", []):
+            key = (str(row.tenant_id), str(token))
+            out[key] = min(out.get(key, float(row.time)), float(row.time))
+    return out
+
+
+def _after_reinstall(frame: pd.DataFrame, revived: Mapping[tuple[str, str], float]) -> pd.Series:
+    """Rows (tenant_id, token, time) sent once their token had been brought back."""
+    since = [
+        revived.get((str(t), str(k)), np.inf)
+        for t, k in zip(frame["tenant_id"], frame["token"], strict=True)
+    ]
+    return pd.Series(frame["time"].to_numpy(dtype=float) >= np.array(since, dtype=float),
+                     index=frame.index, dtype=bool)  # fmt: skip
+
+
 def check(history: pd.DataFrame, transit_s: float = TRANSIT_S) -> Verdict:
     is_provider = (history["kind"] == "provider").to_numpy(dtype=bool, na_value=False)
     answers = history[["provider", "status", "reason"]]
@@ -73,11 +104,13 @@ def check(history: pd.DataFrame, transit_s: float = TRANSIT_S) -> Verdict:
         history[columns].iloc[np.flatnonzero(to_dead)].merge(first_dead, on=["tenant_id", "token"])
     )
     gap = later["time"] - later["dead_at"]
-    after = later[gap > transit_s]
+    revived = _after_reinstall(later, reinstalled_at(history))
+    after = later[(gap > transit_s) & ~revived]
     counts = {
         "dead_tokens": int(len(first_dead)),
         "sends_after_dead": int(len(after)),
         "in_flight_forgiven": int(((gap > 0) & (gap <= transit_s)).sum()),
+        "sends_after_reinstall": int(((gap > transit_s) & revived).sum()),
     }
     details = {
         "transit_s": transit_s,
@@ -169,15 +202,34 @@ def check_store(store: HistoryStore, transit_s: float = 0.05) -> Verdict:
                    count(*) FILTER (gap > 0 AND gap <= {transit_s}), max(gap)
             FROM after_dead"""
     )
+    revived = reinstalled_at(store.rows(["change"]))
+    forgiven_after_reinstall = 0
+    if revived:
+        # Few rows (a correct system's sends to revived tokens): judged here, not in SQL.
+        late = store.sql(
+            f"SELECT tenant, tok, dead_at, time FROM after_dead WHERE gap > {transit_s} "
+            "ORDER BY pos"
+        ).fetchall()
+        names = zip(store.decode("tenants", [r[0] for r in late]),
+                    store.decode("tokens", [r[1] for r in late]), strict=True)  # fmt: skip
+        kept = []
+        for (tenant, token), row in zip(names, late, strict=True):
+            if row[3] >= revived.get((str(tenant), str(token)), float("inf")):
+                forgiven_after_reinstall += 1
+            else:
+                kept.append(row)
+        after, first = len(kept), kept[:5]
+    else:
+        first = store.sql(
+            f"SELECT tenant, tok, dead_at, time FROM after_dead WHERE gap > {transit_s} "
+            "ORDER BY pos LIMIT 5"
+        ).fetchall()
     counts = {
         "dead_tokens": int(dead),
         "sends_after_dead": int(after),
         "in_flight_forgiven": int(forgiven),
+        "sends_after_reinstall": forgiven_after_reinstall,
     }
-    first = store.sql(
-        f"SELECT tenant, tok, dead_at, time FROM after_dead WHERE gap > {transit_s} "
-        "ORDER BY pos LIMIT 5"
-    ).fetchall()
     tenants = store.decode("tenants", [t for t, _, _, _ in first])
     tokens = store.decode("tokens", [k for _, k, _, _ in first])
     details = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +65,14 @@ def expected_deliveries(
     optional: list[tuple[str, str, str, str, str]] = []
     suppressed: Counter[str] = Counter()
     changed_suppressed: Counter[str] = Counter()
+    # When each notification id was first accepted: one posted again with the same id after a
+    # device's token came back is the notification the system already settled (the dead token
+    # answered), which it may rightly dedup: optional on that device, never required.
+    first_posted: dict[str, float] = (
+        injected.groupby("notification_id")["time"].min().to_dict()
+        if timeline is not None and timeline.reinstalls and len(injected)
+        else {}
+    )
     events = [(e, False) for e in injected.itertuples(index=False)]
     if indeterminate is not None:
         events += [(e, True) for e in indeterminate.itertuples(index=False)]
@@ -84,7 +93,11 @@ def expected_deliveries(
                         continue
                     assert device is not None  # "no device" always suppresses
                     key = (event.tenant_id, event.notification_id, device.token, follower)
-                    if "suppress" in kinds or unknown:
+                    revived = timeline.revived_at(event.tenant_id, follower, device.token)
+                    settled_dead = revived is not None and (
+                        first_posted.get(event.notification_id, math.inf) < revived
+                    )
+                    if "suppress" in kinds or unknown or settled_dead:
                         optional.append((*key, "indeterminate" if unknown else "changed"))
                         continue
                     ends = {v for kind, v in decisions if kind == "defer"}

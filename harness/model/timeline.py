@@ -2,7 +2,8 @@
 
 The population says what every user is at the start. During a run the harness itself changes
 some of them (it withdraws or grants push consent, moves quiet hours or the zone, erases a user,
-registers an erased user again) and records each change as a ``change`` history row with the
+registers an erased user again, installs a user's app again so that a dead token answers and is
+registered anew) and records each change as a ``change`` history row with the
 instant it was sent (``time``) and the instant the system acknowledged it (``end``). A change
 the system took may become visible to it any time from when it was sent; the state before it
 may still be acted on until ``bound_s`` after the acknowledgement (the promise under test: a
@@ -36,7 +37,7 @@ DEFAULT_BOUND_S = 5.0
 # A deferral that ends later than this after the population's start is not released in a run.
 PENDING_AFTER_S = 3600.0
 
-ChangeKind = Literal["preferences", "erasure", "registration"]
+ChangeKind = Literal["preferences", "erasure", "registration", "reinstall"]
 Decision = tuple[Literal["deliver", "defer", "suppress"], float | str | None]
 UserKey = tuple[str, str]
 
@@ -58,6 +59,8 @@ class State:
     follows: frozenset[UserKey] | None = None
     # The user turned push off (``channels.push`` false): an opt-out holds whatever the consent.
     push_off: bool = False
+    # Dead tokens of the user's devices an app installed again brought back and registered.
+    revived: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class Change:
     preferences: dict[str, Any] | None = None
     follows: tuple[UserKey, ...] = ()
     via: str = "api"
+    tokens: tuple[str, ...] = ()
 
 
 @dataclass
@@ -79,12 +83,18 @@ class Timeline:
     states: dict[UserKey, list[State]] = field(default_factory=dict)
     erasures: dict[UserKey, Change] = field(default_factory=dict)
     registrations: dict[UserKey, Change] = field(default_factory=dict)
+    # (tenant, user, token) of a dead token reinstalled -> when the first reinstall was sent.
+    reinstalls: dict[tuple[str, str, str], float] = field(default_factory=dict)
     # How far the system's clock ran ahead of real time: windows are the system's wall clock.
     clock_offset_s: float = 0.0
 
     @property
     def horizon(self) -> float:
         return self.population.started_at + PENDING_AFTER_S
+
+    def revived_at(self, tenant: str, user: str, token: str) -> float | None:
+        """When ``token`` of the user was first brought back (reinstall-devices), or None."""
+        return self.reinstalls.get((tenant, user, token))
 
     def changed(self, tenant: str, user: str) -> bool:
         return (tenant, user) in self.states
@@ -142,7 +152,7 @@ class Timeline:
             if end is not None:
                 end -= self.clock_offset_s
                 return ("suppress", "quiet_hours_pending") if end > self.horizon else ("defer", end)
-        if device.dead:
+        if device.dead and device.token not in state.revived:
             return ("suppress", "dead_token")
         return ("deliver", None)
 
@@ -181,6 +191,9 @@ def _next_state(previous: State, change: Change, original: User) -> State:
     if change.kind == "registration":
         fresh = initial_state(original)
         return replace(fresh, since=change.sent, follows=frozenset(change.follows))
+    if change.kind == "reinstall":
+        # The same person, their app installed again: the token answers and is registered.
+        return replace(base, revived=previous.revived | frozenset(change.tokens))
     prefs = change.preferences or {}
     consent = prefs.get("push_consent", "absent")
     channels = prefs.get("channels")
@@ -217,6 +230,9 @@ def build(
             timeline.erasures.setdefault(key, change)
         elif change.kind == "registration":
             timeline.registrations[key] = change
+        elif change.kind == "reinstall":
+            for token in change.tokens:
+                timeline.reinstalls.setdefault((*key, token), change.sent)
     return timeline
 
 
@@ -240,6 +256,7 @@ def changes_from_history(history: pd.DataFrame) -> list[Change]:
                 preferences=detail.get("preferences"),
                 follows=tuple(tuple(a) for a in detail.get("follows", [])),  # type: ignore[misc]
                 via=str(detail.get("via", "api")),
+                tokens=tuple(str(t) for t in detail.get("tokens", [])),
             )
         )
     return out

@@ -19,6 +19,12 @@ acknowledged it, so that the oracle knows what should hold from when.
 * ``reregister-users``: register the erased users again (same id, same devices), follow the
   probe authors again, post the probes again with the same id and content, and once they must
   have landed read their inbox again;
+* ``reinstall-devices``: some users whose device's token the population made dead install the
+  app again: the token answers again at the APNs/FCM simulator (the same string, as the
+  providers may hand back) and the device is registered again through the system's API; once
+  that must have taken effect, one new event of an author each follows is posted, which the
+  oracle then expects on the device (the system must turn the endpoint SNS disabled on again);
+  followers of the probe authors first (their probe already met the dead token);
 * ``count-unread``: the unread count of ``users`` followers of each celebrity, once (the seed
   picks them), late enough that the celebrity's posts are older than any lag: counts a
   read-all did not just precede, which an undercount (the merged pointers left out) can show;
@@ -110,6 +116,9 @@ class ActionContext:
     # whose system names a poison queue. None / empty: the system exposes no such queues.
     send_raw: Callable[[str, str, dict[str, Any]], None] | None = None
     poison_channels: tuple[str, ...] = ()
+    # Brings dead tokens of a platform back to life at its provider simulator; None: no
+    # simulator the harness controls.
+    revive: Callable[[str, list[str]], None] | None = None
     # How far the system's clock runs ahead of real time: a window placed over "the present"
     # is placed over the system's present (its wall clock reads it).
     clock_offset_s: float = 0.0
@@ -512,6 +521,67 @@ def reregister_users(ctx: ActionContext, params: dict[str, Any]) -> str:
     return f"{done} user(s) registered again; their probes posted again"
 
 
+# -- apps installed again --------------------------------------------------------------------
+
+
+def reinstallable(population: Population, among: list[User]) -> list[User]:
+    """Users of ``among`` with a dead device whose token no other device shares (reviving a
+    shared token would bring another tenant's or user's dead device back too)."""
+    uses: dict[str, int] = {}
+    for device in population.devices:
+        uses[device.token] = uses.get(device.token, 0) + 1
+    return [
+        u for u in among
+        if any(d.dead and uses[d.token] == 1 for d in population.devices_of(u.tenant_id, u.user_id))
+    ]  # fmt: skip
+
+
+def reinstall_devices(ctx: ActionContext, params: dict[str, Any]) -> str:
+    if ctx.revive is None:
+        raise ActionError("reinstall-devices needs provider simulators the harness controls")
+    count = int(params.get("count", 3))
+    kind = str(params.get("kind", "post"))
+    authors = [ctx.population.author(*key) for key in sorted(ctx.probes)] or None
+    candidates = reinstallable(ctx.population, _followers(ctx.population, authors))
+    chosen = _pick(ctx, "reinstall-devices", candidates, count)
+    done: list[User] = []
+    with ctx.client() as http:
+        for user in chosen:
+            dead = [d for d in ctx.population.devices_of(user.tenant_id, user.user_id) if d.dead]
+            sent = time.time()
+            ok = True
+            try:
+                for platform in sorted({d.platform for d in dead}):
+                    ctx.revive(platform, [d.token for d in dead if d.platform == platform])
+                calls = [
+                    ctx.driver.register_device(user.tenant_id, user.user_id, d.token, d.platform)
+                    for d in dead
+                ]
+                ok = all(ctx.make(http, call).status_code < 300 for call in calls)
+            except (httpx.HTTPError, OSError, RuntimeError):
+                ok = False
+            record_change(ctx.history, user.tenant_id, user.user_id, sent, ok,
+                          change="reinstall", tokens=[d.token for d in dead])  # fmt: skip
+            if ok:
+                done.append(user)
+    # One new event per author a reinstalled user follows (the probe authors first), posted
+    # once the registrations must have taken effect: the oracle then requires the devices.
+    if not done or ctx.stop.wait(ctx.bound_s + 1.0):
+        return f"{len(done)}/{len(chosen)} device(s) reinstalled; no event posted after"
+    wanted = authors if authors is not None else ctx.population.authors
+    posting: list[Author] = []
+    for user in done:
+        followed = [a for a in wanted if a.tenant_id == user.tenant_id
+                    and user.user_id in a.followers]  # fmt: skip
+        if followed and followed[0] not in posting:
+            posting.append(followed[0])
+    with ctx.client() as http:
+        for author in posting:
+            post_event(http, ctx.history, author.tenant_id, author.user_id, kind,
+                       f"reinstall-{author.user_id}-{ctx.seed}", driver=ctx.driver)  # fmt: skip
+    return f"{len(done)}/{len(chosen)} device(s) reinstalled; {len(posting)} event(s) posted after"
+
+
 # -- malformed jobs ---------------------------------------------------------------------------
 
 MALFORMED_FORMS = ("not_json", "missing_fields", "bad_notification_id")
@@ -616,6 +686,7 @@ ACTIONS: dict[str, Callable[[ActionContext, dict[str, Any]], str]] = {
     "post-probes": post_probes,
     "erase-users": erase_users,
     "reregister-users": reregister_users,
+    "reinstall-devices": reinstall_devices,
     "inject-malformed-jobs": inject_malformed_jobs,
     "count-unread": count_unread,
 }
@@ -634,7 +705,7 @@ def unavailable(
         and not can_write_table
     ):
         return f"{name} via {params.get('via', 'mixed')} needs a direct preferences-table writer"
-    return None
+    return None  # reinstall-devices: every run starts the provider simulators
 
 
 def validate(name: str, params: dict[str, Any]) -> None:

@@ -41,6 +41,14 @@ class SimulatorControl:
                 body["reason"] = reason
             self.http.post("/_sim/tokens/unregistered", json=body).raise_for_status()
 
+    def revive(self, tokens: list[str]) -> int:
+        """Dead tokens answer as valid again (an app installed again); how many were dead."""
+        if not tokens:
+            return 0
+        response = self.http.post("/_sim/tokens/revived", json={"tokens": tokens})
+        response.raise_for_status()
+        return int(response.json()["revived"])
+
     def ledger_files(self) -> LedgerReader | None:
         """A reader of the simulator's ledger files, when they are on this machine."""
         if not self._source_known:

@@ -517,6 +517,15 @@ def _redrive_all(info: StackInfo, queues: Queues) -> str:
     return f"moved {sum(moved.values())} message(s) back ({moved})"
 
 
+def _revive(info: StackInfo, platform: str, tokens: list[str]) -> None:
+    """Dead tokens answer again at the platform's simulator (an app installed again)."""
+    control = SimulatorControl(info.url(platform), info.tls_ca if platform == "apns" else None)
+    try:
+        control.revive(tokens)
+    finally:
+        control.close()
+
+
 def _raw_sender(info: StackInfo, queues: Queues) -> Callable[[str, str, dict[str, Any]], None]:
     """Sends a raw message to a channel's work queue through the public SQS API."""
     sqs = info.aws_client("sqs")
@@ -991,6 +1000,7 @@ def _inject_load(state: RunState) -> None:
         send_raw=_raw_sender(info, queues) if queues is not None else None,
         poison_channels=_existing_poison_queues(info, queues) if queues is not None else (),
         clock_offset_s=state.clock_offset_s,
+        revive=lambda platform, tokens: _revive(info, platform, tokens),
     )
     nemesis = state.nemesis = Nemesis(
         [ScheduledFault(fault_of(f), f.offset_s, f.duration_s) for f in scenario.faults],
