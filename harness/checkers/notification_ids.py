@@ -41,7 +41,9 @@ def ulid_seconds(notification_id: Any) -> float | None:
     return parsed.milliseconds / 1000.0
 
 
-def check(history: pd.DataFrame, skew_s: float) -> Verdict:
+def check(history: pd.DataFrame, skew_s: float, clock_offset_s: float = 0.0) -> Verdict:
+    """``clock_offset_s``: how far the system's clock ran ahead (a scenario that moved it): the
+    id's time is the minting worker's clock, read back in real time."""
     injected = history[(history["kind"] == "inject") & history["notification_id"].notna()]
     if injected.empty:
         return unknown_verdict("notification_ids", "the run accepted no event")
@@ -55,6 +57,7 @@ def check(history: pd.DataFrame, skew_s: float) -> Verdict:
             counts["not_judged"] += 1
             continue
         counts["judged"] += 1
+        at -= clock_offset_s
         if float(row.time) - skew_s <= at <= float(row.end) + skew_s:
             continue
         counts["minted_off_acceptance"] += 1
@@ -76,4 +79,4 @@ def check(history: pd.DataFrame, skew_s: float) -> Verdict:
     reads=("inject",),
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
-    return check(evidence.history, float(tolerance["skew_s"]))
+    return check(evidence.history, float(tolerance["skew_s"]), evidence.clock_offset_s)
