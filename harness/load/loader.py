@@ -15,6 +15,12 @@ from harness.contract.driver import Call, Driver, Event, FanoutApiDriver, Unsupp
 from harness.model.history import History
 from harness.model.population import Population, preferences_body
 
+# An answer that asks the producer to send again (HTTP 429, 503), and how often and how soon
+# post_event does: 0.25, 0.5 and 1 s, under two seconds in all.
+RETRY_STATUSES = frozenset({429, 503})
+RETRIES = 3
+RETRY_BACKOFF_S = 0.25
+
 
 class LoadError(RuntimeError):
     """The system under test refused population data or an event."""
@@ -173,15 +179,21 @@ def post_event(
     driver = driver or FanoutApiDriver()
     event_id = None if system_minted else event_id or str(ULID())
     call = driver.post_event(Event(tenant_id, author_id, kind, object_id, event_id))
-    started = time.time()
-    fields = {"time": started, "tenant_id": tenant_id, "author_id": author_id, "detail": kind}
-    try:
-        response = http.request(call.method, call.url, json=call.body)
-    except httpx.HTTPError:
-        history.append("inject_info", end=time.time(), notification_id=event_id, **fields)
-        raise
-    if response.status_code >= 500:
-        history.append("inject_info", end=time.time(), notification_id=event_id, **fields)
+    for attempt in range(RETRIES + 1):
+        started = time.time()
+        fields = {"time": started, "tenant_id": tenant_id, "author_id": author_id, "detail": kind}
+        try:
+            response = http.request(call.method, call.url, json=call.body)
+        except httpx.HTTPError:
+            history.append("inject_info", end=time.time(), notification_id=event_id, **fields)
+            raise
+        if response.status_code >= 500:
+            history.append("inject_info", end=time.time(), notification_id=event_id, **fields)
+        if response.status_code not in RETRY_STATUSES or attempt == RETRIES:
+            break
+        # The system said "retry" (a store of its own unavailable): a producer sends the same
+        # event again, as the design's idempotent ids allow, a few times and no longer.
+        time.sleep(RETRY_BACKOFF_S * 2**attempt)
     nid = driver.parse_post_event(response.status_code, _check(response, call))
     history.append("inject", end=time.time(), notification_id=nid, **fields)
     return nid
