@@ -21,6 +21,10 @@ SQS_BATCH = 10
 RETENTION_S = 14 * 24 * 3600
 
 
+# How often a batch's refused entries are sent again before the enqueue fails.
+ENTRY_RETRIES = 8
+
+
 class QueueError(RuntimeError):
     """SQS refused or failed a call."""
 
@@ -109,9 +113,19 @@ class JobQueue:
                 }
                 for i, body in enumerate(chunk)
             ]
-            async with gate:
-                answer = await self._call("send_message_batch", QueueUrl=self.url, Entries=entries)
-            return len(answer.get("Failed") or [])
+            # SQS takes a batch in part (HTTP 200, the rest under Failed): the refused entries
+            # are sent again, as AWS advises, a few times before the caller hears of them.
+            for attempt in range(ENTRY_RETRIES + 1):
+                async with gate:
+                    answer = await self._call(
+                        "send_message_batch", QueueUrl=self.url, Entries=entries
+                    )
+                failed = {f["Id"] for f in answer.get("Failed") or []}
+                entries = [e for e in entries if e["Id"] in failed]
+                if not entries or attempt == ENTRY_RETRIES:
+                    break
+                await asyncio.sleep(min(0.05 * 2**attempt, 0.4))
+            return len(entries)
 
         chunks = [bodies[i : i + SQS_BATCH] for i in range(0, len(bodies), SQS_BATCH)]
         results = await asyncio.gather(*(batch(c) for c in chunks), return_exceptions=True)
