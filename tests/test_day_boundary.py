@@ -79,6 +79,9 @@ def test_a_daily_cap_counted_by_the_utc_day_sends_over_the_cap_at_utc_midnight(t
     assert limit["valid"] is False and limit["over_daily_limit"] > 0
 
 
+# make test-all only: the defect is proven in make test at UTC's midnight above (the suite's
+# 20 minutes), and withheld_below_daily_limit by tests/test_rate_limit.py's histories.
+@pytest.mark.slow
 def test_a_daily_cap_counted_by_the_utc_day_withholds_after_a_local_midnight(tmp_path):
     """Kolkata's midnight (18:30 UTC): its users' new day, and UTC's counter still full."""
     clock = {"midnight": "Asia/Kolkata", "at_s": 13, "lead_s": 15}
