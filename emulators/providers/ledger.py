@@ -414,6 +414,19 @@ def _bad(message: str) -> Response:
     return json_response(400, {"error": message})
 
 
+def _tokens_body(request: Request) -> dict[str, Any] | Response:
+    """A token control call's JSON body, its ``tokens`` a list of non-empty strings; else the
+    400 to answer."""
+    try:
+        payload = request.json()
+    except ValueError:
+        return _bad('body must be JSON: {"tokens": [...]}')
+    tokens = payload.get("tokens") if isinstance(payload, dict) else None
+    if not isinstance(tokens, list) or not all(isinstance(t, str) and t for t in tokens):
+        return _bad('body must be {"tokens": [non-empty strings]}')
+    return payload
+
+
 def handle_control(request: Request, state: ProviderState) -> Response | None:
     """Answer ``/_sim/...`` control calls; None when the path is not a control path."""
     path = request.path
@@ -441,13 +454,10 @@ def handle_control(request: Request, state: ProviderState) -> Response | None:
         state.reset()
         return json_response(200, {"ok": True})
     if route == ("POST", "/_sim/tokens/unregistered"):
-        try:
-            payload = request.json()
-        except ValueError:
-            return _bad('body must be JSON: {"tokens": [...]}')
-        tokens = payload.get("tokens") if isinstance(payload, dict) else None
-        if not isinstance(tokens, list) or not all(isinstance(t, str) and t for t in tokens):
-            return _bad('body must be {"tokens": [non-empty strings]}')
+        payload = _tokens_body(request)
+        if not isinstance(payload, dict):
+            return payload
+        tokens = payload["tokens"]
         reason = payload.get("reason")
         if reason is not None and (
             state.faults.provider != "apns" or reason not in APNS_DEAD_REASONS
@@ -459,14 +469,10 @@ def handle_control(request: Request, state: ProviderState) -> Response | None:
         count = state.mark_unregistered(tokens, reason=reason)
         return json_response(200, {"ok": True, "count": count})
     if route == ("POST", "/_sim/tokens/revived"):
-        try:
-            payload = request.json()
-        except ValueError:
-            return _bad('body must be JSON: {"tokens": [...]}')
-        tokens = payload.get("tokens") if isinstance(payload, dict) else None
-        if not isinstance(tokens, list) or not all(isinstance(t, str) and t for t in tokens):
-            return _bad('body must be {"tokens": [non-empty strings]}')
-        return json_response(200, {"ok": True, "revived": state.revive(tokens)})
+        payload = _tokens_body(request)
+        if not isinstance(payload, dict):
+            return payload
+        return json_response(200, {"ok": True, "revived": state.revive(payload["tokens"])})
     known = {
         "/_sim/health",
         "/_sim/ledger",
