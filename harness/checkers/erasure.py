@@ -50,6 +50,16 @@ from harness.model.oracle import expected_channel_deliveries
 EXAMPLES = 5
 
 
+def posted_again(injected: pd.DataFrame, tenant: str, since: float) -> pd.DataFrame:
+    """The ``injected`` rows of ``tenant`` sent from ``since`` on whose notification id was
+    already posted before it: the ids re-used after a person registered again."""
+    of_tenant = injected["tenant_id"] == tenant
+    earlier = set(injected.loc[of_tenant & (injected["time"] < since), "notification_id"])
+    return injected[
+        of_tenant & (injected["time"] >= since) & injected["notification_id"].isin(earlier)
+    ]
+
+
 def _reads_after_erasure(evidence: Evidence) -> tuple[int, int, int]:
     """(reads judged, inbox items seen, non-zero unread counts) of erased users between their
     erasure's acknowledgement and their registration again."""
@@ -117,17 +127,7 @@ def _reused_ids(evidence: Evidence) -> tuple[int, int, int, list[dict[str, Any]]
     examples: list[dict[str, Any]] = []
     for (tenant, user), registration in timeline.registrations.items():
         devices = evidence.population.devices_of(tenant, user)
-        earlier = set(
-            injected.loc[
-                (injected["tenant_id"] == tenant) & (injected["time"] < registration.sent),
-                "notification_id",
-            ]
-        )
-        again = injected[
-            (injected["tenant_id"] == tenant)
-            & (injected["time"] >= registration.sent)
-            & injected["notification_id"].isin(earlier)
-        ]
+        again = posted_again(injected, tenant, registration.sent)
         mine = got[(got["tenant_id"] == tenant) & (got["time"] >= registration.sent)]
         for event in again.itertuples(index=False):
             author = (tenant, str(event.author_id))
@@ -174,17 +174,7 @@ def _reused_channel_ids(evidence: Evidence) -> tuple[int, int, int, list[dict[st
         except KeyError:
             continue
         tokens = {t for t in (person.email, person.phone) if t}
-        earlier = set(
-            injected.loc[
-                (injected["tenant_id"] == tenant) & (injected["time"] < registration.sent),
-                "notification_id",
-            ]
-        )
-        again = injected[
-            (injected["tenant_id"] == tenant)
-            & (injected["time"] >= registration.sent)
-            & injected["notification_id"].isin(earlier)
-        ]
+        again = posted_again(injected, tenant, registration.sent)
         if again.empty or not tokens:
             continue
         wanted = expected_channel_deliveries(evidence.population, again, channels_by_kind)
