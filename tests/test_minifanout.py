@@ -8,6 +8,7 @@ observable difference (the same test with the bug on fails the promise).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -192,6 +193,37 @@ def test_consent_is_default_deny_in_the_decision():
         assert decide(settings, at).action == "deny"
     assert decide(no_record, at, consent_default_allow=True).action == "send"
     assert decide(switched_off, at, consent_default_allow=True).action == "deny"
+
+
+def test_a_job_whose_id_is_no_ulid_is_poison_unless_the_bug_skips_the_check():
+    from systems.minifanout.providers import Job
+
+    job = {"tenant": "t", "user": "u1", "id": str(ULID()), "token": apns_token(), "os": "ios"}
+    assert Job.parse(json.dumps(job)).id == job["id"]
+    bad = json.dumps({**job, "id": "malformed-" + "0" * 32})
+    with pytest.raises(ValueError):
+        Job.parse(bad)
+    assert Job.parse(bad, check_id=False).id.startswith("malformed-")
+
+
+def test_the_fcm_project_is_sticky_by_the_stated_mapping():
+    import zlib
+
+    from systems.minifanout.providers import fcm_project_of
+
+    projects = ("p0", "p1", "p2")
+    assert fcm_project_of("user-7", projects, "digits-mod") == "p1"
+    for user in ("user-7", "alice", "user-12"):
+        crc = fcm_project_of(user, projects, "crc32")
+        assert crc == projects[zlib.crc32(user.encode()) % 3]
+        assert fcm_project_of(user, projects, "crc32") == crc  # the same every time
+    assert fcm_project_of("user-7", ("only",), "crc32") == "only"
+
+
+def test_the_driver_refuses_erasure_when_told():
+    with pytest.raises(Unsupported):
+        MiniFanoutDriver({"erasure": False}).erase_user("t", "u")
+    assert MiniFanoutDriver().erase_user("t", "u").method == "DELETE"
 
 
 def test_provider_answers_are_classified():

@@ -19,7 +19,13 @@ BUGS: dict[str, str] = {
     "quiet_hours_utc": "quiet hours are compared with the UTC clock, not the user's zone",
     "consent_default_allow": "a user without a consent record gets pushes",
     "keep_dead_tokens": "a token the provider calls dead (410 / UNREGISTERED) stays active",
+    "no_id_check": "a job whose notification id is no ULID is sent, not set aside as poison",
+    "dedup_short_ttl": "a 'sent' claim lives an hour, not 30 days: a provider retry after that "
+    "is sent again",
 }
+
+#: How a person's FCM sender project is chosen among ``--fcm-projects`` (sticky either way).
+FCM_MAPPINGS = ("digits-mod", "crc32")
 
 ROLES = ("both", "api", "consumer")
 DEFAULT_QUEUE = "mini-deliveries"
@@ -37,7 +43,7 @@ class Config:
     apns_ca_file: Path | None
     apns_topic: str
     fcm_url: str
-    fcm_project: str
+    fcm_projects: tuple[str, ...]
     host: str
     port: int
     bugs: frozenset[str]
@@ -50,6 +56,9 @@ class Config:
     provider_timeout_s: float = 10.0
     lease_s: float = 15.0
     max_receives: int = 3
+    # Where malformed jobs go (a poison queue); None: the dead-letter queue takes them too.
+    poison_queue: str | None = None
+    fcm_mapping: str = "digits-mod"
 
     @property
     def dead_queue(self) -> str:
@@ -105,7 +114,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--apns-ca-file", type=Path, help="CA bundle that signed the APNs server")
     p.add_argument("--apns-topic", default="com.example.minifanout")
     p.add_argument("--fcm-url", required=True, help="FCM HTTP v1 base URL")
-    p.add_argument("--fcm-project", default="minifanout")
+    p.add_argument(
+        "--fcm-projects",
+        default="minifanout",
+        help="comma-separated FCM sender projects; a person always uses the same one",
+    )
+    p.add_argument(
+        "--fcm-mapping",
+        choices=FCM_MAPPINGS,
+        default="digits-mod",
+        help="a person's project: the digits of their id mod K, or crc32(id) mod K",
+    )
+    p.add_argument("--poison-queue", help="queue for malformed jobs (default: the dead queue)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, help="the API's port (required unless --role consumer)")
     p.add_argument("--bugs", default="", help=f"comma-separated: {', '.join(BUGS)}")
@@ -134,6 +154,11 @@ def config_from_args(args: argparse.Namespace) -> Config:
         raise BadConfig("--visibility-timeout: between 5 and 43200 seconds")
     if not args.queue or len(args.queue) + len(DEAD_SUFFIX) > 80:
         raise BadConfig("--queue: 1 to 75 characters")
+    projects = tuple(p.strip() for p in args.fcm_projects.split(",") if p.strip())
+    if not projects:
+        raise BadConfig("--fcm-projects: at least one project")
+    if args.poison_queue is not None and not 1 <= len(args.poison_queue) <= 80:
+        raise BadConfig("--poison-queue: 1 to 80 characters")
     return Config(
         redis_url=redis_url,
         dedup_redis_url=dedup or redis_url,
@@ -144,7 +169,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
         apns_ca_file=args.apns_ca_file,
         apns_topic=args.apns_topic,
         fcm_url=_url(args.fcm_url, "--fcm-url", ("http", "https")),
-        fcm_project=args.fcm_project,
+        fcm_projects=projects,
+        fcm_mapping=args.fcm_mapping,
+        poison_queue=args.poison_queue,
         host=_loopback(args.host),
         port=args.port or 0,
         bugs=parse_bugs(args.bugs),

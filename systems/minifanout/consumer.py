@@ -92,11 +92,11 @@ class Consumer:
 
     async def _handle(self, message: Received) -> bool:
         try:
-            job = Job.parse(message.body)
+            job = Job.parse(message.body, check_id=not self.config.bug("no_id_check"))
         except (ValueError, TypeError) as exc:
             self.counts["poison"] += 1
-            log.warning("malformed job %s to the dead-letter queue: %s", message.message_id, exc)
-            await self.queue.to_dead_letter(message, f"malformed: {exc}")
+            log.warning("malformed job %s set aside: %s", message.message_id, exc)
+            await self.queue.to_dead_letter(message, f"malformed: {exc}", poison=True)
             return False
         if self.config.bug("ack_before_send"):
             await self.queue.delete(message)

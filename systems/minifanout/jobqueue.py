@@ -58,11 +58,14 @@ def sqs_client(endpoint: str | None, region: str, connections: int = 32) -> Any:
 
 
 class JobQueue:
-    def __init__(self, sqs: Any, name: str, dead_name: str) -> None:
+    def __init__(self, sqs: Any, name: str, dead_name: str, poison_name: str | None = None) -> None:
         self.sqs = sqs
         self.name, self.dead_name = name, dead_name
+        # Malformed jobs apart from the ones that ran out of receives, when a name is given.
+        self.poison_name = poison_name
         self.url = ""
         self.dead_url = ""
+        self.poison_url = ""
 
     def ensure(self, visibility_timeout_s: int, max_receives: int) -> None:
         """Create both queues (or bring their attributes to these values): a job received more
@@ -75,6 +78,11 @@ class JobQueue:
         self.url = self._create(
             self.name,
             {"VisibilityTimeout": str(visibility_timeout_s), "RedrivePolicy": redrive},
+        )
+        self.poison_url = (
+            self._create(self.poison_name, {"MessageRetentionPeriod": str(RETENTION_S)})
+            if self.poison_name
+            else self.dead_url
         )
 
     def _create(self, name: str, attributes: dict[str, str]) -> str:
@@ -179,11 +187,12 @@ class JobQueue:
             VisibilityTimeout=max(0, min(43200, int(seconds + 0.999))),
         )
 
-    async def to_dead_letter(self, message: Received, why: str) -> None:
-        """A job that can never succeed goes to the dead-letter queue at once, with why."""
+    async def to_dead_letter(self, message: Received, why: str, poison: bool = False) -> None:
+        """A job that can never succeed goes to the dead-letter queue at once, with why (a
+        malformed one, ``poison``, to the poison queue when there is one)."""
         await self._call(
             "send_message",
-            QueueUrl=self.dead_url,
+            QueueUrl=self.poison_url if poison else self.dead_url,
             MessageBody=message.body,
             MessageAttributes={"reason": {"DataType": "String", "StringValue": why[:256]}},
         )

@@ -26,11 +26,13 @@ from systems.minifanout.config import Config
 from systems.minifanout.consumer import Consumer
 from systems.minifanout.jobqueue import JobQueue, sqs_client
 from systems.minifanout.providers import Senders
-from systems.minifanout.store import Claims, People
+from systems.minifanout.store import SENT_TTL_S, Claims, People
 
 log = logging.getLogger("minifanout")
 STORE_TIMEOUT_S = 2.0
 STOP_TIMEOUT_S = 20.0
+# The dedup_short_ttl bug's claim lifetime: an hour, far short of any provider's retry horizon.
+SHORT_SENT_TTL_S = 3600
 
 
 def _stores(config: Config) -> tuple[Redis, Redis]:
@@ -58,7 +60,10 @@ async def serve(config: Config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     queue = JobQueue(
-        sqs_client(config.sqs_endpoint, config.region), config.queue, config.dead_queue
+        sqs_client(config.sqs_endpoint, config.region),
+        config.queue,
+        config.dead_queue,
+        config.poison_queue,
     )
     try:
         await asyncio.to_thread(queue.ensure, config.visibility_timeout_s, config.max_receives)
@@ -72,7 +77,10 @@ async def serve(config: Config) -> int:
         config.max_receives,
     )
     data, dedup = _stores(config)
-    people, claims = People(data), Claims(dedup)
+    people, claims = (
+        People(data),
+        Claims(dedup, sent_ttl_s=SHORT_SENT_TTL_S if config.bug("dedup_short_ttl") else SENT_TTL_S),
+    )
     runner: web.AppRunner | None = None
     api: Api | None = None
     consumer_task: asyncio.Task[None] | None = None
@@ -94,7 +102,8 @@ async def serve(config: Config) -> int:
                 config.apns_url,
                 config.fcm_url,
                 apns_topic=config.apns_topic,
-                fcm_project=config.fcm_project,
+                fcm_projects=config.fcm_projects,
+                fcm_mapping=config.fcm_mapping,
                 apns_ca_file=str(config.apns_ca_file) if config.apns_ca_file else None,
                 timeout_s=config.provider_timeout_s,
             )

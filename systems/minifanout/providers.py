@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import ssl
+import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 import httpx
+from ulid import ULID
 
 from systems.minifanout.rules import retry_after_s
 
@@ -53,8 +55,9 @@ class Job:
         )
 
     @classmethod
-    def parse(cls, text: str) -> Job:
-        """A job from its queue body; ValueError for anything else (a poison message)."""
+    def parse(cls, text: str, check_id: bool = True) -> Job:
+        """A job from its queue body; ValueError for anything else (a poison message): a
+        notification id that is no ULID too, unless ``check_id`` is off."""
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("a job is a JSON object")
@@ -63,6 +66,8 @@ class Job:
             raise ValueError("a job names tenant, user, id, token and os")
         if data["os"] not in ("ios", "android"):
             raise ValueError(f"unknown os {data['os']!r}")
+        if check_id:
+            ULID.from_str(data["id"])  # ValueError: not 26 Crockford base-32 characters
         return cls(
             **{f: str(data.get(f) or "") for f in fields},
             deferrals=int(data.get("deferrals") or 0),
@@ -162,6 +167,17 @@ def fcm_outcome(status: int, body: bytes, retry_after: str | None, now: datetime
     return Outcome("rejected", status, code)
 
 
+def fcm_project_of(user: str, projects: tuple[str, ...], mapping: str) -> str:
+    """``digits-mod``: the digits of the person's id mod K (the reference's rule); ``crc32``:
+    crc32 of the id's UTF-8 mod K (a team's own sticky rule, which a target file must state)."""
+    if len(projects) == 1:
+        return projects[0]
+    if mapping == "crc32":
+        return projects[zlib.crc32(user.encode()) % len(projects)]
+    digits = "".join(c for c in user if c.isdigit())
+    return projects[int(digits or "0") % len(projects)]
+
+
 class Senders:
     """One HTTP/2 client for APNs and one for FCM, shared by every job of the consumer."""
 
@@ -171,13 +187,15 @@ class Senders:
         fcm_url: str,
         *,
         apns_topic: str,
-        fcm_project: str,
+        fcm_projects: tuple[str, ...],
+        fcm_mapping: str = "digits-mod",
         apns_ca_file: str | None = None,
         timeout_s: float = 10.0,
         connections: int = 32,
     ) -> None:
         self.apns_url, self.fcm_url = apns_url, fcm_url
-        self.apns_topic, self.fcm_project = apns_topic, fcm_project
+        self.apns_topic, self.fcm_projects = apns_topic, fcm_projects
+        self.fcm_mapping = fcm_mapping
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         verify: ssl.SSLContext | bool = True
         if apns_ca_file:
@@ -188,16 +206,20 @@ class Senders:
         )
         self.fcm = httpx.AsyncClient(timeout=timeout_s, limits=limits)
 
+    def project(self, job: Job) -> str:
+        """The person's FCM sender project: always the same one for a person."""
+        return fcm_project_of(job.user, self.fcm_projects, self.fcm_mapping)
+
     def scope(self, job: Job) -> str:
         """What one Retry-After applies to: APNs as a whole, FCM per project."""
-        return "apns" if job.provider == "apns" else f"fcm/{self.fcm_project}"
+        return "apns" if job.provider == "apns" else f"fcm/{self.project(job)}"
 
     async def send(self, job: Job) -> Outcome:
         if job.provider == "apns":
             request = apns_request(job, self.apns_url, self.apns_topic)
             client, classify = self.apns, apns_outcome
         else:
-            request = fcm_request(job, self.fcm_url, self.fcm_project)
+            request = fcm_request(job, self.fcm_url, self.project(job))
             client, classify = self.fcm, fcm_outcome
         try:
             response = await client.request(

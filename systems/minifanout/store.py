@@ -198,8 +198,9 @@ class People:
 class Claims:
     """The dedup store: one claim per (tenant, person, notification, device)."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, sent_ttl_s: int = SENT_TTL_S) -> None:
         self.redis = redis
+        self.sent_ttl_s = sent_ttl_s
         # Sends whose 'sent' mark the store refused (it was down): written before any new
         # claim, since the lease guarding them runs out while the store is away and a copy
         # of the job claimed after that would be sent again.
@@ -212,7 +213,7 @@ class Claims:
             return "sent", 0.0
         for late in list(self.unsettled):
             # No XX: the lease may have run out meanwhile; the send happened all the same.
-            await self.redis.set(late, "sent", ex=SENT_TTL_S)
+            await self.redis.set(late, "sent", ex=self.sent_ttl_s)
             self.unsettled.discard(late)
         if await self.redis.set(key, "pending", nx=True, px=int(lease_s * 1000)):
             return "won", 0.0
@@ -228,7 +229,7 @@ class Claims:
         # XX: only over our own lease. A claim erased mid-send (the person erased) stays
         # erased; nothing of them survives in the store.
         try:
-            await self.redis.set(key, "sent", ex=SENT_TTL_S, xx=True)
+            await self.redis.set(key, "sent", ex=self.sent_ttl_s, xx=True)
         except RedisError:
             self.unsettled.add(key)
             raise
