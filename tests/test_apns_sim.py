@@ -542,3 +542,28 @@ def test_a_dead_token_revived_answers_200_again(sim: Sim) -> None:
         assert client.post(f"/3/device/{gone}", json={"aps": {}}).status_code == 200
         assert client.post(f"/3/device/{bad}", json={"aps": {}}).status_code == 200
         assert client.get("/_sim/tokens/revived").status_code == 405
+
+
+def test_the_ledger_reads_ids_where_the_system_says_its_pushes_carry_them(tmp_path: Path) -> None:
+    """A system whose payload names its ids under keys of its own states them (PUT
+    /_sim/payload-ids, dotted paths); the ledger reads them there, through every serving
+    process and across a reset; a bad path is a 400 naming what is wrong."""
+    with run_sim(MODULE, tmp_path) as own, h2c(own) as client:
+        token = new_token()
+        ours = {"aps": {"alert": "x"}, "n": {"o": "acme", "id": "01J0000000000000000000000A"}}
+        defaults = {"aps": {}, "tenant_id": "t0", "notification_id": "n0"}
+        client.post(f"/3/device/{token}", json=ours)
+        client.post(f"/3/device/{token}", json=defaults)
+        paths = {"tenant_id": "n.o", "notification_id": "n.id"}
+        assert client.put("/_sim/payload-ids", json=paths).json() == paths
+        assert client.post("/_sim/reset").status_code == 200
+        assert client.get("/_sim/payload-ids").json() == paths  # a contract, not run state
+        client.post(f"/3/device/{token}", json=ours)
+        client.post(f"/3/device/{token}", json=defaults)
+        rows = client.get("/_sim/ledger").json()["rows"]
+        ids = [(r["tenant_id"], r["notification_id"]) for r in rows]
+        assert ids == [("acme", "01J0000000000000000000000A"), (None, None)]
+        for bad in ({"tenant_id": "n..o"}, {"recipient": "x"}, {"tenant_id": 3}, []):
+            answer = client.put("/_sim/payload-ids", json=bad)
+            assert answer.status_code == 400 and "error" in answer.json()
+        assert client.get("/_sim/payload-ids").json() == paths

@@ -345,3 +345,20 @@ def test_a_dead_token_revived_answers_again(sim: Sim, tmp_path: Path) -> None:
         assert "name" in fcm.notify(fcm_token=token, notification_title="t")
     finally:
         control.close()
+
+
+def test_the_ledger_reads_ids_where_the_system_says_its_pushes_carry_them(tmp_path: Path) -> None:
+    with run_sim(MODULE, tmp_path) as own:
+        with httpx.Client(http1=False, http2=True, base_url=own.url, timeout=20) as client:
+            send = "/v1/projects/p/messages:send"
+            message = {"token": new_token(), "data": {"o": "acme", "nid": "n1"}}
+            client.post(send, json={"message": message})
+            assert client.get("/_sim/payload-ids").json() == {
+                "tenant_id": "message.data.tenant_id",
+                "notification_id": "message.data.notification_id",
+            }
+            paths = {"tenant_id": "message.data.o", "notification_id": "message.data.nid"}
+            assert client.put("/_sim/payload-ids", json=paths).status_code == 200
+            client.post(send, json={"message": message})
+            rows = client.get("/_sim/ledger").json()["rows"]
+    assert [(r["tenant_id"], r["notification_id"]) for r in rows] == [(None, None), ("acme", "n1")]

@@ -12,6 +12,7 @@ from ulid import ULID
 
 from harness.checkers import author_order, fcm_stickiness, inbox, unread
 from harness.checkers.evidence import evidence_from
+from harness.model.fcm_mapping import project_function
 from harness.model.history import History
 from harness.model.population import PopulationSpec, generate
 
@@ -216,11 +217,41 @@ def test_fcm_sends_stick_to_the_project_user_mod_k_names():
     device = next(d for d in population.devices if d.platform == "fcm")
     number = int(device.user_id[1:])
     projects = ("p0", "p1", "p2")
+    mod_k = project_function("digits-mod", projects)
     history = History()
     _fcm(history, device.tenant_id, device.token, projects[number % 3])
     _fcm(history, device.tenant_id, device.token, projects[number % 3])
-    assert fcm_stickiness.check(population, history.frame(), projects).valid
+    assert fcm_stickiness.check(population, history.frame(), projects, mod_k).valid
     _fcm(history, device.tenant_id, device.token, projects[(number + 1) % 3])
-    verdict = fcm_stickiness.check(population, history.frame(), projects)
+    verdict = fcm_stickiness.check(population, history.frame(), projects, mod_k)
     assert not verdict.valid
     assert verdict.counts["users_on_several_projects"] == 1 and verdict.counts["wrong_project"] == 1
+
+
+@pytest.mark.usefixtures("engine")
+def test_fcm_stickiness_judges_the_stated_mapping_not_user_mod_k():
+    """A team's sticky crc32 mapping passes when each user stays on the project it names,
+    though user mod K would name another; no mapping stated judges stickiness only."""
+    population = _population()
+    devices = [d for d in population.devices if d.platform == "fcm"][:6]
+    projects = ("p0", "p1")
+    crc = project_function("projects[crc32(user_id) % len(projects)]", projects)
+    mod_k = project_function("digits-mod", projects)
+    history = History()
+    for d in devices:
+        _fcm(history, d.tenant_id, d.token, crc(d.tenant_id, d.user_id))
+    assert any(crc(d.tenant_id, d.user_id) != mod_k(d.tenant_id, d.user_id) for d in devices)
+    assert fcm_stickiness.check(population, history.frame(), projects, crc).valid
+    assert not fcm_stickiness.check(population, history.frame(), projects, mod_k).valid
+    unstated = fcm_stickiness.check(population, history.frame(), projects)
+    assert unstated.valid and unstated.details["mapping"].startswith("no fcm_mapping stated")
+    d = devices[0]
+    _fcm(history, d.tenant_id, d.token, "p1" if crc(d.tenant_id, d.user_id) == "p0" else "p0")
+    verdict = fcm_stickiness.check(population, history.frame(), projects)
+    assert not verdict.valid and verdict.counts["users_on_several_projects"] == 1
+
+
+@pytest.mark.usefixtures("engine")
+def test_fcm_stickiness_with_no_fcm_request_is_unknown_not_pass():
+    verdict = fcm_stickiness.check(_population(), History().frame(), ("p0",))
+    assert verdict.valid is None and "no FCM request" in verdict.details["unknown"]

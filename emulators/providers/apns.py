@@ -125,14 +125,6 @@ def parse_json_body(body: bytes) -> Any:
         return None
 
 
-def _custom_key(payload: Any, key: str) -> str | None:
-    if isinstance(payload, dict):
-        value = payload.get(key)
-        if value is not None:
-            return value if value.__class__ is str else str(value)
-    return None
-
-
 class ApnsSimulator:
     """The request handler; ``state`` holds the ledger and the unregistered tokens."""
 
@@ -172,8 +164,8 @@ class ApnsSimulator:
                 PROVIDER,
                 request.received_at,
                 time.time() + answer_delay,
-                _custom_key(payload, "tenant_id"),
-                _custom_key(payload, "notification_id"),
+                self.state.payload_id(payload, "tenant_id"),
+                self.state.payload_id(payload, "notification_id"),
                 token,
                 None,  # project
                 status,
@@ -199,7 +191,8 @@ class ApnsSimulator:
         path = request.path
         token = path[len(PATH_PREFIX) :] if path.startswith(PATH_PREFIX) else ""
         # Parsed up front (best effort) so that every ledger row, errors included, carries the
-        # tenant_id / notification_id of the payload when it has them.
+        # tenant_id / notification_id of the payload when it has them (top-level keys, or the
+        # paths a system stated: PUT /_sim/payload-ids).
         payload = parse_json_body(request.body) if len(request.body) <= 1 << 20 else None
         rejected = self._rejection(request, token, given_id, payload)
         if rejected is not None:

@@ -13,8 +13,9 @@ Run: ``python -m emulators.providers.fcm --port N [--host 127.0.0.1] [--tls] [--
 * ``POST /token``: OAuth2 JWT-bearer grant, what google-auth service-account credentials call at
   their ``token_uri``. :func:`write_service_account_file` writes such a file pointing here.
 
-The ledger row's tenant_id / notification_id come from ``message.data``; ``reason`` is the FCM
-errorCode (or the status when Google sends none).
+The ledger row's tenant_id / notification_id come from ``message.data`` (or wherever a system
+said its pushes carry them: ``PUT /_sim/payload-ids``, dotted paths into the request body);
+``reason`` is the FCM errorCode (or the status when Google sends none).
 
 Faults (:mod:`emulators.providers.faults`, ``/_sim/faults``) act on valid sends (not on
 ``validate_only`` dry runs): ``quota`` (429 RESOURCE_EXHAUSTED / QUOTA_EXCEEDED) and ``status``
@@ -198,16 +199,6 @@ def _collapse_id(message: dict[str, Any]) -> str | None:
     return None
 
 
-def _data_field(body: Any, key: str) -> str | None:
-    if not isinstance(body, dict):
-        return None
-    message = body.get("message")
-    data = message.get("data") if isinstance(message, dict) else None
-    if isinstance(data, dict) and data.get(key) is not None:
-        return str(data[key])
-    return None
-
-
 def _target(body: Any) -> str:
     message = body.get("message") if isinstance(body, dict) else None
     if not isinstance(message, dict):
@@ -287,8 +278,8 @@ class FcmSimulator:
                     PROVIDER,
                     request.received_at,
                     time.time() + answer_delay,
-                    _data_field(body, "tenant_id"),
-                    _data_field(body, "notification_id"),
+                    self.state.payload_id(body, "tenant_id"),
+                    self.state.payload_id(body, "notification_id"),
                     _target(body),
                     project,
                     status,

@@ -44,6 +44,45 @@ BARRIER_TIMEOUT = 2.0
 # removed) or 400 BadDeviceToken (a token APNs does not accept, e.g. of the other environment).
 APNS_DEAD_REASONS = ("Unregistered", "BadDeviceToken")
 
+# Where a push names its tenant and notification (dotted paths into the JSON the provider
+# receives: the APNs payload, the FCM HTTP v1 request body): the defaults, and what a system
+# states instead (``PUT /_sim/payload-ids``). The ledger's tenant_id / notification_id are read
+# there; a push that names them elsewhere is recorded without them.
+ID_FIELDS = ("tenant_id", "notification_id")
+DEFAULT_PAYLOAD_IDS: dict[str, dict[str, str]] = {
+    "apns": {"tenant_id": "tenant_id", "notification_id": "notification_id"},
+    "fcm": {
+        "tenant_id": "message.data.tenant_id",
+        "notification_id": "message.data.notification_id",
+    },
+}
+
+
+def value_at(document: Any, path: tuple[str, ...]) -> str | None:
+    """The value at ``path`` in a JSON document, as a string; None when it is absent."""
+    value = document
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+        if value is None:
+            return None
+    if isinstance(value, (dict, list)):
+        return None
+    return value if value.__class__ is str else str(value)
+
+
+def parse_payload_ids(body: Any) -> dict[str, str]:
+    """A ``PUT /_sim/payload-ids`` body, each field a dotted path; ValueError saying what is
+    wrong."""
+    if not isinstance(body, dict) or set(body) - set(ID_FIELDS):
+        raise ValueError(f"body must be an object with {' and/or '.join(ID_FIELDS)}")
+    for field, path in body.items():
+        if not isinstance(path, str) or not path or any(not p for p in path.split(".")):
+            raise ValueError(f"{field} must be a dotted path such as 'meta.id', got {path!r}")
+    return dict(body)
+
+
 ROW_KEYS = (
     "seq",
     "provider",
@@ -268,6 +307,10 @@ class ProviderState:
         # token -> how the provider says it is dead, when not its default (APNs: BadDeviceToken)
         self._unregistered_reason: dict[str, str] = {}
         self._journal_at = 0
+        self.payload_ids: dict[str, tuple[str, ...]] = {
+            field: tuple(path.split("."))
+            for field, path in DEFAULT_PAYLOAD_IDS.get(provider, {}).items()
+        }
         self.faults = FaultSet(
             provider,
             self._unregister_from_fault,
@@ -320,6 +363,8 @@ class ProviderState:
             self._mark(event["tokens"], event["at_ms"], event.get("fault"), event.get("reason"))
         elif op == "revive":
             self._revive(event["tokens"])
+        elif op == "payload_ids":
+            self.payload_ids.update({f: tuple(p.split(".")) for f, p in event["paths"].items()})
         else:
             self.faults.apply(event)
 
@@ -392,6 +437,16 @@ class ProviderState:
     def reset(self) -> None:
         self.publish({"op": "reset", "at": time.time()})
 
+    def set_payload_ids(self, paths: dict[str, str]) -> None:
+        """Where pushes name their tenant and notification from now on (kept through resets:
+        it is the system's contract, not a run's state)."""
+        self.publish({"op": "payload_ids", "paths": dict(paths)})
+
+    def payload_id(self, document: Any, field: str) -> str | None:
+        """``field`` (tenant_id or notification_id) as the push names it."""
+        path = self.payload_ids.get(field)
+        return value_at(document, path) if path else None
+
     async def ledger_snapshot(self, since: int) -> tuple[list[dict[str, Any]], int]:
         """The ledger from ``since`` (merged over every process) and the next ``seq``."""
         ledger = self.ledger
@@ -453,6 +508,15 @@ def handle_control(request: Request, state: ProviderState) -> Response | None:
     if route == ("POST", "/_sim/reset"):
         state.reset()
         return json_response(200, {"ok": True})
+    if route == ("GET", "/_sim/payload-ids"):
+        return json_response(200, {f: ".".join(p) for f, p in state.payload_ids.items()})
+    if route == ("PUT", "/_sim/payload-ids"):
+        try:
+            paths = parse_payload_ids(request.json())
+        except ValueError as exc:
+            return _bad(str(exc))
+        state.set_payload_ids(paths)
+        return json_response(200, {f: ".".join(p) for f, p in state.payload_ids.items()})
     if route == ("POST", "/_sim/tokens/unregistered"):
         payload = _tokens_body(request)
         if not isinstance(payload, dict):
@@ -478,6 +542,7 @@ def handle_control(request: Request, state: ProviderState) -> Response | None:
         "/_sim/ledger",
         "/_sim/ledger/source",
         "/_sim/reset",
+        "/_sim/payload-ids",
         "/_sim/tokens/unregistered",
         "/_sim/tokens/revived",
     }

@@ -3,15 +3,17 @@ application each, and "the push consumer routes by recipient_user_id mod K, whic
 device sticky to one project").
 
 Over the FCM ledger: every request for one user goes to one project (``users_on_several``), and
-when the system states its projects (``fcm_projects``, in the order ``mod K`` indexes them) and
-the user id carries a number, that project is ``projects[number mod K]`` (``wrong_project``).
+when the system states its projects (``fcm_projects``) and how it maps a user to one
+(``fcm_mapping``: ``digits-mod``, the reference's ``recipient_user_id mod K``, an expression or a
+function, :mod:`harness.model.fcm_mapping`), that project is the one the mapping names
+(``wrong_project``). With no mapping stated, only stickiness is judged, and the verdict says so.
+A run with no FCM request to a device of the population is *unknown*, never a pass.
 Requests are matched to users through the population's tokens (a token shared by two tenants'
 apps belongs to each tenant's own user).
 """
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -19,21 +21,14 @@ from typing import Any
 import pyarrow as pa
 
 from harness.checkers.evidence import Evidence
-from harness.checkers.registry import checker
+from harness.checkers.registry import checker, unknown_verdict
 from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
+from harness.model.fcm_mapping import ProjectOf, project_function
 from harness.model.population import Population
 
 EXAMPLES = 5
-_DIGITS = re.compile(r"\d+")
-
-
-def owner_project(user_id: str, projects: tuple[str, ...]) -> str | None:
-    """The project ``recipient_user_id mod K`` names, when the id carries a number."""
-    digits = "".join(_DIGITS.findall(user_id))
-    if not projects or not digits:
-        return None
-    return projects[int(digits) % len(projects)]
+NO_MAPPING = "no fcm_mapping stated: stickiness judged, not which project"
 
 
 def fcm_owners(population: Population) -> dict[tuple[str, str], str]:
@@ -41,7 +36,12 @@ def fcm_owners(population: Population) -> dict[tuple[str, str], str]:
     return {(d.tenant_id, d.token): d.user_id for d in population.devices if d.platform == "fcm"}
 
 
-def check(population: Population, history: Any, projects: tuple[str, ...] = ()) -> Verdict:
+def check(
+    population: Population,
+    history: Any,
+    projects: tuple[str, ...] = (),
+    project_of: ProjectOf | None = None,
+) -> Verdict:
     owners = fcm_owners(population)
     fcm = history[(history["kind"] == "provider") & (history["provider"] == "fcm")]
     used: dict[tuple[str, str], set[str]] = defaultdict(set)
@@ -55,7 +55,7 @@ def check(population: Population, history: Any, projects: tuple[str, ...] = ()) 
         requests += 1
         project = str(row.project)
         used[(str(row.tenant_id), user)].add(project)
-        expected = owner_project(user, projects)
+        expected = project_of(str(row.tenant_id), user) if project_of else None
         if expected is not None and project != expected:
             wrong += 1
             if len(examples) < EXAMPLES:
@@ -76,11 +76,26 @@ def check(population: Population, history: Any, projects: tuple[str, ...] = ()) 
         ],
         "wrong_examples": examples,
     }
-    return Verdict("fcm_stickiness", not several and wrong == 0, counts, details)
+    return _verdict(counts, details, project_of, not several and wrong == 0)
+
+
+def _verdict(
+    counts: dict[str, int], details: dict[str, Any], project_of: ProjectOf | None, ok: bool
+) -> Verdict:
+    if counts["fcm_requests"] == 0:
+        return unknown_verdict(
+            "fcm_stickiness", "no FCM request to a device of this run's population", **counts
+        )
+    if project_of is None:
+        details["mapping"] = NO_MAPPING
+    return Verdict("fcm_stickiness", ok, counts, details)
 
 
 def check_store(
-    store: HistoryStore, population: Population, projects: tuple[str, ...] = ()
+    store: HistoryStore,
+    population: Population,
+    projects: tuple[str, ...] = (),
+    project_of: ProjectOf | None = None,
 ) -> Verdict:
     """:func:`check` over a history on disk."""
     owners = fcm_owners(population)
@@ -92,7 +107,8 @@ def check_store(
                 "token": pa.array([k for _, k in owners], pa.string()),
                 "user_id": pa.array(list(owners.values()), pa.string()),
                 "expected": pa.array(
-                    [owner_project(u, projects) for u in owners.values()], pa.string()
+                    [project_of(t, u) if project_of else None for (t, _), u in owners.items()],
+                    pa.string(),
                 ),
             }
         ),
@@ -143,16 +159,17 @@ def check_store(
             for t, (_, u, p, e) in zip(wrong_tenants, wrong_rows, strict=True)
         ],
     }
-    return Verdict("fcm_stickiness", not several and wrong == 0, counts, details)
+    return _verdict(counts, details, project_of, not several and wrong == 0)
 
 
 @checker(
     "fcm_stickiness",
-    summary="every FCM send for a user goes to one project, the one user mod K names",
+    summary="every FCM send for a user goes to one project, the one the stated mapping names",
     out_of_core=True,
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     projects = tuple(evidence.policy.fcm_projects)
+    project_of = project_function(evidence.policy.fcm_mapping, projects)
     if evidence.store is not None:
-        return check_store(evidence.store, evidence.population, projects)
-    return check(evidence.population, evidence.history, projects)
+        return check_store(evidence.store, evidence.population, projects, project_of)
+    return check(evidence.population, evidence.history, projects, project_of)

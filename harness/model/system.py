@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.model.fcm_mapping import project_function
+
 # Seed 000: a mention goes to push, email and in-app; every other kind to push.
 DEFAULT_CHANNELS_BY_KIND: Mapping[str, tuple[str, ...]] = {
     "mention": ("push", "email", "in_app"),
@@ -31,8 +33,11 @@ class SystemPolicy:
     # The dedup store keeps its keys through a crash (MemoryDB with its transaction log); a
     # volatile one (ElastiCache) may lose them, a duplicate the design admits.
     durable_dedup_store: bool = True
-    # FCM sender projects, in the order ``recipient_user_id mod K`` indexes them.
+    # FCM sender projects, in the order the mapping indexes them.
     fcm_projects: tuple[str, ...] = ()
+    # How a user's project is chosen (harness/model/fcm_mapping.py): ``digits-mod``, an
+    # expression, or ``package.module:function``. None: only stickiness is judged.
+    fcm_mapping: str | None = None
     # Seed 000: a delivery's dedup key lives 30 days; the keys match this pattern (Redis
     # SCAN MATCH syntax) in the dedup store. None: the harness cannot tell them apart.
     dedup_window_seconds: float = 2_592_000.0
@@ -57,7 +62,10 @@ class SystemPolicy:
             }
         if "fcm_projects" in data:
             data["fcm_projects"] = tuple(data["fcm_projects"])
-        return cls(**data)
+        policy = cls(**data)
+        # A mapping that cannot be evaluated is refused with the target file, before any load.
+        project_function(policy.fcm_mapping, policy.fcm_projects or ("p",))
+        return policy
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +76,7 @@ class SystemPolicy:
             "dedup_fallback": self.dedup_fallback,
             "durable_dedup_store": self.durable_dedup_store,
             "fcm_projects": list(self.fcm_projects),
+            "fcm_mapping": self.fcm_mapping,
             "dedup_window_seconds": self.dedup_window_seconds,
             "max_receives": self.max_receives,
             "dedup_key_pattern": self.dedup_key_pattern,

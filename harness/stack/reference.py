@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.contract.driver import FanoutApiDriver
 from harness.contract.system import AuditSource, JobIdentity, Queues, SystemContract, TtlTable
+from harness.model.fcm_mapping import DIGITS_MOD
 from harness.model.system import SystemPolicy
 from reference_impl.config import CHANNELS, PAGES_QUEUE, Config, ConfigError
 from reference_impl.ids import user_key
@@ -132,6 +133,7 @@ def policy(config: Config, durable: bool) -> SystemPolicy:
         dedup_fallback=config.dedup_fallback,
         durable_dedup_store=durable,
         fcm_projects=tuple(config.fcm_projects),
+        fcm_mapping=DIGITS_MOD,  # the consumer routes by recipient_user_id mod K
     )
 
 
