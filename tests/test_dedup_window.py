@@ -109,3 +109,27 @@ def test_the_sampler_reads_every_matching_keys_ttl(stack):
         assert not capped.complete and capped.keys < 3
     finally:
         client.delete(prefix + "a", prefix + "b", prefix + "c")
+
+
+@pytest.mark.integration
+def test_a_run_reads_only_its_own_keys_of_a_long_lived_store(stack):
+    """Keys there before the run are left out (counted); a pattern naming ${tenant_prefix}
+    reads the run's tenants' keys only."""
+    from harness.run.dedup_keys import existing_keys, run_pattern
+
+    url = stack.info.redis_url
+    store = redis.Redis.from_url(url)
+    k = f"lived-{uuid.uuid4().hex}:"
+    store.set(k + "tenant-aaa111-0:n1", 1, ex=3600)  # an earlier run's, an hour
+    try:
+        earlier = existing_keys(url, k + "*")
+        assert earlier == {(k + "tenant-aaa111-0:n1").encode()}
+        store.set(k + "tenant-bbb222-0:n2", 1, ex=WINDOW)
+        sample = sample_ttls(url, k + "*", exclude=earlier)
+        assert sample.keys == 1 and sample.earlier == 1 and max(sample.ttls) > 3600
+        assert existing_keys(url, k + "*", cap=1) is None  # too many to tell apart
+        own = run_pattern(k + "${tenant_prefix}*", "tenant-bbb222")
+        assert own == k + "tenant-bbb222*" and sample_ttls(url, own).keys == 1
+        assert run_pattern("k:${tenant_prefix}*", "a[b]") == "k:a\\[b\\]*"
+    finally:
+        store.delete(k + "tenant-aaa111-0:n1", k + "tenant-bbb222-0:n2")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pandas as pd
 import pytest
 import redis
 import yaml
@@ -72,25 +73,54 @@ def deps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deps]:
         stop_process(dedup)
 
 
+# minifanout's jobs as a target file states them: where they name their ids, and a whole job
+# of its schema the harness can write wrong in its id alone.
+JOB_FIELDS = {"tenant": "tenant", "notification": "id", "recipient": "user"}
+JOB_TEMPLATE = {
+    "body": {"tenant": "${tenant}", "user": "${recipient}", "id": "${notification}",
+             "token": "${token}", "os": "${platform}", "actor": "${author}", "verb": "post",
+             "target": "probe"},
+    "platforms": {"apns": "ios", "fcm": "android"},
+}  # fmt: skip
+# Two FCM sender projects, a person kept on one by crc32 of their id (not the reference's
+# digits mod K): the target file states the mapping.
+FCM_PROJECTS = ["mf-0", "mf-1"]
+CRC32_MAPPING = "projects[crc32(user_id) % len(projects)]"
+
+
 @contextmanager
-def minifanout(deps: Deps, bugs: tuple[str, ...] = ()) -> Iterator[Path]:
-    """minifanout running with ``bugs``, and the target file that describes it."""
+def minifanout(
+    deps: Deps,
+    bugs: tuple[str, ...] = (),
+    queue: str | None = None,
+    driver_options: dict | None = None,
+) -> Iterator[Path]:
+    """minifanout running with ``bugs`` on ``queue`` (a new one by default; the same one across
+    runs is a long-lived deployment), with a poison queue, and the target file that describes
+    it."""
     api, apns, fcm, dedup_listen = free_port(), free_port(), free_port(), free_port()
-    queue = f"mini-{uuid.uuid4().hex[:8]}"
+    queue = queue or f"mini-{uuid.uuid4().hex[:8]}"
     target = {
         "name": "minifanout",
         "driver": "systems.minifanout.driver:MiniFanoutDriver",
+        "driver_options": driver_options or {},
         "event_api": f"http://127.0.0.1:{api}",
         "region": "us-east-1",
         "sqs_endpoint": deps.sqs.url,
         "aws_access_key_id": "testing",
         "aws_secret_access_key": "testing",
-        "queues": {"work": {"push": queue}, "dead": {"push": f"{queue}-dead"}},
-        "job_fields": {"tenant": "tenant", "notification": "id", "recipient": "user"},
+        "queues": {
+            "work": {"push": queue},
+            "dead": {"push": f"{queue}-dead"},
+            "poison": {"push": f"{queue}-poison"},
+        },
+        "job_fields": JOB_FIELDS,
+        "job_template": JOB_TEMPLATE,
         "sqs_control": deps.sqs.url,
         "policy": {
             "channels_by_kind": {},
-            "fcm_projects": ["minifanout"],
+            "fcm_projects": FCM_PROJECTS,
+            "fcm_mapping": CRC32_MAPPING,
             "dedup_key_pattern": "mini:once:*",
         },
         "dedup_redis": f"127.0.0.1:{deps.dedup_port}",
@@ -99,17 +129,18 @@ def minifanout(deps: Deps, bugs: tuple[str, ...] = ()) -> Iterator[Path]:
         "apns_tls": False,
         "fcm_listen": f"127.0.0.1:{fcm}",
     }
-    path = deps.log_dir / f"target-{queue}.yaml"
+    path = deps.log_dir / f"target-{queue}-{api}.yaml"
     path.write_text(yaml.safe_dump(target))
     argv = [
         sys.executable, "-m", "systems.minifanout", "--port", str(api),
         "--redis", f"redis://127.0.0.1:{deps.data_port}/0",
         "--dedup-redis", f"redis://127.0.0.1:{dedup_listen}/0",
-        "--sqs-endpoint", deps.sqs.url, "--queue", queue,
+        "--sqs-endpoint", deps.sqs.url, "--queue", queue, "--poison-queue", f"{queue}-poison",
         "--apns-url", f"http://127.0.0.1:{apns}", "--fcm-url", f"http://127.0.0.1:{fcm}",
+        "--fcm-projects", ",".join(FCM_PROJECTS), "--fcm-mapping", "crc32",
         "--bugs", ",".join(bugs),
     ]  # fmt: skip
-    with open(deps.log_dir / f"minifanout-{queue}.log", "wb") as log:
+    with open(deps.log_dir / f"minifanout-{queue}-{api}.log", "wb") as log:
         proc = subprocess.Popen(argv, cwd=ROOT, stderr=log, start_new_session=True)
 
     def healthy() -> bool:
@@ -127,6 +158,7 @@ def minifanout(deps: Deps, bugs: tuple[str, ...] = ()) -> Iterator[Path]:
 
 
 def run(target: Path, scenario: str, out: Path) -> tuple[int, dict, str]:
+    out.mkdir(parents=True, exist_ok=True)
     result = run_cli(
         "run", scenario, "--target", str(target), "--seed", "5", "--out", str(out), "--no-report",
         timeout=400,
@@ -137,29 +169,61 @@ def run(target: Path, scenario: str, out: Path) -> tuple[int, dict, str]:
     return result.returncode, json.loads((runs[-1] / "summary.json").read_text()), output
 
 
+def _judged_all_pass(summary: dict) -> None:
+    judged = [c for c in summary["checkers"].values() if "switched_off" not in c]
+    assert judged and all(c["valid"] for c in judged), summary["checkers"]
+
+
+def _receive_times_within_the_run(run_dir: Path) -> None:
+    """Every SQS copy judged was handed out during the run, not in an earlier one."""
+    history = pd.read_parquet(run_dir / "history.parquet")
+    receives = history[history["kind"] == "receive"]
+    injected = history[history["kind"] == "inject"]
+    assert len(receives) and len(injected)
+    assert receives["time"].min() >= injected["time"].min() - 120
+
+
 @pytest.mark.wholerun
-def test_shipped_scenarios_pass_on_minifanout_run_after_run(deps, tmp_path):
-    """smoke, memorydb-outage and sqs-redelivery, one after another on the same long-lived
-    system: each run's tenants are its own, so what an earlier run left is never judged again."""
-    prefixes = set()
-    with minifanout(deps) as target:
-        for scenario in ("smoke", "memorydb-outage", "sqs-redelivery"):
-            code, summary, output = run(target, scenario, tmp_path / scenario)
-            assert code == 0 and summary["verdict"] == "pass", output
-            # What minifanout lacks is switched off and says why; the rest was judged.
-            audit = summary["checkers"].get("audit_complete")
-            if audit is not None:
-                assert audit["switched_off"].endswith("it has no audit_trail"), audit
-            # No poison queue in its contract: the malformed jobs are not sent, not judged.
-            poison = summary["checkers"].get("poison_queue")
-            if poison is not None:
-                assert poison["switched_off"].endswith("it has no poison_queue"), poison
-            judged = [c for c in summary["checkers"].values() if "switched_off" not in c]
-            assert judged and all(c["valid"] for c in judged)
-            if scenario != "memorydb-outage":  # its own 'sent' claims, read by their pattern
-                assert summary["checkers"]["dedup_window"]["full_window"] > 0
-            prefixes.add(summary["tenant_prefix"])
-    assert len(prefixes) == 3
+def test_run_after_run_on_one_long_lived_minifanout(deps, tmp_path):
+    """One deployment of minifanout (its queues, its poison queue, its dedup store) verified
+    run after run, as a team's long-lived system is: a clean run passes, a defect run right
+    after it is caught though the clean run's 30-day keys and poison jobs are still there, and
+    clean runs after the defect run pass though its leftovers are still there. Each run judges
+    only itself; what earlier runs left is counted in the summary, never judged.
+
+    Before each run saw only itself: the defect run passed poison_queue (its bad-id job was
+    written in the reference's field names, so minifanout set it aside for lacking fields) and
+    dedup_window (the clean run's keys filled the full window); the clean run failed
+    fcm_stickiness (minifanout's sticky crc32 projects judged as digits mod K)."""
+    queue = f"mini-{uuid.uuid4().hex[:8]}"
+    with minifanout(deps, queue=queue) as target:
+        code, first, output = run(target, "smoke", tmp_path / "1-clean")
+    assert code == 0 and first["verdict"] == "pass", output
+    _judged_all_pass(first)
+    sticky = first["checkers"]["fcm_stickiness"]
+    assert sticky["fcm_requests"] > 0 and sticky["wrong_project"] == 0, sticky
+    assert first["checkers"]["poison_queue"]["in_poison"] > 0
+    assert first["checkers"]["dedup_window"]["full_window"] > 0
+
+    with minifanout(deps, queue=queue, bugs=("no_id_check", "dedup_short_ttl")) as target:
+        code, defect, output = run(target, "smoke", tmp_path / "2-defect")
+    assert code == 1 and defect["verdict"] == "fail", output
+    poison = defect["checkers"]["poison_queue"]
+    assert poison["valid"] is False and poison["delivered"] > 0, poison
+    window = defect["checkers"]["dedup_window"]
+    assert window["valid"] is False and window["missing_full_window"] > 0, window
+    assert defect["leftovers_ignored"]["dedup_keys"] > 0  # the clean run's, left out
+
+    for n, scenario in enumerate(("sqs-redelivery", "memorydb-outage"), start=3):
+        with minifanout(deps, queue=queue) as target:
+            code, after, output = run(target, scenario, tmp_path / f"{n}-{scenario}")
+        assert code == 0 and after["verdict"] == "pass", output
+        _judged_all_pass(after)
+        left = after["leftovers_ignored"]
+        # The smoke runs' poison and dead jobs are still parked, and ignored.
+        assert left["dlq_messages"] > 0 and left["receive_log_rows"] > 0, left
+        run_dir = next(p for p in (tmp_path / f"{n}-{scenario}").iterdir() if p.is_dir())
+        _receive_times_within_the_run(run_dir)
 
 
 @pytest.mark.wholerun
@@ -178,12 +242,23 @@ def test_minifanouts_planted_bugs_are_caught(deps, tmp_path, bug, scenario, chec
     assert summary["checkers"][checker][count] > 0
 
 
-def test_a_scenario_needing_what_minifanout_lacks_says_so_before_loading(deps, tmp_path):
-    with minifanout(deps) as target:
-        code, summary, output = run(target, "read-side", tmp_path)
+@pytest.mark.parametrize(
+    ("scenario", "driver_options", "said"),
+    [
+        ("read-side", {}, ["kinesis-shard-hold is not available", "kinesis_listen"]),
+        # Its driver refuses erasure: the erasure checker could only be off, and the run FAIL.
+        ("gdpr-erasure", {"erasure": False}, ["erase-users needs erase_user", "Unsupported"]),
+    ],
+)
+def test_a_scenario_needing_what_minifanout_lacks_says_so_before_loading(
+    deps, tmp_path, scenario, driver_options, said
+):
+    with minifanout(deps, driver_options=driver_options) as target:
+        code, summary, output = run(target, scenario, tmp_path)
     assert code == 1 and summary["verdict"] == "unknown", output
-    assert "cannot run on minifanout: kinesis-shard-hold is not available" in summary["error"]
-    assert "kinesis_listen" in summary["error"]  # what the target file would need
+    assert "cannot run on minifanout: " in summary["error"]
+    for words in said:  # what it lacks, and what the target file would need
+        assert words in summary["error"], summary["error"]
     assert not summary["checkers"]
     run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
     assert not (run_dir / "population.json").exists()  # stopped before loading anything

@@ -12,7 +12,13 @@ from harness.checkers import poison_queue, registry
 from harness.checkers.evidence import evidence_from
 from harness.checkers.store import HistoryStore
 from harness.contract.driver import FanoutApiDriver
-from harness.contract.system import Queues, SystemContract
+from harness.contract.system import (
+    DEFAULT_JOB_TEMPLATE,
+    JobTemplate,
+    Queues,
+    SystemContract,
+    job_reader,
+)
 from harness.model.history import History
 from harness.model.oracle import Expectation
 from harness.run.actions import MALFORMED_FORMS, malformed_id_in, malformed_job
@@ -112,7 +118,11 @@ def evidence_from_history(frame):
 
 @pytest.mark.parametrize("form", MALFORMED_FORMS)
 def test_each_malformed_form_is_refused_by_a_parser_that_checks_and_carries_its_id(form):
-    body, attributes = malformed_job(form, IDS[0], "tenant-1", "user-1")
+    values = {"tenant": "tenant-1", "recipient": "user-1", "author": "user-2", "token": "k",
+              "platform": "apns"}  # fmt: skip
+    job = malformed_job(form, IDS[0], values, DEFAULT_JOB_TEMPLATE)
+    assert job is not None
+    body, attributes = job
     record = {
         "body": body,
         "messageAttributes": {"tenant_id": {"stringValue": attributes["tenant_id"]["StringValue"]}},
@@ -125,3 +135,25 @@ def test_each_malformed_form_is_refused_by_a_parser_that_checks_and_carries_its_
 def test_a_well_formed_job_carries_no_malformed_id():
     job = {"tenant_id": "t", "notification_id": WELL_FORMED, "recipient_user_id": "u"}
     assert malformed_id_in(json.dumps(job)) is None
+
+
+def test_the_bad_id_job_is_written_in_the_systems_own_schema():
+    """A team's nested job schema: the job the harness writes is that schema, every field
+    filled (its platform in the team's own words), wrong in its id alone; with no template the
+    form is not written at all (a job lacking fields would prove nothing about the id check)."""
+    template = JobTemplate(
+        {"v": 1, "job": {"org": "${tenant}", "nid": "${notification}", "to": "${recipient}",
+                         "by": "${author}", "device": "${token}", "os": "${platform}"}},
+        platforms={"apns": "ios", "fcm": "android"},
+    )  # fmt: skip
+    values = {"tenant": "t1", "recipient": "u1", "author": "u2", "token": "tok", "platform": "apns"}
+    job = malformed_job("bad_notification_id", IDS[0], values, template)
+    assert job is not None
+    body = json.loads(job[0])
+    assert body == {"v": 1, "job": {"org": "t1", "nid": IDS[0], "to": "u1", "by": "u2",
+                                    "device": "tok", "os": "ios"}}  # fmt: skip
+    read = job_reader({"tenant": "job.org", "notification": "job.nid", "recipient": "job.to"})
+    assert read(job[0]) == ("t1", IDS[0], "u1")
+    assert malformed_id_in(job[0]) == IDS[0]
+    assert malformed_job("bad_notification_id", IDS[0], values, None) is None
+    assert malformed_job("not_json", IDS[0], values, None) is not None

@@ -64,12 +64,58 @@ def test_the_shipped_example_parses():
         ({"dynamodb_endpoint": "http://10.0.0.3:8000"}, "dynamodb_endpoint (10.0.0.3) not on"),
         ({"ttl_tables": [{"purpose": "outbox", "table": "x"}]}, "ttl_tables[0] must be"),
         ({"ttl_tables": [{"purpose": "inbox", "table": "x", "ttl": 9}]}, "ttl_tables[0] must be"),
+        ({"job_fields": {"id": "nid"}}, "job_fields maps tenant, notification, recipient"),
+        ({"job_fields": {"notification": "job..nid"}}, "job_fields notification: a dotted path"),
+        ({"job_template": {"id": "${nid}"}}, "job_template names ${nid}"),
+        ({"job_template": {"to": "${recipient}"}}, "job_template must carry ${notification}"),
+        (
+            {"job_template": {"body": {"id": "${notification}"}, "platforms": {"apns": 1}}},
+            "platforms maps apns and fcm",
+        ),
+        ({"payload_ids": {"gcm": {}}}, "payload_ids maps apns and/or fcm"),
+        ({"payload_ids": {"apns": {"tenant": "t"}}}, "payload_ids maps apns and/or fcm"),
+        ({"payload_ids": {"fcm": {"tenant_id": ""}}}, "payload_ids maps apns and/or fcm"),
+        (
+            {"policy": {"fcm_projects": ["a"], "fcm_mapping": "os.system"}},
+            "fcm_mapping 'os.system': Attribute",
+        ),
     ],
 )
 def test_mistakes_are_named(change, message):
     with pytest.raises(TargetError) as caught:
         parse({**GOOD, **change}, "target.yaml")
     assert message in str(caught.value)
+
+
+def test_a_team_states_its_own_job_schema_payload_keys_and_fcm_mapping():
+    target = parse(
+        {
+            **GOOD,
+            "sqs_endpoint": "http://127.0.0.1:9324",
+            "queues": {"work": {"push": "jobs"}, "poison": {"push": "quarantine"}},
+            "job_fields": {"tenant": "job.org", "notification": "job.nid", "recipient": "job.to"},
+            "job_template": {"v": 1, "job": {"org": "${tenant}", "nid": "${notification}"}},
+            "payload_ids": {"apns": {"notification_id": "n.id"}},
+            "policy": {"fcm_projects": ["a", "b"], "fcm_mapping": "projects[crc32(user_id) % 2]"},
+        },
+        "target.yaml",
+    )
+    queues = target.contract(None).queues
+    assert queues is not None and queues.job_template is not None
+    body = queues.job_template.build(tenant="t1", notification="N1")
+    assert json.loads(body) == {"v": 1, "job": {"org": "t1", "nid": "N1"}}
+    assert queues.read_job(json.dumps({"job": {"org": "t1", "nid": "N1", "to": "u"}})) == (
+        "t1", "N1", "u",
+    )  # fmt: skip
+    assert target.payload_paths("apns") == {"tenant_id": "tenant_id", "notification_id": "n.id"}
+    assert target.payload_paths("fcm")["notification_id"] == "message.data.notification_id"
+    # Job fields of its own and no template: the harness cannot write its jobs.
+    bare = parse({**GOOD, "sqs_endpoint": "http://127.0.0.1:9324",
+                  "job_fields": {"notification": "nid"}}, "t.yaml")  # fmt: skip
+    assert bare.contract(None).queues.job_template is None  # type: ignore[union-attr]
+    # Neither: the reference's schema, and its template.
+    plain = parse({**GOOD, "sqs_endpoint": "http://127.0.0.1:9324"}, "t.yaml")
+    assert plain.contract(None).queues.job_template is not None  # type: ignore[union-attr]
 
 
 def test_ttl_tables_name_what_ttl_attributes_reads_and_are_optional():

@@ -18,6 +18,8 @@ Control API (``/_sqs/...``, JSON):
 * ``GET /_sqs/receives?since=N&limit=M`` -> ``{"rows": [{"seq", "time", "queue",
   "message_id", "receive_count", "region"}, ...], "next": N}``: every copy of a message handed out by a
   ReceiveMessage, in order (``since``: the first ``seq`` wanted; ``limit``: at most 10,000)
+* ``GET /_sqs/receives/position`` -> ``{"next": N}``: where the log ends now (a run that shares
+  a long-lived endpoint reads from there, not the copies of every run before it)
 * ``POST /_sqs/reset``: drop every queue and stop every active fault (the logs are kept)
 """
 
@@ -97,6 +99,9 @@ class SqsEndpoint:
             return json_response(200, {"queues": self._queue_summary()})
         if path == "receives" and method == "GET":
             return self._receives(request)
+        if path == "receives/position" and method == "GET":
+            # Where the log ends now: a reader that wants only what comes after starts here.
+            return json_response(200, {"next": len(self.protocol.handouts)})
         if path == "faults/log" and method == "GET":
             return json_response(200, {"windows": self.faults.log()})
         if path == "faults" and method == "POST":

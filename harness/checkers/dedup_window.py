@@ -11,6 +11,10 @@ device): that many keys must still have nearly the whole window to live, ``windo
 slack_s`` seconds (``elapsed``: since the run began, before any key was set). Users erased
 during the run are left out (erasure deletes their keys).
 
+Keys that existed before the run began (a long-lived store's earlier runs) are left out
+(:func:`harness.run.dedup_keys.existing_keys`), or never read where the pattern names the run's
+own tenants (``${tenant_prefix}``). With no expected delivery arrived the verdict is unknown.
+
 Counts: ``keys`` read, ``required`` (the lower bound above), ``full_window`` (keys with the
 window left), ``short_lived`` (keys with less, leases included), ``never_expire`` (no TTL: the
 retention bound broken), ``missing_full_window`` (required - full_window, when positive).
@@ -96,6 +100,8 @@ def judge(samples: pd.DataFrame, required: int, window_s: float, slack_s: float)
     details = {
         "pattern": detail["pattern"],
         "complete": detail["complete"],
+        # Keys a long-lived store kept from earlier runs: left out, never judged as this run's.
+        "earlier_keys_left_out": detail.get("earlier_keys_left_out", 0),
         "window_s": window_s,
         "floor_s": round(floor, 3),
         "longest_ttl_s": max(lived) if lived else None,
@@ -124,4 +130,11 @@ def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     )
     if verdict is None:
         return unknown_verdict("dedup_window", "the run read no TTLs from the dedup store")
+    if required == 0 and verdict.valid:
+        # No delivery of this run to hold a key against: nothing proves the window.
+        return unknown_verdict(
+            "dedup_window",
+            "no expected delivery arrived: no key of this run to judge",
+            **verdict.counts,
+        )
     return verdict

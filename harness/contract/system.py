@@ -26,6 +26,8 @@ the checkers and faults that need it, with a line saying so.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +38,87 @@ from harness.model.system import SystemPolicy
 
 # A parked job's (tenant, notification id, recipient user), each None when the body does not say.
 JobIdentity = tuple[str | None, str | None, str | None]
+# Where a job names them (dotted paths into its JSON body), by the verifier's names.
+JOB_FIELDS = ("tenant", "notification", "recipient")
+# What a job template may name: ${tenant}, ${notification}, ...
+TEMPLATE_VALUES = ("tenant", "notification", "recipient", "author", "token", "platform")
+_PLACEHOLDER = re.compile(r"\$\{([a-z_]+)\}")
+
+
+def value_at(document: Any, path: str) -> Any:
+    """The value at a dotted ``path`` of a JSON document (``job.nid``); None when absent."""
+    value = document
+    for key in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def job_reader(fields: Mapping[str, str]) -> Callable[[str], JobIdentity]:
+    """Reads a job body's (tenant, notification, recipient) at the dotted paths ``fields``
+    names (keys :data:`JOB_FIELDS`)."""
+    paths = [fields[k] for k in JOB_FIELDS]
+
+    def read_job(body: str) -> JobIdentity:
+        try:
+            job = json.loads(body)
+        except (json.JSONDecodeError, TypeError):
+            return (None, None, None)
+        if not isinstance(job, dict):
+            return (None, None, None)
+        found = [value_at(job, p) for p in paths]
+        return tuple(None if v is None or isinstance(v, (dict, list)) else str(v) for v in found)  # type: ignore[return-value]
+
+    return read_job
+
+
+@dataclass(frozen=True)
+class JobTemplate:
+    """A well-formed job in the system's own schema, with placeholders (``${tenant}``,
+    ``${notification}``, ``${recipient}``, ``${author}``, ``${token}``, ``${platform}``): what
+    the harness fills to put a job on a work queue itself (``inject-malformed-jobs`` gives one
+    a notification id that is no ULID, and nothing else wrong). ``platforms`` names the
+    platforms in the system's own words (``{apns: ios, fcm: android}``)."""
+
+    body: Any
+    platforms: Mapping[str, str] = field(default_factory=dict)
+
+    def placeholders(self) -> set[str]:
+        return set(_PLACEHOLDER.findall(json.dumps(self.body)))
+
+    def build(self, **values: str) -> str:
+        """The job's body, every placeholder filled (a platform in the system's words)."""
+        if "platform" in values:
+            values["platform"] = self.platforms.get(values["platform"], values["platform"])
+
+        def fill(node: Any) -> Any:
+            if isinstance(node, str):
+                return _PLACEHOLDER.sub(lambda m: str(values.get(m.group(1), m.group(0))), node)
+            if isinstance(node, dict):
+                return {k: fill(v) for k, v in node.items()}
+            if isinstance(node, list):
+                return [fill(v) for v in node]
+            return node
+
+        return json.dumps(fill(self.body))
+
+
+# The job schema of the design's reference (and of a target that states none): the defaults.
+DEFAULT_JOB_FIELDS: Mapping[str, str] = {
+    "tenant": "tenant_id",
+    "notification": "notification_id",
+    "recipient": "recipient_user_id",
+}
+DEFAULT_JOB_TEMPLATE = JobTemplate(
+    {
+        "tenant_id": "${tenant}",
+        "notification_id": "${notification}",
+        "recipient_user_id": "${recipient}",
+        "author_id": "${author}",
+        "kind": "post",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -47,6 +130,9 @@ class Queues:
     dead: Mapping[str, str] = field(default_factory=dict)
     poison: Mapping[str, str] = field(default_factory=dict)
     read_job: Callable[[str], JobIdentity] = lambda body: (None, None, None)
+    # A well-formed job of the system's schema, None when the contract states none (the
+    # harness then cannot put a job on its queues that is wrong in one way only).
+    job_template: JobTemplate | None = None
 
     @property
     def delivery_channels(self) -> tuple[str, ...]:

@@ -55,6 +55,7 @@ from zoneinfo import ZoneInfo, available_timezones
 import httpx
 
 from harness.contract.driver import Call, Driver, FanoutApiDriver, Unsupported
+from harness.contract.system import JobTemplate
 from harness.load.loader import post_event
 from harness.load.record import append_read
 from harness.model import local_time
@@ -116,6 +117,8 @@ class ActionContext:
     # whose system names a poison queue. None / empty: the system exposes no such queues.
     send_raw: Callable[[str, str, dict[str, Any]], None] | None = None
     poison_channels: tuple[str, ...] = ()
+    # A well-formed job of the system's schema (its contract's), to write one wrong in its id.
+    job_template: JobTemplate | None = None
     # Brings dead tokens of a platform back to life at its provider simulator; None: no
     # simulator the harness controls.
     revive: Callable[[str, list[str]], None] | None = None
@@ -595,24 +598,24 @@ def malformed_id_in(body: str) -> str | None:
     return found.group(0) if found else None
 
 
-def malformed_job(form: str, marker: str, tenant: str, user: str) -> tuple[str, dict[str, Any]]:
-    """(body, SQS message attributes) of one malformed job. ``bad_notification_id`` names a real
-    tenant and recipient, with the tenant attribute a real job carries: only the id's shape
-    (seed 000: ULIDs) tells it apart, so a consumer that skips that check sends it."""
-    attributes = {"tenant_id": {"DataType": "String", "StringValue": tenant}}
+def malformed_job(
+    form: str, marker: str, values: dict[str, str], template: JobTemplate | None
+) -> tuple[str, dict[str, Any]] | None:
+    """(body, SQS message attributes) of one malformed job, None when ``form`` cannot be built
+    for this system. ``bad_notification_id`` is a well-formed job of the system's own schema
+    (``template``, filled with ``values``: a real tenant, recipient, author, device) whose id
+    alone is wrong: only the id's shape (seed 000: ULIDs) tells it apart, so a consumer that
+    skips that check sends it. Without a template that form is not sent: a job that merely
+    lacks fields proves nothing about the id check."""
+    attributes = {"tenant_id": {"DataType": "String", "StringValue": values["tenant"]}}
     if form == "not_json":
         return f"{{{marker} is not a job", attributes
     if form == "missing_fields":
-        return json.dumps({"tenant_id": tenant, "malformed_id": marker}), attributes
+        return json.dumps({"tenant_id": values["tenant"], "malformed_id": marker}), attributes
     if form == "bad_notification_id":
-        job = {
-            "tenant_id": tenant,
-            "notification_id": marker,
-            "recipient_user_id": user,
-            "author_id": user,
-            "kind": "post",
-        }
-        return json.dumps(job), attributes
+        if template is None:
+            return None
+        return template.build(**values, notification=marker), attributes
     raise ActionError(f"unknown malformed form {form!r}; known: {', '.join(MALFORMED_FORMS)}")
 
 
@@ -625,17 +628,30 @@ def inject_malformed_jobs(ctx: ActionContext, params: dict[str, Any]) -> str:
     skipped = sorted(set(channels) - set(wanted))
     users = [u for u in _followers(ctx.population) if _live_devices(ctx.population, u)]
     rng = ctx.rng("malformed")
-    sent = 0
+    sent = unbuilt = 0
     for channel in wanted:
         for i in range(count):
             if ctx.stop.is_set():
                 break
             form = MALFORMED_FORMS[i % len(MALFORMED_FORMS)]
             user = rng.choice(users)
+            device = next(
+                d for d in ctx.population.devices_of(user.tenant_id, user.user_id) if not d.dead
+            )
             marker = f"malformed-{uuid.UUID(int=rng.getrandbits(128)).hex}"
-            body, attributes = malformed_job(form, marker, user.tenant_id, user.user_id)
+            values = {
+                "tenant": user.tenant_id,
+                "recipient": user.user_id,
+                "author": rng.choice(ctx.population.authors).user_id,
+                "token": device.token,
+                "platform": device.platform,
+            }
+            job = malformed_job(form, marker, values, ctx.job_template)
+            if job is None:
+                unbuilt += 1
+                continue
             at = time.time()
-            ctx.send_raw(channel, body, attributes)
+            ctx.send_raw(channel, *job)
             ctx.history.append(
                 "malformed", time=at, end=time.time(), tenant_id=user.tenant_id,
                 user_id=user.user_id, notification_id=marker,
@@ -643,6 +659,11 @@ def inject_malformed_jobs(ctx: ActionContext, params: dict[str, Any]) -> str:
             )  # fmt: skip
             sent += 1
     note = f"; no poison queue for {', '.join(skipped)}" if skipped else ""
+    if unbuilt:
+        note += (
+            f"; {unbuilt} with a bad notification id not sent: the system states no "
+            "job_template, so the harness cannot write a job that is wrong in its id only"
+        )
     return f"{sent} malformed job(s) on {', '.join(wanted) or 'no queue'}{note}"
 
 
@@ -692,20 +713,41 @@ ACTIONS: dict[str, Callable[[ActionContext, dict[str, Any]], str]] = {
 }
 
 
-def unavailable(
-    name: str, params: dict[str, Any], *, can_redrive: bool, can_write_table: bool
-) -> str | None:
+# What each action needs of the system: contract capabilities (driver operations among them,
+# harness/contract/system.py). A system lacking one cannot take a scenario that schedules it.
+ACTION_NEEDS: dict[str, tuple[str, ...]] = {
+    "redrive-dlq": ("queues",),
+    "post-probes": ("post_event",),
+    "erase-users": ("erase_user",),
+    "reregister-users": ("set_preferences", "register_device", "follow"),
+    "reinstall-devices": ("register_device",),
+    "count-unread": ("unread",),
+}
+
+
+def unavailable(name: str, params: dict[str, Any], capabilities: frozenset[str]) -> str | None:
     """Why the action cannot act on this system (what it lacks), or None: asked before the run
-    starts, so that a scenario the system cannot take says so instead of failing midway."""
-    if name == "redrive-dlq" and not can_redrive:
+    starts, so that a scenario the system cannot take says so instead of failing midway (an
+    erasure the driver refuses would leave erasure switched off and the run ending FAIL)."""
+    lacks = [c for c in ACTION_NEEDS.get(name, ()) if c not in capabilities]
+    if name == "change-preferences":
+        via = params.get("via", "mixed")
+        if via in ("table", "mixed") and "table_writes" not in capabilities:
+            return f"{name} via {via} needs a direct preferences-table writer"
+        lacks = [c for c in ("set_preferences",) if c not in capabilities]
+    if not lacks:
+        return None  # inject-malformed-jobs says for itself what it could not send
+    if lacks == ["queues"]:
         return f"{name} needs dead-letter queues the harness can redrive (the target has none)"
-    if (
-        name == "change-preferences"
-        and params.get("via", "mixed") in ("table", "mixed")
-        and not can_write_table
-    ):
-        return f"{name} via {params.get('via', 'mixed')} needs a direct preferences-table writer"
-    return None  # reinstall-devices: every run starts the provider simulators
+    return f"{name} needs {', '.join(lacks)}, which {_offered_by(lacks)}"
+
+
+def _offered_by(lacks: list[str]) -> str:
+    operations = {"post_event", "set_preferences", "register_device", "follow", "erase_user",
+                  "unread", "inbox", "read_all", "mark_read", "load_users"}  # fmt: skip
+    if set(lacks) <= operations:
+        return "its driver does not offer (the driver raises Unsupported)"
+    return "its contract does not offer"
 
 
 def validate(name: str, params: dict[str, Any]) -> None:

@@ -33,6 +33,10 @@ class SimulatorControl:
         self.http.post("/_sim/reset").raise_for_status()
         self.next = 0  # the file reader sees the new epoch itself
 
+    def set_payload_ids(self, paths: dict[str, str]) -> None:
+        """Where the system's pushes name their tenant and notification (dotted paths)."""
+        self.http.put("/_sim/payload-ids", json=paths).raise_for_status()
+
     def unregister(self, tokens: list[str], reason: str | None = None) -> None:
         """``reason`` (APNs): BadDeviceToken to have them answer 400 BadDeviceToken, not 410."""
         if tokens:

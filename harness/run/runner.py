@@ -57,12 +57,12 @@ from harness.run.actions import ActionContext, malformed_id_in
 from harness.run.actions import unavailable as action_unavailable
 from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
 from harness.run.channel_ledgers import ChannelLedgers, opt_out_numbers, register_online_users
-from harness.run.dedup_keys import record_sample, sample_ttls
+from harness.run.dedup_keys import existing_keys, record_sample, run_pattern, sample_ttls
 from harness.run.dlq import redrive_all
 from harness.run.provider_control import SimulatorControl
 from harness.run.python_steps import action_of, fault_of, judge
 from harness.run.sns_ledger import SnsObserver
-from harness.run.sqs_receives import collect_receives
+from harness.run.sqs_receives import collect_receives, log_position
 from harness.run.ttl_items import describe_ttl, record_scan, scan_expiries
 from harness.stack.reaper import reap_orphans
 from harness.stack.supervisor import (
@@ -77,6 +77,8 @@ from harness.stack.target import Target
 Clock = Callable[[], datetime]
 # Exit code of a run stopped before its verdict (SIGINT, SIGTERM): neither a pass nor a fail.
 EXIT_INCOMPLETE = 3
+# The phase row (and summary key) saying what earlier runs left that this run ignored.
+LEFTOVERS = "leftovers_ignored"
 
 
 class Progress:
@@ -167,6 +169,11 @@ def verdict_table(summary: dict[str, Any]) -> str:
             lines.append(f"          {why}")
     if summary.get("error"):
         lines.append(f"  ERROR {summary['error']}")
+    left = {k: v for k, v in (summary.get(LEFTOVERS) or {}).items() if v}
+    if left:
+        lines.append(
+            "  earlier runs' leftovers, ignored: " + ", ".join(f"{k}={v}" for k, v in left.items())
+        )
     lines.append(f"verdict: {summary['verdict'].upper()}")
     return "\n".join(lines)
 
@@ -468,15 +475,11 @@ def _require_fit(scenario: Scenario, contract: SystemContract, targets: ChaosTar
     # A team's own function (a provider) says for itself what it can do.
     builtin = [f for f in scenario.faults if f.provider is None]
     lacks = [why for f in builtin if (why := fault_unavailable(f.name, targets))]
+    capabilities = contract.capabilities()
     for a in scenario.actions:
         if a.provider is not None:
             continue
-        why = action_unavailable(
-            a.name,
-            a.params,
-            can_redrive=contract.queues is not None,
-            can_write_table=contract.table_writer is not None,
-        )
+        why = action_unavailable(a.name, a.params, capabilities)
         if why:
             lacks.append(why)
     if scenario.clock is not None and contract.clock is None:
@@ -491,6 +494,40 @@ def _require_fit(scenario: Scenario, contract: SystemContract, targets: ChaosTar
             f"scenario {scenario.name} cannot run on {contract.name}: "
             + "; ".join(dict.fromkeys(lacks))
         )
+
+
+def _mark_what_came_before(state: RunState) -> None:
+    """Where this run's evidence begins in what a long-lived system and environment keep: the
+    SQS receive log's position, the dedup keys already there."""
+    contract = state.contract
+    assert contract is not None
+    state.began_at = time.time()
+    if contract.sqs_log_url:
+        state.receive_log_from = log_position(contract.sqs_log_url)
+    pattern = contract.policy.dedup_key_pattern
+    if contract.dedup_store_url and pattern:
+        state.dedup_pattern = run_pattern(pattern, tenant_prefix(state.run_dir.name, state.target))
+        if state.dedup_pattern == pattern:  # the keys do not carry the run's tenants
+            try:
+                state.earlier_dedup_keys = existing_keys(contract.dedup_store_url, pattern)
+            except redis.RedisError as exc:
+                state.progress("stack", f"the dedup store's keys could not be read: {exc}")
+                state.earlier_dedup_keys = None
+        if state.earlier_dedup_keys:
+            state.progress(
+                "stack",
+                f"{len(state.earlier_dedup_keys)} dedup key(s) of earlier runs: not judged",
+            )
+
+
+def _tell_simulators_the_payload_ids(info: StackInfo, target: Target) -> None:
+    """The simulators read a push's ids where the target's pushes carry them."""
+    for provider in ("apns", "fcm"):
+        control = SimulatorControl(info.url(provider), info.tls_ca if provider == "apns" else None)
+        try:
+            control.set_payload_ids(target.payload_paths(provider))
+        finally:
+            control.close()
 
 
 def _lacking(scenario: Scenario, capabilities: frozenset[str]) -> str:
@@ -555,10 +592,15 @@ def _existing_poison_queues(info: StackInfo, queues: Queues) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _record_dlqs(info: StackInfo, history: History, queues: Queues) -> int:
-    """The dead-letter queues' contents, as the operator would see them at the end of the run."""
+def _record_dlqs(info: StackInfo, history: History, queues: Queues, prefix: str) -> tuple[int, int]:
+    """The dead-letter queues' contents, as the operator would see them at the end of the run:
+    (messages of this run recorded, messages of earlier runs left out). A message is an
+    earlier run's when it names another run's tenant, or carries a malformed-job id this run
+    did not inject (a long-lived system's DLQ keeps what every run parked)."""
     sqs = info.aws_client("sqs")
-    recorded = 0
+    frame = history.frame()
+    ours = set(frame.loc[frame["kind"] == "malformed", "notification_id"].astype(str))
+    recorded = earlier = 0
     for channel in queues.delivery_channels:
         for name in (queues.dead.get(channel), queues.poison.get(channel)):
             if not name:
@@ -567,14 +609,22 @@ def _record_dlqs(info: StackInfo, history: History, queues: Queues) -> int:
                 url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
             except sqs.exceptions.QueueDoesNotExist:
                 continue
-            for _ in range(10_000):  # bounded: a DLQ holds at most the run's jobs
+            held: list[str] = []
+            for _ in range(10_000):  # bounded: a DLQ holds at most the runs' jobs
                 messages = sqs.receive_message(
                     QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0, VisibilityTimeout=300
                 ).get("Messages", [])
                 if not messages:
                     break
+                held += [m["ReceiptHandle"] for m in messages]
                 for m in messages:
                     tenant, notification, recipient = queues.read_job(m["Body"])
+                    marker = malformed_id_in(m["Body"])
+                    if (marker is not None and marker not in ours) or (
+                        tenant is not None and of_another_run(str(tenant), prefix)
+                    ):
+                        earlier += 1
+                        continue
                     history.append(
                         "dlq",
                         tenant_id=tenant,
@@ -585,12 +635,25 @@ def _record_dlqs(info: StackInfo, history: History, queues: Queues) -> int:
                                 "kind": "poison" if name == queues.poison.get(channel) else "dead",
                                 "recipient_user_id": recipient,
                                 # A job the harness put there malformed (inject-malformed-jobs).
-                                "malformed_id": malformed_id_in(m["Body"]),
+                                "malformed_id": marker,
                             }
                         ),
                     )
                     recorded += 1
-    return recorded
+            _show_again(sqs, url, held)
+    return recorded, earlier
+
+
+def _show_again(sqs: Any, url: str, receipts: list[str]) -> None:
+    """Read, not taken: the messages are visible again at once, to the operator and the next
+    run, as they were before the harness looked (hidden only while it read them all once)."""
+    for start in range(0, len(receipts), 10):
+        entries = [
+            {"Id": str(i), "ReceiptHandle": r, "VisibilityTimeout": 0}
+            for i, r in enumerate(receipts[start : start + 10])
+        ]
+        with contextlib.suppress(BotoCoreError, ClientError):
+            sqs.change_message_visibility_batch(QueueUrl=url, Entries=entries)
 
 
 def _record_redrive_policies(info: StackInfo, history: History, queues: Queues) -> int:
@@ -809,8 +872,16 @@ class RunState:
     deadline: float = 0.0
     injected: pd.DataFrame | None = None
     outcome: str = ""
-    # When the run began (monotonic): before any dedup key of it was set.
+    # When the run began (monotonic, and epoch): before any dedup key of it was set.
     began: float = field(default_factory=time.monotonic)
+    began_at: float = field(default_factory=time.time)
+    # What a long-lived system kept from earlier runs, never judged as this run's: where the
+    # SQS endpoint's receive log stood, and the dedup keys that existed (None: too many to
+    # tell apart), under the pattern this run reads (its tenants' own where the system's keys
+    # carry them).
+    receive_log_from: int = 0
+    dedup_pattern: str | None = None
+    earlier_dedup_keys: frozenset[bytes] | None = frozenset()
     # How far the system's clock runs ahead of real time (seconds), and the real instant
     # (epoch) at which it shows the scenario's midnight (configuration.clock), if it does.
     clock_offset_s: int = 0
@@ -891,6 +962,9 @@ def _bring_up(state: RunState) -> None:
         progress("stack", f"{contract.name} lacks {lacking}: those checkers are switched off")
     state.targets = _chaos_targets(stack, info)
     _require_fit(scenario, contract, state.targets)
+    if target is not None:
+        _tell_simulators_the_payload_ids(info, target)
+    _mark_what_came_before(state)
     pids = {name: part.pid for name, part in info.parts.items()}
     state.history.append("phase", detail=json.dumps({"stack_up": pids}))
     progress(
@@ -999,6 +1073,7 @@ def _inject_load(state: RunState) -> None:
         bound_s=scenario.preference_bound_s,
         send_raw=_raw_sender(info, queues) if queues is not None else None,
         poison_channels=_existing_poison_queues(info, queues) if queues is not None else (),
+        job_template=queues.job_template if queues is not None else None,
         clock_offset_s=state.clock_offset_s,
         revive=lambda platform, tokens: _revive(info, platform, tokens),
     )
@@ -1104,17 +1179,21 @@ def _collect(state: RunState) -> None:
             f"{collector.other_run_rows} request(s) to earlier runs' tenants left out "
             "(the system's backlog from those runs)",
         )
-        history.append("phase", detail=json.dumps({"other_run_rows": collector.other_run_rows}))
     for part, why in state.stack.dead_parts().items():
         # A part of the local stack that died is the harness's failure, not the system's:
         # say so instead of letting a checker blame the system under test.
         state.errors.append(f"stack part {part} died during the run: {why}")
         progress("stack", f"{part} died during the run")
-    parked = _record_dlqs(info, history, queues) if queues is not None else 0
+    prefix = tenant_prefix(state.run_dir.name, state.target)
+    parked, earlier_parked = (
+        _record_dlqs(info, history, queues, prefix) if queues is not None else (0, 0)
+    )
     if queues is not None:
         _record_redrive_policies(info, history, queues)
     if parked:
         progress("collect", f"{parked} message(s) left in dead-letter queues")
+    if earlier_parked:
+        progress("collect", f"{earlier_parked} dead-letter message(s) of earlier runs left out")
     if state.target is None:
         # The workers store their buffered audit records on SIGTERM: stop them first.
         for part in state.stack.stop_parts(["fanout-worker", *WORKER_PARTS[2:]]):
@@ -1127,15 +1206,19 @@ def _collect(state: RunState) -> None:
             progress("stack", f"{part} did not stop in time: killed")
     state.channels.poll()
     state.channels.close()
-    pattern = contract.policy.dedup_key_pattern
+    pattern = state.dedup_pattern
     if contract.dedup_store_url and pattern:
-        try:
-            sample = sample_ttls(contract.dedup_store_url, pattern)
-        except redis.RedisError as exc:
-            progress("collect", f"the dedup store's keys could not be read: {exc}")
+        earlier = state.earlier_dedup_keys
+        if earlier is None:
+            progress("collect", "dedup key TTLs not read: this run's keys cannot be told apart")
         else:
-            record_sample(history, sample, pattern, time.monotonic() - state.began)
-            progress("collect", f"{sample.keys} dedup key TTL(s) read")
+            try:
+                sample = sample_ttls(contract.dedup_store_url, pattern, exclude=earlier)
+            except redis.RedisError as exc:
+                progress("collect", f"the dedup store's keys could not be read: {exc}")
+            else:
+                record_sample(history, sample, pattern, time.monotonic() - state.began)
+                progress("collect", f"{sample.keys} dedup key TTL(s) read")
     # A Scan per table: only for a scenario that judges it (a capacity run's inbox is large).
     judged = {p.name for p in state.scenario.probes}
     for table in contract.ttl_tables if "ttl_attributes" in judged else ():
@@ -1154,7 +1237,18 @@ def _collect(state: RunState) -> None:
     if contract.sqs_log_url and queues is not None:
         # The SQS endpoint's own log of every copy the consumers were given.
         work = {queues.work[c] for c in queues.delivery_channels}
-        collect_receives(contract.sqs_log_url, history, work)
+        collect_receives(
+            contract.sqs_log_url, history, work, since=state.receive_log_from,
+            not_before=state.began_at,
+        )  # fmt: skip
+    # What earlier runs left in a long-lived system, ignored (never judged), said in the summary.
+    leftovers = {
+        "provider_requests": collector.other_run_rows,
+        "dlq_messages": earlier_parked,
+        "dedup_keys": len(state.earlier_dedup_keys or ()),
+        "receive_log_rows": state.receive_log_from,
+    }
+    history.append("phase", detail=json.dumps({LEFTOVERS: leftovers}))
 
 
 def _judge(state: RunState) -> list[Verdict]:
@@ -1242,6 +1336,9 @@ def run(
     moved = clock_summary(history.frame())
     if moved is not None:
         summary["clock"] = moved
+    leftovers = _leftovers(history)
+    if leftovers is not None:
+        summary[LEFTOVERS] = leftovers
     summary.update(
         verdict="incomplete"
         if interrupted
@@ -1265,6 +1362,15 @@ def run(
     except Exception as exc:  # a broken report must not hide the verdict
         progress("report", f"could not write the reports: {exc}")
     return RunResult(run_dir, json.loads(json.dumps(summary, default=_json_default)))
+
+
+def _leftovers(history: History) -> dict[str, int] | None:
+    frame = history.frame()
+    for detail in frame.loc[frame["kind"] == "phase", "detail"].dropna():
+        text = str(detail)
+        if text.startswith("{") and LEFTOVERS in text:
+            return dict(json.loads(text)[LEFTOVERS])
+    return None
 
 
 INTERRUPTED = "interrupted by "

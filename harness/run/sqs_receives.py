@@ -38,21 +38,39 @@ def receive_rows(page: dict[str, Any], queues: set[str] | None) -> list[dict[str
     return rows
 
 
+def log_position(sqs_control_url: str) -> int:
+    """Where the endpoint's receive log ends now (0 for an endpoint that cannot say)."""
+    with httpx.Client(base_url=sqs_control_url.rstrip("/"), timeout=30) as http:
+        response = http.get("/_sqs/receives/position")
+        if response.status_code == 404:
+            return 0
+        response.raise_for_status()
+        return int(response.json()["next"])
+
+
 def collect_receives(
-    sqs_control_url: str, history: History, queues: set[str] | None, *, page_size: int = PAGE
+    sqs_control_url: str,
+    history: History,
+    queues: set[str] | None,
+    *,
+    page_size: int = PAGE,
+    since: int = 0,
+    not_before: float = 0.0,
 ) -> int:
     """Append one ``receive`` row per copy the endpoint at ``sqs_control_url`` handed out from
-    ``queues`` (None: every queue); return how many. Pages through the whole log."""
+    ``queues`` (None: every queue), from log position ``since`` and at or after epoch
+    ``not_before`` (a long-lived endpoint's log holds every earlier run's copies: never this
+    run's evidence); return how many."""
     added = 0
-    since = 0
     with httpx.Client(base_url=sqs_control_url.rstrip("/"), timeout=30) as http:
         for _ in range(MAX_PAGES):
             response = http.get("/_sqs/receives", params={"since": since, "limit": page_size})
             response.raise_for_status()
             page = response.json()
             for row in receive_rows(page, queues):
-                history.append("receive", **row)
-                added += 1
+                if row["time"] >= not_before:
+                    history.append("receive", **row)
+                    added += 1
             following = int(page["next"])
             if following == since:
                 return added

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract.driver import FanoutApiDriver
-from harness.contract.system import AuditSource, JobIdentity, Queues, SystemContract, TtlTable
+from harness.contract.system import (
+    DEFAULT_JOB_FIELDS,
+    DEFAULT_JOB_TEMPLATE,
+    AuditSource,
+    Queues,
+    SystemContract,
+    TtlTable,
+    job_reader,
+)
 from harness.model.fcm_mapping import DIGITS_MOD
 from harness.model.system import SystemPolicy
 from reference_impl.config import CHANNELS, PAGES_QUEUE, Config, ConfigError
@@ -137,24 +145,14 @@ def policy(config: Config, durable: bool) -> SystemPolicy:
     )
 
 
-def read_job(body: str) -> JobIdentity:
-    """A parked job of the reference: its tenant, notification and recipient."""
-    try:
-        job = json.loads(body)
-    except json.JSONDecodeError:
-        return (None, None, None)
-    if not isinstance(job, dict):
-        return (None, None, None)
-    return (job.get("tenant_id"), job.get("notification_id"), job.get("recipient_user_id"))
-
-
 def queues(config: Config) -> Queues:
     names = (*CHANNELS, PAGES_QUEUE)
     return Queues(
         work={c: config.queue_name(c) for c in names},
         dead={c: config.queue_name(c, "-dlq") for c in names},
         poison={c: config.queue_name(c, "-poison") for c in names},
-        read_job=read_job,
+        read_job=job_reader(DEFAULT_JOB_FIELDS),
+        job_template=DEFAULT_JOB_TEMPLATE,
     )
 
 

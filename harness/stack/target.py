@@ -13,7 +13,6 @@ against a shared environment is a decision someone writes down.
 from __future__ import annotations
 
 import ipaddress
-import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -23,12 +22,41 @@ import yaml
 
 from harness.contract.clock import SystemClock
 from harness.contract.driver import load_driver
-from harness.contract.system import TTL_PURPOSES, JobIdentity, Queues, SystemContract, TtlTable
+from harness.contract.system import (
+    DEFAULT_JOB_FIELDS,
+    DEFAULT_JOB_TEMPLATE,
+    JOB_FIELDS,
+    TEMPLATE_VALUES,
+    TTL_PURPOSES,
+    JobTemplate,
+    Queues,
+    SystemContract,
+    TtlTable,
+    job_reader,
+)
 from harness.model.system import SystemPolicy
 
 
 class TargetError(ValueError):
     """A target file that cannot be used, with what is wrong in it."""
+
+
+# Where the simulators read a push's ids unless a target says otherwise (the same defaults as
+# emulators/providers/ledger.py, which imports nothing of the harness).
+DEFAULT_PAYLOAD_IDS: dict[str, dict[str, str]] = {
+    "apns": {"tenant_id": "tenant_id", "notification_id": "notification_id"},
+    "fcm": {
+        "tenant_id": "message.data.tenant_id",
+        "notification_id": "message.data.notification_id",
+    },
+}
+
+
+def job_template_of(value: Any) -> JobTemplate:
+    """A target's ``job_template``: ``{body, platforms}``, or the body itself."""
+    if isinstance(value, dict) and "body" in value and set(value) <= {"body", "platforms"}:
+        return JobTemplate(value["body"], dict(value.get("platforms") or {}))
+    return JobTemplate(value)
 
 
 @dataclass(frozen=True)
@@ -75,7 +103,19 @@ class Target:
     driver: str | None = None
     driver_options: dict[str, Any] | None = None
     queues: dict[str, Any] | None = None
+    # Where a job names its tenant, notification and recipient: dotted paths into its JSON
+    # body (``job.nid``); default the reference's top-level tenant_id, notification_id,
+    # recipient_user_id.
     job_fields: dict[str, str] | None = None
+    # A well-formed job of its schema with ${tenant}, ${notification}, ${recipient}, ${author},
+    # ${token}, ${platform} placeholders: either the body itself, or {body, platforms} with the
+    # platforms in its own words ({apns: ios, fcm: android}). Without it (and with job_fields
+    # of its own), inject-malformed-jobs cannot send a job wrong in its id only, and says so.
+    job_template: dict[str, Any] | None = None
+    # Where its pushes name their tenant and notification: per provider, dotted paths into the
+    # APNs payload and into the FCM HTTP v1 request body. Defaults: APNs top-level tenant_id /
+    # notification_id, FCM message.data.tenant_id / message.data.notification_id.
+    payload_ids: dict[str, dict[str, str]] | None = None
     policy: dict[str, Any] | None = None
     # The control API of the SQS endpoint the system uses, when it is the harness's own
     # (SQS faults, and the receive log per-copy audit accounting reads).
@@ -112,31 +152,33 @@ class Target:
             clock=SystemClock(Path(self.clock_file)) if self.clock_file else None,
         )
 
+    def job_template_value(self) -> JobTemplate | None:
+        """The stated job template; the reference's when the target states neither a template
+        nor job fields of its own (its jobs are then the reference's)."""
+        if self.job_template is not None:
+            return job_template_of(self.job_template)
+        return None if self.job_fields else DEFAULT_JOB_TEMPLATE
+
     def _queues(self) -> Queues:
-        fields = {"tenant": "tenant_id", "notification": "notification_id",
-                  "recipient": "recipient_user_id", **(self.job_fields or {})}  # fmt: skip
-
-        def read_job(body: str) -> JobIdentity:
-            try:
-                job = json.loads(body)
-            except json.JSONDecodeError:
-                return (None, None, None)
-            if not isinstance(job, dict):
-                return (None, None, None)
-            return tuple(job.get(fields[k]) for k in ("tenant", "notification", "recipient"))  # type: ignore[return-value]
-
+        read_job = job_reader({**DEFAULT_JOB_FIELDS, **(self.job_fields or {})})
+        template = self.job_template_value()
         if self.queues:
             work = {k: str(v) for k, v in self.queues.get("work", {}).items()}
             dead = {k: str(v) for k, v in self.queues.get("dead", {}).items()}
             poison = {k: str(v) for k, v in self.queues.get("poison", {}).items()}
-            return Queues(work, dead, poison, read_job)
+            return Queues(work, dead, poison, read_job, template)
         channels = ("push", "email", "in_app", "sms", "pages")
         return Queues(
             work={c: f"{self.queue_prefix}-{c}" for c in channels},
             dead={c: f"{self.queue_prefix}-{c}-dlq" for c in channels},
             poison={c: f"{self.queue_prefix}-{c}-poison" for c in channels},
             read_job=read_job,
+            job_template=template,
         )
+
+    def payload_paths(self, provider: str) -> dict[str, str]:
+        """Where its pushes to ``provider`` name their ids (the simulators read them there)."""
+        return {**DEFAULT_PAYLOAD_IDS[provider], **(self.payload_ids or {}).get(provider, {})}
 
 
 def _host_port(value: str, key: str) -> tuple[str, int]:
@@ -184,6 +226,8 @@ def parse(data: Any, where: str) -> Target:
                 f"{where}: ttl_tables[{i}] must be {{purpose: {' | '.join(TTL_PURPOSES)}, "
                 "table, attribute, id_attribute}"
             )
+    _check_job_schema(data, where)
+    _check_payload_ids(data.get("payload_ids"), where)
     target = Target(**data)
     try:
         target.contract(None)
@@ -236,6 +280,58 @@ def parse(data: Any, where: str) -> Target:
                 "machine only with allow_remote: true in the target file"
             )
     return target
+
+
+def _dotted(value: Any) -> bool:
+    return isinstance(value, str) and bool(value) and all(value.split("."))
+
+
+def _check_job_schema(data: dict[str, Any], where: str) -> None:
+    fields_ = data.get("job_fields")
+    if fields_ is not None:
+        if not isinstance(fields_, dict) or set(fields_) - set(JOB_FIELDS):
+            raise TargetError(
+                f"{where}: job_fields maps {', '.join(JOB_FIELDS)} to dotted paths in a job's "
+                "JSON body (e.g. notification: job.nid)"
+            )
+        bad = [k for k, v in fields_.items() if not _dotted(v)]
+        if bad:
+            raise TargetError(
+                f"{where}: job_fields {', '.join(bad)}: a dotted path such as job.nid"
+            )
+    if data.get("job_template") is None:
+        return
+    template = job_template_of(data["job_template"])
+    named = template.placeholders()
+    unknown = sorted(named - set(TEMPLATE_VALUES))
+    if unknown:
+        raise TargetError(
+            f"{where}: job_template names ${{{unknown[0]}}}; it may name "
+            + ", ".join(f"${{{v}}}" for v in TEMPLATE_VALUES)
+        )
+    if "notification" not in named:
+        raise TargetError(f"{where}: job_template must carry ${{notification}} (the job's id)")
+    if not isinstance(template.platforms, dict) or not all(
+        isinstance(v, str) for v in template.platforms.values()
+    ):
+        raise TargetError(f"{where}: job_template platforms maps apns and fcm to its own words")
+
+
+def _check_payload_ids(value: Any, where: str) -> None:
+    if value is None:
+        return
+    shape = (
+        f"{where}: payload_ids maps apns and/or fcm to {{tenant_id, notification_id}} dotted "
+        "paths (APNs: into the payload, e.g. meta.nid; FCM: into the request body, e.g. "
+        "message.data.nid)"
+    )
+    if not isinstance(value, dict) or set(value) - set(DEFAULT_PAYLOAD_IDS):
+        raise TargetError(shape)
+    for paths in value.values():
+        if not isinstance(paths, dict) or set(paths) - {"tenant_id", "notification_id"}:
+            raise TargetError(shape)
+        if not all(_dotted(p) for p in paths.values()):
+            raise TargetError(shape)
 
 
 def load(path: Path) -> Target:
