@@ -13,6 +13,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from emulators.ports import PortInUse, require_free
 from emulators.providers.serving import SERVERS as SIM_SERVERS
@@ -30,6 +31,9 @@ from harness.stack.supervisor import (
     status_from_file,
     stop_from_file,
 )
+
+if TYPE_CHECKING:
+    from harness.stack.target import Target
 
 EXIT_FAIL = 1
 EXIT_USAGE = 2
@@ -85,6 +89,45 @@ def cmd_stack(args: argparse.Namespace) -> int:
     for name, state in status.items():
         print(f"  {name:<14} {state}")
     return 0 if all(s.startswith("running") for s in status.values()) else EXIT_FAIL
+
+
+def _load_target(path: str) -> Target:
+    """The target file, or SystemExit(2) with what is wrong in it."""
+    from harness.stack.target import TargetError, load
+
+    try:
+        return load(Path(path))
+    except TargetError as exc:
+        raise SystemExit(_error(str(exc))) from exc
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    """A team's long-lived environment: up, down, status."""
+    from harness.stack import environment
+
+    target = _load_target(args.target)
+    if args.action == "up":
+        try:
+            info = environment.up(target)
+        except StackError as exc:
+            return _error(str(exc))
+        print(f"environment of {target.name} up; {environment.env_file(target)}")
+        for line in environment.describe(info, target):
+            print(line)
+        print("runs with --target use it until `python -m harness env down --target FILE`")
+        return 0
+    if args.action == "down":
+        stopped = environment.down(target)
+        print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+        return 0
+    states = environment.status(target)
+    if not states:
+        print(f"the environment of {target.name} is not up")
+        return EXIT_FAIL
+    for name, state in states.items():
+        print(f"  {name:<14} {state}")
+    print(f"APNs CA: {environment.ca_file(target)}")
+    return 0 if all(s.startswith("running") for s in states.values()) else EXIT_FAIL
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -271,6 +314,14 @@ def build_parser() -> argparse.ArgumentParser:
     _sim_arguments(stack)
     stack.set_defaults(func=cmd_stack)
 
+    env = sub.add_parser(
+        "env",
+        help="a long-lived environment for a team's system: the simulators, endpoints and "
+        "proxies its target file places, up across runs",
+    )
+    env.add_argument("action", choices=["up", "down", "status"])
+    env.add_argument("--target", required=True, help="the system's target file (YAML)")
+    env.set_defaults(func=cmd_env)
     serve = sub.add_parser("serve", help="run one part of the stack in the foreground")
     serve.add_argument("part", choices=PARTS)
     serve.add_argument("--port", type=int, required=False, default=0)

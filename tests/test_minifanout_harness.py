@@ -88,31 +88,39 @@ FCM_PROJECTS = ["mf-0", "mf-1"]
 CRC32_MAPPING = "projects[crc32(user_id) % len(projects)]"
 
 
-@contextmanager
-def minifanout(
-    deps: Deps,
-    bugs: tuple[str, ...] = (),
-    queue: str | None = None,
-    driver_options: dict | None = None,
-) -> Iterator[Path]:
-    """minifanout running with ``bugs`` on ``queue`` (a new one by default; the same one across
-    runs is a long-lived deployment), with a poison queue, and the target file that describes
-    it."""
-    api, apns, fcm, dedup_listen = free_port(), free_port(), free_port(), free_port()
-    queue = queue or f"mini-{uuid.uuid4().hex[:8]}"
+@dataclass(frozen=True)
+class Deployment:
+    """Where one deployment of minifanout lives: its API, the addresses it was told for APNs,
+    FCM and its dedup store (the harness serves its parts there), its queue."""
+
+    api: int
+    apns: int
+    fcm: int
+    dedup_listen: int
+    queue: str
+    apns_ca: Path | None = None  # TLS to the APNs simulator, trusting this CA
+
+    @classmethod
+    def new(cls, apns_ca: Path | None = None) -> Deployment:
+        ports = (free_port(), free_port(), free_port(), free_port())
+        return cls(*ports, queue=f"mini-{uuid.uuid4().hex[:8]}", apns_ca=apns_ca)
+
+
+def write_target(deps: Deps, at: Deployment, driver_options: dict | None = None) -> Path:
+    """The target file that describes the deployment ``at``."""
     target = {
-        "name": "minifanout",
+        "name": f"minifanout-{at.queue}",
         "driver": "systems.minifanout.driver:MiniFanoutDriver",
         "driver_options": driver_options or {},
-        "event_api": f"http://127.0.0.1:{api}",
+        "event_api": f"http://127.0.0.1:{at.api}",
         "region": "us-east-1",
         "sqs_endpoint": deps.sqs.url,
         "aws_access_key_id": "testing",
         "aws_secret_access_key": "testing",
         "queues": {
-            "work": {"push": queue},
-            "dead": {"push": f"{queue}-dead"},
-            "poison": {"push": f"{queue}-poison"},
+            "work": {"push": at.queue},
+            "dead": {"push": f"{at.queue}-dead"},
+            "poison": {"push": f"{at.queue}-poison"},
         },
         "job_fields": JOB_FIELDS,
         "job_template": JOB_TEMPLATE,
@@ -124,28 +132,46 @@ def minifanout(
             "dedup_key_pattern": "mini:once:*",
         },
         "dedup_redis": f"127.0.0.1:{deps.dedup_port}",
-        "dedup_listen": f"127.0.0.1:{dedup_listen}",
-        "apns_listen": f"127.0.0.1:{apns}",
-        "apns_tls": False,
-        "fcm_listen": f"127.0.0.1:{fcm}",
+        "dedup_listen": f"127.0.0.1:{at.dedup_listen}",
+        "apns_listen": f"127.0.0.1:{at.apns}",
+        "apns_tls": at.apns_ca is not None,
+        "fcm_listen": f"127.0.0.1:{at.fcm}",
     }
-    path = deps.log_dir / f"target-{queue}-{api}.yaml"
+    path = deps.log_dir / f"target-{at.queue}-{at.api}.yaml"
     path.write_text(yaml.safe_dump(target))
+    return path
+
+
+@contextmanager
+def minifanout(
+    deps: Deps,
+    bugs: tuple[str, ...] = (),
+    at: Deployment | None = None,
+    driver_options: dict | None = None,
+) -> Iterator[Path]:
+    """minifanout running with ``bugs`` at the deployment ``at`` (a new one by default; the
+    same one across runs is a long-lived deployment), with a poison queue, and the target file
+    that describes it."""
+    at = at or Deployment.new()
+    path = write_target(deps, at, driver_options)
+    scheme = "https" if at.apns_ca is not None else "http"
     argv = [
-        sys.executable, "-m", "systems.minifanout", "--port", str(api),
+        sys.executable, "-m", "systems.minifanout", "--port", str(at.api),
         "--redis", f"redis://127.0.0.1:{deps.data_port}/0",
-        "--dedup-redis", f"redis://127.0.0.1:{dedup_listen}/0",
-        "--sqs-endpoint", deps.sqs.url, "--queue", queue, "--poison-queue", f"{queue}-poison",
-        "--apns-url", f"http://127.0.0.1:{apns}", "--fcm-url", f"http://127.0.0.1:{fcm}",
+        "--dedup-redis", f"redis://127.0.0.1:{at.dedup_listen}/0",
+        "--sqs-endpoint", deps.sqs.url, "--queue", at.queue, "--poison-queue", f"{at.queue}-poison",
+        "--apns-url", f"{scheme}://127.0.0.1:{at.apns}", "--fcm-url", f"http://127.0.0.1:{at.fcm}",
         "--fcm-projects", ",".join(FCM_PROJECTS), "--fcm-mapping", "crc32",
         "--bugs", ",".join(bugs),
     ]  # fmt: skip
-    with open(deps.log_dir / f"minifanout-{queue}-{api}.log", "wb") as log:
+    if at.apns_ca is not None:
+        argv += ["--apns-ca-file", str(at.apns_ca)]
+    with open(deps.log_dir / f"minifanout-{at.queue}-{len(bugs)}.log", "ab") as log:
         proc = subprocess.Popen(argv, cwd=ROOT, stderr=log, start_new_session=True)
 
     def healthy() -> bool:
         try:
-            return httpx.get(f"http://127.0.0.1:{api}/api/health", timeout=1).status_code == 200
+            return httpx.get(f"http://127.0.0.1:{at.api}/api/health", timeout=1).status_code == 200
         except httpx.HTTPError:
             return proc.poll() is not None
 
@@ -157,11 +183,26 @@ def minifanout(
         stop_process(proc)
 
 
-def run(target: Path, scenario: str, out: Path) -> tuple[int, dict, str]:
+@contextmanager
+def environment_up(target: Path, env_dir: Path) -> Iterator[dict[str, str]]:
+    """``harness env up`` for the target file, ``env down`` after, whatever happens."""
+    env = {"HARNESS_ENV_DIR": str(env_dir)}
+    up = run_cli("env", "up", "--target", str(target), env=env, timeout=120)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield env
+    finally:
+        down = run_cli("env", "down", "--target", str(target), env=env, timeout=120)
+        assert down.returncode == 0, down.stdout + down.stderr
+
+
+def run(
+    target: Path, scenario: str, out: Path, env: dict[str, str] | None = None
+) -> tuple[int, dict, str]:
     out.mkdir(parents=True, exist_ok=True)
     result = run_cli(
         "run", scenario, "--target", str(target), "--seed", "5", "--out", str(out), "--no-report",
-        timeout=400,
+        env=env, timeout=400,
     )  # fmt: skip
     output = result.stdout + result.stderr
     runs = sorted(p for p in out.iterdir() if p.is_dir())
@@ -186,44 +227,54 @@ def _receive_times_within_the_run(run_dir: Path) -> None:
 @pytest.mark.wholerun
 def test_run_after_run_on_one_long_lived_minifanout(deps, tmp_path):
     """One deployment of minifanout (its queues, its poison queue, its dedup store) verified
-    run after run, as a team's long-lived system is: a clean run passes, a defect run right
-    after it is caught though the clean run's 30-day keys and poison jobs are still there, and
-    clean runs after the defect run pass though its leftovers are still there. Each run judges
-    only itself; what earlier runs left is counted in the summary, never judged.
+    run after run in one long-lived environment (`harness env up`: the simulators and the
+    dedup proxy stay up between runs; APNs over TLS with the environment's CA, trusted once),
+    as a team's long-lived system is: a clean run passes, a defect run right after it is caught
+    though the clean run's 30-day keys and poison jobs are still there, and clean runs after
+    the defect run pass though its leftovers are still there. Each run judges only itself;
+    what earlier runs left is counted in the summary, never judged.
 
     Before each run saw only itself: the defect run passed poison_queue (its bad-id job was
     written in the reference's field names, so minifanout set it aside for lacking fields) and
     dedup_window (the clean run's keys filled the full window); the clean run failed
     fcm_stickiness (minifanout's sticky crc32 projects judged as digits mod K)."""
+    env_dir = tmp_path / "env"
     queue = f"mini-{uuid.uuid4().hex[:8]}"
-    with minifanout(deps, queue=queue) as target:
-        code, first, output = run(target, "smoke", tmp_path / "1-clean")
-    assert code == 0 and first["verdict"] == "pass", output
-    _judged_all_pass(first)
-    sticky = first["checkers"]["fcm_stickiness"]
-    assert sticky["fcm_requests"] > 0 and sticky["wrong_project"] == 0, sticky
-    assert first["checkers"]["poison_queue"]["in_poison"] > 0
-    assert first["checkers"]["dedup_window"]["full_window"] > 0
+    # Where `env up` writes the APNs CA for the target named minifanout-<queue>.
+    at = Deployment.new(apns_ca=env_dir / f"minifanout-{queue}" / "tls" / "ca.pem")
+    at = Deployment(at.api, at.apns, at.fcm, at.dedup_listen, queue, at.apns_ca)
+    target = write_target(deps, at)
+    with environment_up(target, env_dir) as env:
+        assert at.apns_ca is not None and at.apns_ca.is_file()  # written once, at env up
+        with minifanout(deps, at=at) as target:
+            code, first, output = run(target, "smoke", tmp_path / "1-clean", env)
+        assert code == 0 and first["verdict"] == "pass", output
+        assert "using the long-lived environment" in output
+        _judged_all_pass(first)
+        sticky = first["checkers"]["fcm_stickiness"]
+        assert sticky["fcm_requests"] > 0 and sticky["wrong_project"] == 0, sticky
+        assert first["checkers"]["poison_queue"]["in_poison"] > 0
+        assert first["checkers"]["dedup_window"]["full_window"] > 0
 
-    with minifanout(deps, queue=queue, bugs=("no_id_check", "dedup_short_ttl")) as target:
-        code, defect, output = run(target, "smoke", tmp_path / "2-defect")
-    assert code == 1 and defect["verdict"] == "fail", output
-    poison = defect["checkers"]["poison_queue"]
-    assert poison["valid"] is False and poison["delivered"] > 0, poison
-    window = defect["checkers"]["dedup_window"]
-    assert window["valid"] is False and window["missing_full_window"] > 0, window
-    assert defect["leftovers_ignored"]["dedup_keys"] > 0  # the clean run's, left out
+        with minifanout(deps, at=at, bugs=("no_id_check", "dedup_short_ttl")) as target:
+            code, defect, output = run(target, "smoke", tmp_path / "2-defect", env)
+        assert code == 1 and defect["verdict"] == "fail", output
+        poison = defect["checkers"]["poison_queue"]
+        assert poison["valid"] is False and poison["delivered"] > 0, poison
+        window = defect["checkers"]["dedup_window"]
+        assert window["valid"] is False and window["missing_full_window"] > 0, window
+        assert defect["leftovers_ignored"]["dedup_keys"] > 0  # the clean run's, left out
 
-    for n, scenario in enumerate(("sqs-redelivery", "memorydb-outage"), start=3):
-        with minifanout(deps, queue=queue) as target:
-            code, after, output = run(target, scenario, tmp_path / f"{n}-{scenario}")
-        assert code == 0 and after["verdict"] == "pass", output
-        _judged_all_pass(after)
-        left = after["leftovers_ignored"]
-        # The smoke runs' poison and dead jobs are still parked, and ignored.
-        assert left["dlq_messages"] > 0 and left["receive_log_rows"] > 0, left
-        run_dir = next(p for p in (tmp_path / f"{n}-{scenario}").iterdir() if p.is_dir())
-        _receive_times_within_the_run(run_dir)
+        for n, scenario in enumerate(("sqs-redelivery", "memorydb-outage"), start=3):
+            with minifanout(deps, at=at) as target:
+                code, after, output = run(target, scenario, tmp_path / f"{n}-{scenario}", env)
+            assert code == 0 and after["verdict"] == "pass", output
+            _judged_all_pass(after)
+            left = after["leftovers_ignored"]
+            # The smoke runs' poison and dead jobs are still parked, and ignored.
+            assert left["dlq_messages"] > 0 and left["receive_log_rows"] > 0, left
+            run_dir = next(p for p in (tmp_path / f"{n}-{scenario}").iterdir() if p.is_dir())
+            _receive_times_within_the_run(run_dir)
 
 
 @pytest.mark.wholerun
@@ -256,7 +307,7 @@ def test_a_scenario_needing_what_minifanout_lacks_says_so_before_loading(
     with minifanout(deps, driver_options=driver_options) as target:
         code, summary, output = run(target, scenario, tmp_path)
     assert code == 1 and summary["verdict"] == "unknown", output
-    assert "cannot run on minifanout: " in summary["error"]
+    assert "cannot run on minifanout-" in summary["error"]
     for words in said:  # what it lacks, and what the target file would need
         assert words in summary["error"], summary["error"]
     assert not summary["checkers"]

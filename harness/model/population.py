@@ -393,6 +393,7 @@ def _token(rng: random.Random, platform: str) -> str:
     )
 
 
+DEFAULT_TENANT_PREFIX = "tenant"
 _RUN_TENANT = re.compile(r"tenant-[0-9a-f]{6}-[0-9]+")
 
 
@@ -519,6 +520,11 @@ def generate(
                 platform = "fcm" if rng.random() < spec.fcm_fraction else "apns"
                 dead = rng.random() < spec.dead_token_fraction
                 token = _token(rng, platform)
+                if tenant_prefix != DEFAULT_TENANT_PREFIX:
+                    # A run's own tokens on a long-lived system and environment: the same seed
+                    # in another run must not meet this device's state (an SNS endpoint an
+                    # earlier run's dead answer turned off, a token marked dead).
+                    token = _token(random.Random(f"{tenant_prefix}:{token}"), platform)
                 sharing = spec.shared_token_fraction > 0 and n == 0 and shared
                 if sharing and rng.random() < spec.shared_token_fraction:
                     platform, token, dead = shared[0].platform, shared[0].token, shared[0].dead

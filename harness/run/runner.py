@@ -64,6 +64,7 @@ from harness.run.python_steps import action_of, fault_of, judge
 from harness.run.sns_ledger import SnsObserver
 from harness.run.sqs_receives import collect_receives, log_position
 from harness.run.ttl_items import describe_ttl, record_scan, scan_expiries
+from harness.stack import environment
 from harness.stack.reaper import reap_orphans
 from harness.stack.supervisor import (
     STOP_GRACE_SECONDS,
@@ -901,6 +902,10 @@ def execute(
 ) -> tuple[History, Population | None, list[Verdict], str | None]:
     """The run's phases in order: bring up, load the population, inject (faults on their
     schedule), await the outcome, collect, judge; the stack always comes down."""
+    # A team's long-lived environment, when it is up, serves the run (`harness env up`).
+    attach = environment.running(target) if target is not None else None
+    if attach is not None:
+        progress("stack", f"using the long-lived environment of {target.name} (harness env)")  # type: ignore[union-attr]
     stack = (
         stack_factory
         or (
@@ -910,6 +915,7 @@ def execute(
                 reference_overrides=scenario.reference,
                 target=target,
                 movable_clock=scenario.clock is not None,
+                attach=attach,
             )
         )
     )(run_dir / "stack")
@@ -951,6 +957,8 @@ def _bring_up(state: RunState) -> None:
             "stack",
             "starting redis, fault proxies, dynalite, kinesalite, SQS, simulators, workers",
         )
+    elif stack.attached is not None:
+        progress("stack", f"target {target.name}: its environment's parts, reset for this run")
     else:
         progress("stack", f"target {target.name}: starting the fault proxies and simulators")
         if scenario.reference or scenario.durable_redis:
@@ -1034,6 +1042,10 @@ def _load_population(state: RunState) -> None:
     fcm.unregister([d.token for d in population.devices if d.dead and d.platform == "fcm"])
     sns_url = _sns_url(state.stack, info)
     sns = SnsObserver(sns_url) if sns_url else None
+    if sns is not None and state.target is not None:
+        skipped = sns.skip_to_end()  # an SNS endpoint that outlives runs: earlier runs' rows
+        if skipped:
+            progress("load", f"{skipped} SNS log row(s) of earlier runs skipped")
     state.collector = Collector(
         history, [apns, fcm], lambda tenant: of_another_run(tenant, prefix), sns=sns
     )

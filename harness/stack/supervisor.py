@@ -115,6 +115,7 @@ _TARGET_LISTEN = {
     "fcm": "fcm_listen",
     "kinesis-proxy": "kinesis_listen",
     "sns": "sns_listen",
+    "sqs": "sqs_listen",
 }
 
 
@@ -224,6 +225,19 @@ def _pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
+def _post(url: str, ca_file: str | None) -> None:
+    """A control call that must succeed (StackError naming it when not)."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=ca_file) if ca_file else None
+    request = urllib.request.Request(url, data=b"", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context):
+            return
+    except OSError as exc:
+        raise StackError(f"the environment's part at {url} did not answer: {exc}") from exc
+
+
 def _http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=1) as response:
@@ -297,8 +311,12 @@ class Stack:
         sim_processes: int | None = None,
         sim_server: str | None = None,
         movable_clock: bool = False,
+        attach: StackInfo | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
+        # A long-lived environment already up for the target (`harness env up`): its parts
+        # are used, none is started, and none is stopped with this stack.
+        self.attached = attach
         # The reference's own processes (its workers, never the emulators) under libfaketime,
         # reading their clock offset from this file (harness/contract/clock.py); None: their
         # clocks are true (also when libfaketime is not installed: the contract then has no
@@ -324,8 +342,10 @@ class Stack:
         if target is not None:
             # The system under test runs elsewhere: the harness starts only the fault proxies
             # (if the target has no Toxiproxy of its own) and the provider simulators.
+            proxied = bool(target.dedup_listen or target.proxies) and not target.toxiproxy_url
             parts = [p for p, wanted in (
-                ("toxiproxy", bool(target.dedup_listen and not target.toxiproxy_url)),
+                ("sqs", bool(target.sqs_listen)),
+                ("toxiproxy", proxied),
                 ("kinesis-proxy", bool(target.kinesis_listen)),
                 ("apns", bool(target.apns_listen)),
                 ("fcm", bool(target.fcm_listen)),
@@ -366,6 +386,8 @@ class Stack:
         self.down()
 
     def up(self) -> StackInfo:
+        if self.attached is not None:
+            return self._attach(self.attached)
         if "redis" in self.selected:
             require_redis_server()
         if {"dynamodb", "kinesis"} & set(self.selected):
@@ -393,6 +415,22 @@ class Stack:
         if self.stack_file:
             self.stack_file.parent.mkdir(parents=True, exist_ok=True)
             self.stack_file.write_text(self.info.to_json())
+        return self.info
+
+    def _attach(self, running: StackInfo) -> StackInfo:
+        """Use a long-lived environment's parts: each simulator and fault proxy starts this
+        run clean (ledgers, dead tokens, faults, toxics), as a part started for it would."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.info.parts = dict(running.parts)
+        self.info.tls_ca, self.info.dedup_url = running.tls_ca, running.dedup_url
+        assert self.target is not None
+        self._describe_target(self.target)
+        for part in ("apns", "fcm"):
+            if part in self.info.parts:
+                ca = self.info.tls_ca if part == "apns" else None
+                _post(f"{self.info.url(part)}/_sim/reset", ca)
+        if "toxiproxy" in self.info.parts:
+            _post(f"{self.info.url('toxiproxy')}/reset", None)
         return self.info
 
     def down(self, hurry: bool = False) -> None:
@@ -636,7 +674,7 @@ class Stack:
         if part == "event-api":
             return _http_ok(f"{info.url}/health")
         if part == "toxiproxy":
-            return _http_ok(f"{info.url}/proxies/{DEDUP_PROXY}")
+            return _http_ok(f"{info.url}/proxies")
         if part in ("kinesis-proxy", "dynamodb-proxy"):
             return _http_ok(f"{info.url}/_proxy/health")
         return (self.workdir / f"{part}.ready").exists()
@@ -662,6 +700,12 @@ class Stack:
 
     def dead_parts(self) -> dict[str, str]:
         """Parts whose process has exited on its own, with the tail of each one's log."""
+        if self.attached is not None:
+            return {
+                name: f"the environment's {name} (pid {part.pid}) is gone; log {part.log}"
+                for name, part in self.attached.parts.items()
+                if not _pid_alive(part.pid)
+            }
         return {
             part: f"exited with code {proc.returncode}; log {self.info.parts[part].log}:\n"
             + _log_tail(Path(self.info.parts[part].log), 8)
@@ -702,26 +746,25 @@ class Stack:
         return self._start(part, previous.port if previous else None)
 
     def _write_proxy_config(self) -> None:
-        """The dedup proxy: workers talk to Redis only through it, so chaos can cut it."""
-        if self.target is not None and self.target.dedup_listen and self.target.dedup_redis:
-            listen_port = port_of(self.target.dedup_listen, "dedup_listen")
-            upstream = self.target.dedup_redis
-        else:
-            upstream = f"{LOOPBACK}:{self.info.parts['redis'].port}"
-            if self.info.dedup_url:
-                listen_port = int(self.info.dedup_url.rsplit(":", 1)[1].split("/")[0])
+        """The dedup proxy: workers talk to Redis only through it, so chaos can cut it; and a
+        target's own proxies, for any other TCP dependency it names."""
+        target = self.target
+        proxies = []
+        if target is None or (target.dedup_listen and target.dedup_redis):
+            if target is not None:
+                listen_port = port_of(target.dedup_listen or "", "dedup_listen")
+                upstream = target.dedup_redis or ""
             else:
-                listen_port = free_port()
-        proxies = [
-            {
-                "name": DEDUP_PROXY,
-                "listen": f"{LOOPBACK}:{listen_port}",
-                "upstream": upstream,
-                "enabled": True,
-            }
-        ]
+                upstream = f"{LOOPBACK}:{self.info.parts['redis'].port}"
+                if self.info.dedup_url:
+                    listen_port = int(self.info.dedup_url.rsplit(":", 1)[1].split("/")[0])
+                else:
+                    listen_port = free_port()
+            proxies.append(_proxy(DEDUP_PROXY, f"{LOOPBACK}:{listen_port}", upstream))
+            self.info.dedup_url = f"redis://{LOOPBACK}:{listen_port}/0"
+        for name, proxy in ((target.proxies or {}) if target is not None else {}).items():
+            proxies.append(_proxy(name, proxy["listen"], proxy["upstream"]))
         (self.workdir / "proxies.json").write_text(json.dumps(proxies))
-        self.info.dedup_url = f"redis://{LOOPBACK}:{listen_port}/0"
 
     def _start(self, part: str, port: int | None = None) -> PartInfo:
         return self._start_together([part], {part: port})[0]
@@ -787,6 +830,10 @@ class Stack:
         info = PartInfo(part, proc.pid, port, self._url(part, port), str(log_path), argv)
         self.info.parts[part] = info
         return info, proc
+
+
+def _proxy(name: str, listen: str, upstream: str) -> dict[str, Any]:
+    return {"name": name, "listen": listen, "upstream": upstream, "enabled": True}
 
 
 def stop_process(proc: subprocess.Popen[Any] | int, timeout: float = 5.0) -> None:

@@ -86,6 +86,19 @@ class Target:
     # simulators (and the platform applications' events to sqs_endpoint), and reads its
     # publish ledger. The system creates its platform applications and endpoints against it.
     sns_listen: str | None = None
+    # Optional: host:port where the system was told to find SQS: the harness serves its SQS
+    # endpoint there (the system's queues, the receive log, SQS faults); sqs_endpoint and
+    # sqs_control default to it. Long-lived with `harness env up`.
+    sqs_listen: str | None = None
+    # Toxiproxy-style proxies for any TCP dependency of the system (its data store, its queue,
+    # a cache): name -> {listen: host:port the system was told, upstream: host:port of the real
+    # dependency}. The faults proxy-down, proxy-latency and proxy-timeout name one (params
+    # {proxy: name}); the dedup store's proxy stays dedup_listen / dedup_redis.
+    proxies: dict[str, dict[str, str]] | None = None
+    # Optional process hooks, as Jepsen gives every database kill/start/pause: per role (the
+    # process faults name roles: consumer-crash kills ``push-consumer``), shell commands run on
+    # this machine: {kill, start, pause, resume}; kill and start at least.
+    processes: dict[str, dict[str, str]] | None = None
     # Or: the URL of the harness's SNS endpoint already running beside the system (`python -m
     # harness serve sns`, long-lived, so the system's platform applications outlive a run): the
     # harness reads its ledger and injects its faults there, and starts none of its own.
@@ -228,6 +241,12 @@ def parse(data: Any, where: str) -> Target:
             )
     _check_job_schema(data, where)
     _check_payload_ids(data.get("payload_ids"), where)
+    _check_proxies(data.get("proxies"), where)
+    _check_processes(data.get("processes"), where)
+    if data.get("sqs_listen"):
+        # The harness's own SQS endpoint serves there: the system's SQS and its control API.
+        url = f"http://{data['sqs_listen']}"
+        data = {"sqs_endpoint": url, "sqs_control": url, **data}
     target = Target(**data)
     try:
         target.contract(None)
@@ -263,11 +282,13 @@ def parse(data: Any, where: str) -> Target:
         if upstream.scheme not in ("http", "https") or not upstream.hostname:
             raise TargetError(f"{where}: kinesis_upstream must be an http(s) URL")
         hosts.append(("kinesis_upstream", upstream.hostname))
-    listens = ("apns_listen", "fcm_listen", "kinesis_listen", "sns_listen")
+    listens = ("apns_listen", "fcm_listen", "kinesis_listen", "sns_listen", "sqs_listen")
     for key in ("dedup_redis", "dedup_listen", *listens):
         value = getattr(target, key)
         if value:
             hosts.append((key, _host_port(value, key)[0]))
+    for name, proxy in (target.proxies or {}).items():
+        hosts.append((f"proxies.{name}.upstream", _host_port(proxy["upstream"], "upstream")[0]))
     for key in ("dedup_listen", *listens):
         value = getattr(target, key)
         if value and not _is_loopback(_host_port(value, key)[0]):
@@ -317,6 +338,43 @@ def _check_job_schema(data: dict[str, Any], where: str) -> None:
         raise TargetError(f"{where}: job_template platforms maps apns and fcm to its own words")
 
 
+PROCESS_HOOKS = ("kill", "start", "pause", "resume")
+
+
+def _check_proxies(value: Any, where: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise TargetError(f"{where}: proxies maps a name to {{listen, upstream}}")
+    for name, proxy in value.items():
+        if name == "dedup":
+            raise TargetError(f"{where}: proxies: dedup is the dedup store's (dedup_listen)")
+        if not isinstance(proxy, dict) or set(proxy) != {"listen", "upstream"}:
+            raise TargetError(
+                f"{where}: proxies.{name} is {{listen: host:port, upstream: host:port}}"
+            )
+        for key in ("listen", "upstream"):
+            _host_port(str(proxy[key]), f"proxies.{name}.{key}")
+        if not _is_loopback(_host_port(str(proxy["listen"]), "listen")[0]):
+            raise TargetError(f"{where}: proxies.{name}.listen must be a loopback address")
+
+
+def _check_processes(value: Any, where: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise TargetError(f"{where}: processes maps a role to shell commands {{kill, start, ...}}")
+    for role, hooks in value.items():
+        if not isinstance(hooks, dict) or set(hooks) - set(PROCESS_HOOKS):
+            raise TargetError(
+                f"{where}: processes.{role} holds shell commands named {', '.join(PROCESS_HOOKS)}"
+            )
+        if not {"kill", "start"} <= set(hooks) or not all(
+            isinstance(c, str) and c.strip() for c in hooks.values()
+        ):
+            raise TargetError(f"{where}: processes.{role} needs kill and start commands at least")
+
+
 def _check_payload_ids(value: Any, where: str) -> None:
     if value is None:
         return
@@ -347,7 +405,11 @@ def load(path: Path) -> Target:
 def _endpoints(target: Target) -> list[tuple[str, str]]:
     """(key, address) of every endpoint of the system the harness will talk to itself."""
     found = [("event_api", target.event_api)]
+    # An SQS the harness serves itself (sqs_listen) is not the system's to answer yet.
+    own = ("sqs_endpoint",) if target.sqs_listen else ()
     for key in ("sqs_endpoint", "toxiproxy_url", "kinesis_upstream"):
+        if key in own:
+            continue
         value = getattr(target, key)
         if value:
             found.append((key, value))
