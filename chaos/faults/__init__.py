@@ -35,11 +35,21 @@ class FaultError(ValueError):
 
 
 class ProcessControl(Protocol):
-    """What process faults need from the stack: kill a part, start it again."""
+    """What process faults need: kill a part (a role: ``push-consumer``, ``redis`` ...), start
+    it again, pause and resume it; the harness's own stack does it with signals, a team's
+    system through the shell hooks its target file names."""
+
+    def offers(self, part: str, action: str) -> bool:
+        """Whether ``action`` (kill, start, pause, resume) can be done to ``part``."""
+        ...
 
     def kill_part(self, part: str) -> None: ...
 
     def start_part(self, part: str) -> Any: ...
+
+    def pause_part(self, part: str) -> None: ...
+
+    def resume_part(self, part: str) -> None: ...
 
 
 @dataclass
@@ -124,6 +134,10 @@ class FaultSpec:
     # The ChaosTargets field the fault acts through; None on a target is "not available".
     needs: str | None = None
     needs_what: str = ""
+    # A process fault: the part (role) it acts on and what it does to it (kill and start, or
+    # pause and resume); a system whose processes do not offer them cannot take the fault.
+    part: str | None = None
+    actions: tuple[str, ...] = ()
 
 
 CATALOGUE: dict[str, FaultSpec] = {}
@@ -136,13 +150,15 @@ def fault(
     needs: str | None = None,
     needs_what: str = "",
     required: tuple[str, ...] = (),
+    part: str | None = None,
+    actions: tuple[str, ...] = (),
 ) -> Callable[[Start], Start]:
     """Register ``start(targets, params) -> undo`` as the fault ``name`` (a decorator)."""
 
     def register(start: Start) -> Start:
         if name in CATALOGUE and CATALOGUE[name].start is not start:
             raise ValueError(f"two faults named {name!r}")
-        CATALOGUE[name] = FaultSpec(description, start, required, needs, needs_what)
+        CATALOGUE[name] = FaultSpec(description, start, required, needs, needs_what, part, actions)
         return start
 
     return register
@@ -151,9 +167,18 @@ def fault(
 def unavailable(name: str, targets: ChaosTargets) -> str | None:
     """Why the fault cannot act on these targets (what they lack), or None."""
     spec = CATALOGUE[name]
-    if spec.needs is None or getattr(targets, spec.needs) is not None:
-        return None
-    return f"{name} is not available on this target: it has no {spec.needs_what or spec.needs}"
+    if spec.needs is not None and getattr(targets, spec.needs) is None:
+        return f"{name} is not available on this target: it has no {spec.needs_what or spec.needs}"
+    processes = targets.processes
+    if spec.part is not None and processes is not None:
+        missing = [a for a in spec.actions if not processes.offers(spec.part, a)]
+        if missing:
+            return (
+                f"{name} is not available on this target: it has no {' and '.join(missing)} "
+                f"hook for {spec.part} (processes: {{{spec.part}: {{{', '.join(missing)}: "
+                "<shell command>}} in the target file)"
+            )
+    return None
 
 
 def make_fault(name: str, params: dict[str, Any] | None = None) -> Fault:

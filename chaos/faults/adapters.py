@@ -14,7 +14,8 @@ import httpx
 from chaos.faults import ChaosTargets, FaultError
 
 
-def toxiproxy_proxy(targets: ChaosTargets) -> Any:
+def toxiproxy_proxy(targets: ChaosTargets, name: str | None = None) -> Any:
+    """A proxy of the fault proxy (the dedup store's unless ``name`` says another)."""
     if not targets.toxiproxy_url:
         raise FaultError("this target has no fault proxy (toxiproxy_url)")
     from toxiproxy import Toxiproxy
@@ -22,9 +23,11 @@ def toxiproxy_proxy(targets: ChaosTargets) -> Any:
     url = httpx.URL(targets.toxiproxy_url)
     server = Toxiproxy()
     server.update_api_consumer(url.host, url.port)
-    proxy = server.get_proxy(targets.dedup_proxy)
+    wanted = name or targets.dedup_proxy
+    proxy = server.get_proxy(wanted)
     if proxy is None:
-        raise FaultError(f"the fault proxy has no proxy named {targets.dedup_proxy!r}")
+        known = ", ".join(sorted(server.proxies())) or "none"
+        raise FaultError(f"the fault proxy has no proxy named {wanted!r} (it has: {known})")
     return proxy
 
 
@@ -124,9 +127,47 @@ def dedup_toxic(toxic_type: str, attributes: Callable[[dict[str, Any]], dict[str
 
 def process_crash(part: str) -> Callable[..., Callable[[], None]]:
     def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
-        if targets.processes is None:
-            raise FaultError("this target's processes are not ours to kill")
-        targets.processes.kill_part(part)  # kill -9: no cleanup, as a crash
-        return lambda: targets.processes.start_part(part)  # type: ignore[union-attr]
+        processes = targets.processes
+        if processes is None:
+            raise FaultError("this target has no process hooks")
+        processes.kill_part(part)  # kill -9: no cleanup, as a crash
+        return lambda: processes.start_part(part)
+
+    return start
+
+
+def process_pause(part: str) -> Callable[..., Callable[[], None]]:
+    def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
+        processes = targets.processes
+        if processes is None:
+            raise FaultError("this target has no process hooks")
+        processes.pause_part(part)  # SIGSTOP: its connections stay open, nothing answers
+        return lambda: processes.resume_part(part)
+
+    return start
+
+
+def named_proxy(targets: ChaosTargets, params: dict[str, Any]) -> Any:
+    """The proxy a fault names (``params.proxy``), through the Toxiproxy client."""
+    name = params.get("proxy")
+    if not isinstance(name, str) or not name:
+        raise FaultError("this fault needs params.proxy: the name of a proxy of the target")
+    return toxiproxy_proxy(targets, name)
+
+
+def proxy_toxic(toxic_type: str, attributes: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+    """A toxic on the proxy the fault names (a target's ``proxies`` entry, or ``dedup``)."""
+
+    def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
+        proxy = named_proxy(targets, params)
+        name = f"chaos_{toxic_type}_{uuid.uuid4().hex[:6]}"
+        proxy.add_toxic(
+            name=name,
+            type=toxic_type,
+            stream=params.get("stream", "downstream"),
+            toxicity=float(params.get("toxicity", 1.0)),
+            attributes=attributes(params),
+        )
+        return lambda: proxy.destroy_toxic(name)
 
     return start

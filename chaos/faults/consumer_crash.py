@@ -9,5 +9,7 @@ start = fault(
     "consumer-crash",
     "kill -9 the push consumer at start, restart it at stop",
     needs="processes",
-    needs_what="processes the harness started itself (a target's are not ours to kill)",
+    needs_what="process hooks (the harness's own stack, or a target's processes: map)",
+    part="push-consumer",
+    actions=("kill", "start"),
 )(process_crash("push-consumer"))

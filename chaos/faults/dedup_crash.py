@@ -9,5 +9,7 @@ start = fault(
     "dedup-crash",
     "kill -9 redis-server at start, restart it at stop (state survives only with AOF)",
     needs="processes",
-    needs_what="processes the harness started itself (a target's are not ours to kill)",
+    needs_what="process hooks (the harness's own stack, or a target's processes: map)",
+    part="redis",
+    actions=("kill", "start"),
 )(process_crash("redis"))

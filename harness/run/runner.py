@@ -65,6 +65,7 @@ from harness.run.sns_ledger import SnsObserver
 from harness.run.sqs_receives import collect_receives, log_position
 from harness.run.ttl_items import describe_ttl, record_scan, scan_expiries
 from harness.stack import environment
+from harness.stack.hooks import ShellProcesses
 from harness.stack.reaper import reap_orphans
 from harness.stack.supervisor import (
     STOP_GRACE_SECONDS,
@@ -442,8 +443,14 @@ def _chaos_targets(stack: Stack, info: StackInfo) -> ChaosTargets:
         # The SNS endpoint the system publishes to (the stack's, or served at a target's).
         sns_url=_sns_url(stack, info),
         kinesis_proxy_url=parts["kinesis-proxy"].url if "kinesis-proxy" in parts else None,
-        # A target's processes are not the harness's to kill.
-        processes=stack if target is None else None,
+        # A target's processes only through the hooks its target file names.
+        processes=(
+            stack
+            if target is None
+            else ShellProcesses(target.processes)
+            if target.processes
+            else None
+        ),
         dedup_proxy=target.dedup_proxy if target is not None else DEDUP_PROXY,
     )
 

@@ -729,6 +729,22 @@ class Stack:
             (self.workdir / f"{part}.ready").unlink(missing_ok=True)
         return [part for part, proc in named if proc in killed]
 
+    def offers(self, part: str, action: str) -> bool:
+        """Every part this stack runs can be killed, started, paused and resumed."""
+        return part in self.selected and action in ("kill", "start", "pause", "resume")
+
+    def pause_part(self, part: str) -> None:
+        """SIGSTOP one part's process group: alive, connections open, nothing answered."""
+        proc = self.procs.get(part)
+        if proc is None:
+            raise StackError(f"{part} is not running")
+        os.killpg(proc.pid, signal.SIGSTOP)
+
+    def resume_part(self, part: str) -> None:
+        proc = self.procs.get(part)
+        if proc is not None:
+            os.killpg(proc.pid, signal.SIGCONT)
+
     def kill_part(self, part: str) -> None:
         """kill -9 one part, as a crash would."""
         proc = self.procs.pop(part, None)
