@@ -130,6 +130,18 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0 if all(s.startswith("running") for s in states.values()) else EXIT_FAIL
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Probe a target file's contract before any load; exit 1 when something is off."""
+    from harness.run.doctor import run_doctor
+
+    target = _load_target(args.target)
+    marks = {"ok": "ok     ", "problem": "PROBLEM", "note": "note   "}
+    findings = run_doctor(target, lambda f: print(f"  {marks[f.status]} {f.check:<17} {f.line}"))
+    problems = [f for f in findings if f.status == "problem"]
+    print(f"{target.name}: {len(problems) or 'no'} problem(s)")
+    return EXIT_FAIL if problems else 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run one part in the foreground (exec: signals go straight to the server)."""
     try:
@@ -322,6 +334,13 @@ def build_parser() -> argparse.ArgumentParser:
     env.add_argument("action", choices=["up", "down", "status"])
     env.add_argument("--target", required=True, help="the system's target file (YAML)")
     env.set_defaults(func=cmd_env)
+    doctor = sub.add_parser(
+        "doctor",
+        help="probe a target file before any load: endpoints, queues, driver operations, a "
+        "test push's ids and FCM project, its dedup key",
+    )
+    doctor.add_argument("--target", required=True, help="the system's target file (YAML)")
+    doctor.set_defaults(func=cmd_doctor)
     serve = sub.add_parser("serve", help="run one part of the stack in the foreground")
     serve.add_argument("part", choices=PARTS)
     serve.add_argument("--port", type=int, required=False, default=0)

@@ -313,3 +313,44 @@ def test_a_scenario_needing_what_minifanout_lacks_says_so_before_loading(
     assert not summary["checkers"]
     run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
     assert not (run_dir / "population.json").exists()  # stopped before loading anything
+
+
+def _doctor(target: Path, change: dict, tmp_path: Path) -> tuple[int, str]:
+    data = yaml.safe_load(target.read_text())
+    for key, value in change.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    path = tmp_path / f"doctor-{len(list(tmp_path.iterdir()))}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = run_cli("doctor", "--target", str(path), timeout=180)
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_the_doctor_names_what_a_target_file_gets_wrong_in_one_line_each(deps, tmp_path):
+    """A test push through minifanout: with its target file right, no problem; with a wrong
+    payload key, a queue that does not exist or a dedup pattern its keys do not match, one
+    line says which."""
+    with minifanout(deps) as target:
+        code, output = _doctor(target, {}, tmp_path)
+        assert code == 0 and "no problem(s)" in output, output
+        assert "APNs push arrived" in output and "FCM push arrived" in output
+        assert "as fcm_mapping says" in output
+        cases = [
+            ({"payload_ids": {"apns": {"notification_id": "nid"}}},
+             "the APNs push arrived but its ids are not where the file says: notification_id "
+             "at 'nid' read None"),
+            ({"queues": {"poison": {"push": "no-such-queue"}}},
+             "queue no-such-queue (queues.poison.push) does not exist"),
+            ({"policy": {"dedup_key_pattern": "dedup:*"}},
+             "none matching dedup_key_pattern 'dedup:*'"),
+            # The project crc32 does not name: always wrong for the test user.
+            ({"policy": {"fcm_mapping": "projects[(crc32(user_id) + 1) % 2]"}},
+             "fcm_mapping 'projects[(crc32(user_id) + 1) % 2]' names"),
+        ]  # fmt: skip
+        for change, line in cases:
+            code, output = _doctor(target, change, tmp_path)
+            assert code == 1 and line in output, output
+            problems = [x for x in output.splitlines() if "PROBLEM" in x]
+            assert len(problems) == 1, problems

@@ -528,16 +528,6 @@ def _mark_what_came_before(state: RunState) -> None:
             )
 
 
-def _tell_simulators_the_payload_ids(info: StackInfo, target: Target) -> None:
-    """The simulators read a push's ids where the target's pushes carry them."""
-    for provider in ("apns", "fcm"):
-        control = SimulatorControl(info.url(provider), info.tls_ca if provider == "apns" else None)
-        try:
-            control.set_payload_ids(target.payload_paths(provider))
-        finally:
-            control.close()
-
-
 def _lacking(scenario: Scenario, capabilities: frozenset[str]) -> str:
     """What the scenario's checkers need that the system does not offer, said plainly."""
     from harness.checkers import registry
@@ -978,7 +968,7 @@ def _bring_up(state: RunState) -> None:
     state.targets = _chaos_targets(stack, info)
     _require_fit(scenario, contract, state.targets)
     if target is not None:
-        _tell_simulators_the_payload_ids(info, target)
+        environment.tell_payload_ids(info, target)
     _mark_what_came_before(state)
     pids = {name: part.pid for name, part in info.parts.items()}
     state.history.append("phase", detail=json.dumps({"stack_up": pids}))

@@ -90,12 +90,13 @@ def up(target: Target) -> StackInfo:
         )
     info = stack.up()
     stack.procs.clear()  # they run in their own sessions and outlive this command
-    _tell_the_payload_ids(info, target)
+    tell_payload_ids(info, target)
     path.write_text(info.to_json())
     return info
 
 
-def _tell_the_payload_ids(info: StackInfo, target: Target) -> None:
+def tell_payload_ids(info: StackInfo, target: Target) -> None:
+    """The simulators read a push's ids where the target's pushes carry them."""
     import ssl
     import urllib.request
 
