@@ -44,8 +44,10 @@ def test_the_example_target_file_shows_every_key_and_parses():
     assert not missing, f"targets/example.yaml does not show {sorted(missing)}"
     parse(yaml.safe_load(text), "example.yaml")
     # Uncommented, every commented key still parses (the example is a file one can copy).
-    uncommented = re.sub(r"^# ?(?=[a-z_]+:)", "", text, flags=re.M)
-    parse(yaml.safe_load(uncommented), "example.yaml, every key")
+    uncommented = yaml.safe_load(re.sub(r"^# ?(?=[a-z_]+:)", "", text, flags=re.M))
+    # Its hooks name the reader's own functions: stand in importable ones.
+    uncommented["hooks"] = {k: "harness.contract.driver:named" for k in uncommented["hooks"]}
+    parse(uncommented, "example.yaml, every key")
 
 
 def test_the_target_files_in_the_docs_parse():

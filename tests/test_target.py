@@ -4,6 +4,7 @@ reference instance that knows nothing of the harness (configured only through th
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -277,3 +278,63 @@ def _ok(url: str) -> bool:
         return httpx.get(url, timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def audit_records() -> list:
+    return [
+        {"outcome": "sent", "tenant_id": "t1", "notification_id": "n1", "token": "k",
+         "at": "2026-11-28T10:00:00+00:00", "recipient_user_id": "u1"},
+        '{"outcome": "deferred", "tenant_id": "t1", "notification_id": "n2"}',
+        "not a record",
+    ]  # fmt: skip
+
+
+WRITES: list = []
+
+
+def write_preferences(tenant: str, user: str, preferences: dict) -> None:
+    WRITES.append((tenant, user, preferences))
+
+
+def test_a_team_supplies_its_audit_reader_table_writer_and_erasure_probe():
+    from harness.model.history import History
+
+    target = parse(
+        {**GOOD, "hooks": {
+            "audit_trail": "test_target:audit_records",
+            "table_writer": "test_target:write_preferences",
+            "erasure_done": "test_target:audit_records",
+        }},
+        "target.yaml",
+    )  # fmt: skip
+    contract = target.contract(None)
+    assert {"audit_trail", "table_writes"} <= contract.capabilities()
+    history = History()
+    assert contract.audit is not None and contract.audit.read(history) == 2
+    rows = history.frame().query("kind == 'audit'")
+    assert list(rows["reason"]) == ["sent", "deferred", "unreadable"]
+    assert rows["time"].iloc[0] == 1795860000.0  # the record's own 'at'
+    assert contract.table_writer is not None and contract.erasure_done is not None
+    contract.table_writer("t", "u", {"zone": "UTC"})
+    assert WRITES[-1] == ("t", "u", {"zone": "UTC"})
+    for bad, message in (
+        ({"hooks": {"audit": "x:y"}}, "hooks names audit_trail, table_writer, erasure_done"),
+        ({"hooks": {"audit_trail": "nowhere:f"}}, "hooks.audit_trail nowhere:f: cannot import"),
+    ):
+        with pytest.raises(TargetError, match=re.escape(message)):
+            parse({**GOOD, **bad}, "target.yaml")
+
+
+def test_an_erasure_job_is_acknowledged_when_its_probe_says_done():
+    import threading
+
+    from harness.run import actions
+
+    answers = iter([False, False, True])
+    ctx = actions.ActionContext.__new__(actions.ActionContext)
+    ctx.stop = threading.Event()
+    ctx.erasure_done = lambda tenant, user: next(answers)
+    assert actions._completed(ctx, "t", "u") is True
+    ctx.erasure_done = lambda tenant, user: False
+    ctx.stop.set()  # a run that stops does not wait out the job
+    assert actions._completed(ctx, "t", "u") is False

@@ -202,22 +202,28 @@ class FanoutApiDriver:
         return Call("DELETE", self._user(tenant, user), None, "DELETE user")
 
 
+def named(spec: str, what: str, shape: str = "package.module:name") -> Any:
+    """The object ``package.module:name`` names (a driver class, a team's hook function).
+    Raises ValueError saying what is wrong."""
+    module_name, sep, name = spec.partition(":")
+    if not sep or not module_name or not name:
+        raise ValueError(f"{what} must be {shape}, not {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"{what} {spec}: cannot import {module_name} ({exc})") from exc
+    found = getattr(module, name, None)
+    if found is None:
+        raise ValueError(f"{what} {spec}: {module_name} has no {name}")
+    return found
+
+
 def load_driver(spec: str | None, options: Mapping[str, Any] | None = None) -> Driver:
     """The driver a target file names (``package.module:Class``); the Event API driver when it
     names none. Raises ValueError with what is wrong."""
     if not spec:
         return FanoutApiDriver(options)
-    module_name, sep, class_name = spec.partition(":")
-    if not sep or not module_name or not class_name:
-        raise ValueError(f"driver must be package.module:Class, not {spec!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"driver {spec}: cannot import {module_name} ({exc})") from exc
-    cls = getattr(module, class_name, None)
-    if cls is None:
-        raise ValueError(f"driver {spec}: {module_name} has no {class_name}")
-    return cls(options or {})
+    return named(spec, "driver", "package.module:Class")(options or {})  # type: ignore[no-any-return]
 
 
 @dataclass

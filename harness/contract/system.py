@@ -188,6 +188,9 @@ class SystemContract:
     ttl_tables: tuple[TtlTable, ...] = ()
     # A wall clock the harness can move (libfaketime's offset file), if the system has one.
     clock: SystemClock | None = None
+    # An erasure that runs as a job: whether the user's erasure has completed (the harness
+    # counts it acknowledged then, not when the API answered). None: the API's answer is it.
+    erasure_done: Callable[[str, str], bool] | None = None
     extra: set[str] = field(default_factory=set)
 
     def operations(self) -> set[str]:

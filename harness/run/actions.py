@@ -119,6 +119,8 @@ class ActionContext:
     poison_channels: tuple[str, ...] = ()
     # A well-formed job of the system's schema (its contract's), to write one wrong in its id.
     job_template: JobTemplate | None = None
+    # An erasure run as a job: whether it has completed (None: the API's answer is it).
+    erasure_done: Callable[[str, str], bool] | None = None
     # Brings dead tokens of a platform back to life at its provider simulator; None: no
     # simulator the harness controls.
     revive: Callable[[str, list[str]], None] | None = None
@@ -384,6 +386,9 @@ def erase_users(ctx: ActionContext, params: dict[str, Any]) -> str:
                     ok = ctx.make(http, call).status_code < 300
                 except httpx.HTTPError:
                     ok = False
+                if ok and ctx.erasure_done is not None:
+                    # Acknowledged when the job says it is done, not when it was accepted.
+                    ok = _completed(ctx, user.tenant_id, user.user_id)
                 record_change(ctx.history, user.tenant_id, user.user_id, sent, ok,
                               change="erasure")  # fmt: skip
                 return ok
@@ -394,6 +399,22 @@ def erase_users(ctx: ActionContext, params: dict[str, Any]) -> str:
             ctx.erased.append((user.tenant_id, user.user_id))
             read_after_erasure(ctx, http, user.tenant_id, user.user_id)
     return f"{erased} user(s) erased"
+
+
+ERASURE_JOB_TIMEOUT_S = 120.0
+
+
+def _completed(ctx: ActionContext, tenant: str, user: str) -> bool:
+    """Whether the system's erasure job for the user completes within its bound (polled)."""
+    assert ctx.erasure_done is not None
+    deadline = time.monotonic() + ERASURE_JOB_TIMEOUT_S
+    while not ctx.stop.is_set():
+        if ctx.erasure_done(tenant, user):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        ctx.stop.wait(0.25)  # a poll interval, bounded by the deadline above
+    return False
 
 
 def _texted_or_mailed(user: User) -> bool:

@@ -27,6 +27,7 @@ import base64
 import binascii
 import json
 import time
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -123,6 +124,52 @@ def open_record(record: dict[str, Any], keys: dict[str, bytes]) -> dict[str, Any
     return out
 
 
+AUDIT_FIELDS = ("outcome", "tenant_id", "notification_id", "token")
+
+
+def append_record(
+    history: History,
+    record: Any,
+    where: dict[str, Any],
+    opened: Callable[[dict[str, Any]], dict[str, Any]] = lambda record: {},
+) -> None:
+    """One ``audit`` row for one record of the trail's documented format (``outcome``,
+    ``tenant_id``, ``notification_id``, ``token`` or ``token_sha256``, ``recipient_user_id``,
+    ``at`` ISO 8601, the rest kept in ``detail``); a record that is not a JSON object is an
+    ``unreadable`` row. ``where`` says where it was read; ``opened`` adds what its sealed
+    envelopes hold."""
+    if not isinstance(record, dict):
+        history.append(
+            "audit", reason=UNREADABLE, detail=json.dumps({**where, "line": str(record)[:500]})
+        )
+        return
+    rest = {k: v for k, v in record.items() if k not in AUDIT_FIELDS}
+    history.append(
+        "audit",
+        time=_epoch(record.get("at")),
+        tenant_id=record.get("tenant_id"),
+        notification_id=record.get("notification_id"),
+        token=record.get("token"),
+        reason=record.get("outcome"),
+        detail=json.dumps({**rest, **where, **opened(record)}, default=str),
+    )
+
+
+def read_team_trail(history: History, records: Iterable[Any], source: str) -> int:
+    """A team's own audit reader's records (``hooks.audit_trail``): dicts of the format above,
+    or JSON-lines text; returns how many."""
+    count = 0
+    for record in records:
+        if isinstance(record, (str, bytes)):
+            try:
+                record = json.loads(record)
+            except json.JSONDecodeError:
+                pass
+        append_record(history, record, {"source": source})
+        count += isinstance(record, dict)
+    return count
+
+
 def collect_audit(history: History, s3: Any, bucket: str, ddb: Any, keys_table: str) -> int:
     """Append every audit record in ``bucket`` to ``history``, the sealed fields opened with the
     keys in ``keys_table`` where they still exist; return how many records."""
@@ -139,29 +186,7 @@ def collect_audit(history: History, s3: Any, bucket: str, ddb: Any, keys_table: 
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
-                record = None
-            if not isinstance(record, dict):
-                history.append(
-                    "audit",
-                    reason=UNREADABLE,
-                    detail=json.dumps({"object": key, "line": line[:500]}),
-                )
-                continue
-            rest = {
-                k: v
-                for k, v in record.items()
-                if k not in ("outcome", "tenant_id", "notification_id", "token")
-            }
-            history.append(
-                "audit",
-                time=_epoch(record.get("at")),
-                tenant_id=record.get("tenant_id"),
-                notification_id=record.get("notification_id"),
-                token=record.get("token"),
-                reason=record.get("outcome"),
-                detail=json.dumps(
-                    {**rest, "object": key, **open_record(record, keys)}, default=str
-                ),
-            )
-            records += 1
+                record = line
+            append_record(history, record, {"object": key}, lambda r: open_record(r, keys))
+            records += isinstance(record, dict)
     return records

@@ -1083,6 +1083,7 @@ def _inject_load(state: RunState) -> None:
         send_raw=_raw_sender(info, queues) if queues is not None else None,
         poison_channels=_existing_poison_queues(info, queues) if queues is not None else (),
         job_template=queues.job_template if queues is not None else None,
+        erasure_done=contract.erasure_done,
         clock_offset_s=state.clock_offset_s,
         revive=lambda platform, tokens: _revive(info, platform, tokens),
     )

@@ -21,13 +21,14 @@ from urllib.parse import urlsplit
 import yaml
 
 from harness.contract.clock import SystemClock
-from harness.contract.driver import load_driver
+from harness.contract.driver import load_driver, named
 from harness.contract.system import (
     DEFAULT_JOB_FIELDS,
     DEFAULT_JOB_TEMPLATE,
     JOB_FIELDS,
     TEMPLATE_VALUES,
     TTL_PURPOSES,
+    AuditSource,
     JobTemplate,
     Queues,
     SystemContract,
@@ -35,6 +36,7 @@ from harness.contract.system import (
     job_reader,
 )
 from harness.model.system import SystemPolicy
+from harness.run.audit_trail import read_team_trail
 
 
 class TargetError(ValueError):
@@ -143,11 +145,28 @@ class Target:
     # DONT_FAKE_MONOTONIC=1. The harness writes "+<seconds>s" there. None: the clock is fixed,
     # and a scenario that moves it ends "unknown".
     clock_file: str | None = None
+    # A team's own Python functions (``package.module:function``, Chaos Toolkit style) for what
+    # the harness cannot read on its own: ``audit_trail`` () -> iterable of audit records (the
+    # trail's records, read once the run has ended), ``table_writer`` (tenant, user,
+    # preferences) -> None (a write to its preferences store bypassing its API),
+    # ``erasure_done`` (tenant, user) -> bool (an erasure run as a job has completed).
+    hooks: dict[str, str] | None = None
 
     def contract(self, info: Any) -> SystemContract:
         """What the verifier may know of this system (``info``: the stack's StackInfo)."""
         driver = load_driver(self.driver, self.driver_options)
         policy = SystemPolicy.from_mapping(self.policy or {})
+        hooks = {k: named(v, f"hooks.{k}", "package.module:function")
+                 for k, v in (self.hooks or {}).items()}  # fmt: skip
+        audit = None
+        if "audit_trail" in hooks:
+            spec = (self.hooks or {})["audit_trail"]
+
+            def read_trail(history: Any) -> int:
+                return read_team_trail(history, hooks["audit_trail"](), spec)
+
+            audit = AuditSource(read_trail, format=f"records from {spec}")
+        sns = self.sns_endpoint or (f"http://{self.sns_listen}" if self.sns_listen else None)
         return SystemContract(
             name=self.name,
             api_url=self.event_api.rstrip("/"),
@@ -163,6 +182,11 @@ class Target:
                 else None
             ),
             clock=SystemClock(Path(self.clock_file)) if self.clock_file else None,
+            audit=audit,
+            table_writer=hooks.get("table_writer"),
+            erasure_done=hooks.get("erasure_done"),
+            # It texts through the harness's SNS endpoint: SNS's SMS ledger is the carrier's.
+            sms_ledger_url=sns,
         )
 
     def job_template_value(self) -> JobTemplate | None:
@@ -243,6 +267,9 @@ def parse(data: Any, where: str) -> Target:
     _check_payload_ids(data.get("payload_ids"), where)
     _check_proxies(data.get("proxies"), where)
     _check_processes(data.get("processes"), where)
+    hooks = data.get("hooks")
+    if hooks is not None and (not isinstance(hooks, dict) or set(hooks) - set(HOOKS)):
+        raise TargetError(f"{where}: hooks names {', '.join(HOOKS)} (package.module:function)")
     if data.get("sqs_listen"):
         # The harness's own SQS endpoint serves there: the system's SQS and its control API.
         url = f"http://{data['sqs_listen']}"
@@ -339,6 +366,7 @@ def _check_job_schema(data: dict[str, Any], where: str) -> None:
 
 
 PROCESS_HOOKS = ("kill", "start", "pause", "resume")
+HOOKS = ("audit_trail", "table_writer", "erasure_done")
 
 
 def _check_proxies(value: Any, where: str) -> None:
