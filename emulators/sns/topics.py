@@ -169,9 +169,15 @@ class Topic:
             ],
         }
 
-    def policy(self) -> dict[str, Any]:
-        text = self.attributes.get("Policy")
-        return json.loads(text) if text else self.default_policy()
+    def policy_text(self) -> str:
+        return self.attributes.get("Policy") or compact(self.default_policy())
+
+    def editable_policy(self) -> dict[str, Any]:
+        """The policy, its ``Statement`` a list (AddPermission and RemovePermission edit it)."""
+        policy = json.loads(self.policy_text())
+        statements = policy.get("Statement", [])
+        policy["Statement"] = [statements] if isinstance(statements, dict) else list(statements)
+        return policy
 
 
 @dataclass
@@ -337,9 +343,12 @@ class Topics:
         text = "" if value is None else str(value)
         if name == "Policy":
             try:
-                return compact(json.loads(text))  # AWS answers policies compact
+                policy = json.loads(text)
             except ValueError:
-                raise invalid_parameter("Invalid parameter: Policy Error: null") from None
+                policy = None
+            if not isinstance(policy, dict):
+                raise invalid_parameter("Invalid parameter: Policy Error: null")
+            return compact(policy)  # AWS answers policies compact
         if name == "ContentBasedDeduplication":
             text = bool_text(text, name)
             if not fifo and text == "true":
@@ -370,7 +379,7 @@ class Topics:
         out = {
             "TopicArn": topic.arn,
             "Owner": topic.account,
-            "Policy": compact(topic.policy()),
+            "Policy": topic.policy_text(),
             "DisplayName": "",
             "SubscriptionsConfirmed": str(len(subs) - pending),
             "SubscriptionsPending": str(pending),
@@ -400,10 +409,10 @@ class Topics:
         self, arn: object, label: object, accounts: list[str], actions: list[str]
     ) -> None:
         topic = self.topic(arn)
-        policy = topic.policy()
+        policy = topic.editable_policy()
         if not isinstance(label, str) or not label:
             raise invalid_parameter("Invalid parameter: Label")
-        if any(s.get("Sid") == label for s in policy["Statement"]):
+        if any(isinstance(s, dict) and s.get("Sid") == label for s in policy["Statement"]):
             raise invalid_parameter("Invalid parameter: Statement already exists")
         if not actions or any(a not in (*POLICY_ACTIONS, "Receive") for a in actions):
             raise invalid_parameter(
@@ -426,8 +435,10 @@ class Topics:
 
     def remove_permission(self, arn: object, label: object) -> None:
         topic = self.topic(arn)
-        policy = topic.policy()
-        policy["Statement"] = [s for s in policy["Statement"] if s.get("Sid") != label]
+        policy = topic.editable_policy()
+        policy["Statement"] = [
+            s for s in policy["Statement"] if not isinstance(s, dict) or s.get("Sid") != label
+        ]
         topic.attributes["Policy"] = compact(policy)
 
     # -- tags ------------------------------------------------------------------------------------
