@@ -218,7 +218,9 @@ def test_fifo_rules_and_content_based_deduplication(sns: Any, sqs: Any) -> None:
     sns.set_topic_attributes(
         TopicArn=arn, AttributeName="ContentBasedDeduplication", AttributeValue="true"
     )
-    standard_queue, _ = subscribed(sns, sqs, arn)  # FIFO topics deliver to standard queues too
+    # FIFO topics deliver to standard queues too (which would not deduplicate by themselves)
+    standard_queue, standard_arn = queue(sqs)
+    sns.subscribe(TopicArn=arn, Protocol="sqs", Endpoint=standard_arn)
     ids = {
         sns.publish(TopicArn=arn, Message="same", MessageGroupId="g")["MessageId"] for _ in range(3)
     }
@@ -351,6 +353,14 @@ def test_publishing_to_a_disabled_endpoint_answers_endpoint_disabled_first(sns: 
     assert error_of(
         lambda: sns.publish(TargetArn=device, Message="msg", MessageStructure="json")
     ) == ("EndpointDisabled", 400, "Endpoint is disabled")
+    sns.set_endpoint_attributes(EndpointArn=device, Attributes={"Enabled": "true"})
+    assert error_of(
+        lambda: sns.publish(TargetArn=device, Message="msg", MessageStructure="json")
+    ) == (
+        "InvalidParameter",
+        400,
+        "Invalid parameter: Message Structure - JSON message body failed to parse",
+    )
 
 
 # -- the topic's own API -------------------------------------------------------------------------
