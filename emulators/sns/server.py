@@ -14,8 +14,9 @@ Control API (``/_sns/...``, JSON):
 * ``GET /_sns/ledger?since=N&limit=M`` -> ``{"rows", "next"}``: every Publish to a platform
   endpoint (see :mod:`emulators.sns.ledger` for the row keys)
 * ``GET /_sns/sms?since=N&limit=M`` -> ``{"rows", "next"}``: every SMS
-* ``GET /_sns/deliveries?since=N&limit=M`` -> ``{"rows", "next"}``: every topic notification
-  handed to (or refused by) an SQS subscription, with the application event it carried
+* ``GET /_sns/deliveries?since=N&limit=M`` -> ``{"rows", "next"}``: every topic delivery (SQS,
+  HTTP/S, SMS, platform endpoint) and confirmation sent, refused or failed, with the application
+  event it carried (:mod:`emulators.sns.fanout`)
 * ``GET /_sns/endpoint-events?since=N&limit=M`` -> ``{"rows", "next"}``: every change to a
   platform endpoint: ``event`` created / updated / deleted, ``by`` ``api`` (a caller's
   CreatePlatformEndpoint, SetEndpointAttributes, DeleteEndpoint) or ``sns`` (a provider's dead
