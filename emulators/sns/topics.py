@@ -310,13 +310,7 @@ class Topics:
         arn = sns_arn(self.region, name, self.account)
         existing = self.topics.get(arn)
         if existing is not None:
-            if (
-                existing.fifo != fifo
-                and fifo
-                or any(
-                    existing.attributes.get(k, _DEFAULTS.get(k)) != v for k, v in checked.items()
-                )
-            ):
+            if any(existing.attributes.get(k, _DEFAULTS.get(k)) != v for k, v in checked.items()):
                 raise invalid_parameter(
                     "Invalid parameter: Attributes Reason: Topic already exists with different "
                     "attributes"
