@@ -4,8 +4,10 @@ phones and devices.
 
 * :mod:`emulators.sns.common`: the account, ARNs, listing pages; pure;
 * :mod:`emulators.sns.model`: one region's applications, endpoints, SMS settings; pure;
-* :mod:`emulators.sns.topics`: topics, subscriptions, confirmation tokens, FIFO deduplication;
-  pure;
+* :mod:`emulators.sns.topics`: topics and their subscriptions, confirmation tokens, FIFO
+  deduplication; pure;
+* :mod:`emulators.sns.subscriptions`: a subscription, and the checks of its endpoint and
+  attributes; pure;
 * :mod:`emulators.sns.filter_policy`: subscription filter policies, checked and matched; pure;
 * :mod:`emulators.sns.batch`: PublishBatch's own rules; pure;
 * :mod:`emulators.sns.messages`: what a Publish means for each provider, and what the provider's

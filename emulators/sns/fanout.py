@@ -38,7 +38,8 @@ from emulators.sns.errors import SnsError
 from emulators.sns.http_delivery import Refused, headers_for
 from emulators.sns.model import SnsModel
 from emulators.sns.notifications import confirmation, iso_now, notification
-from emulators.sns.topics import Published, Subscription, Topic
+from emulators.sns.subscriptions import Subscription
+from emulators.sns.topics import Published, Topic
 
 if TYPE_CHECKING:
     from emulators.sns.service import SnsService

@@ -25,7 +25,7 @@ from emulators.sns.query import (
     required,
 )
 from emulators.sns.service import SnsService
-from emulators.sns.topics import Subscription
+from emulators.sns.subscriptions import Subscription
 
 Handler = Callable[[dict[str, Any], SnsModel], Awaitable[str | None]]
 

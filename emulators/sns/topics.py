@@ -37,44 +37,33 @@ from typing import Any
 from emulators.sns import filter_policy
 from emulators.sns.common import (
     OrderedPages,
-    SqsTarget,
     bool_text,
     parse_sns_arn,
-    parse_sqs_arn,
     sns_arn,
 )
 from emulators.sns.errors import SnsError, authorization_error, invalid_parameter, not_found
-
-PROTOCOLS = (
-    "http",
-    "https",
-    "email",
-    "email-json",
-    "sms",
-    "sqs",
-    "application",
-    "lambda",
-    "firehose",
+from emulators.sns.subscriptions import (
+    CONFIRMED_BY_ENDPOINT,
+    DEFAULT_HTTP_RETRY,
+    PROTOCOLS,
+    SUB_DEFAULTS,
+    Confirmation,
+    Subscription,
+    apply_attributes,
+    check_attribute,
+    check_endpoint,
+    compact,
+    policy_of,
 )
-DELIVERED = ("sqs", "http", "https", "sms", "application")
-CONFIRMED_BY_ENDPOINT = ("http", "https", "email", "email-json")
+
 TOKEN_LIFETIME = 2 * 24 * 3600.0  # AWS: confirmation tokens are valid for two days
 DEDUP_WINDOW = 300.0  # AWS: the five-minute deduplication interval of FIFO topics
 MAX_TAGS = 50
 DEFAULT_MAX_MESSAGE_SIZE = 262144
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 _FIFO_TOPIC_NAME = re.compile(r"^[A-Za-z0-9_-]{1,251}\.fifo$")
-_SMS_ENDPOINT = re.compile(r"^\+?[1-9][0-9]{1,14}$")
 _FIFO_TOKEN = re.compile(r"^[!-~]{1,128}$")  # alphanumerics and punctuation, 1 to 128
 _ACCOUNT = re.compile(r"^\d{12}$")
-SUBSCRIPTION_ATTRIBUTES = (
-    "DeliveryPolicy",
-    "FilterPolicy",
-    "FilterPolicyScope",
-    "RawMessageDelivery",
-    "RedrivePolicy",
-    "SubscriptionRoleArn",
-)
 _FEEDBACK = tuple(
     f"{proto}{kind}"
     for proto in ("Application", "Firehose", "HTTP", "Lambda", "SQS")
@@ -105,16 +94,6 @@ POLICY_ACTIONS = (
     "ListSubscriptionsByTopic",
     "Publish",
 )
-# AWS's default delivery policy for HTTP/S endpoints (GetTopicAttributes' EffectiveDeliveryPolicy)
-DEFAULT_HTTP_RETRY = {
-    "minDelayTarget": 20,
-    "maxDelayTarget": 20,
-    "numRetries": 3,
-    "numMaxDelayRetries": 0,
-    "numNoDelayRetries": 0,
-    "numMinDelayRetries": 0,
-    "backoffFunction": "linear",
-}
 EFFECTIVE_TOPIC_DELIVERY_POLICY = {
     "http": {
         "defaultHealthyRetryPolicy": DEFAULT_HTTP_RETRY,
@@ -122,10 +101,6 @@ EFFECTIVE_TOPIC_DELIVERY_POLICY = {
         "defaultRequestPolicy": {"headerContentType": "text/plain; charset=UTF-8"},
     }
 }
-
-
-def compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
 
 
 @dataclass
@@ -178,76 +153,6 @@ class Topic:
         statements = policy.get("Statement", [])
         policy["Statement"] = [statements] if isinstance(statements, dict) else list(statements)
         return policy
-
-
-@dataclass
-class Subscription:
-    arn: str
-    topic_arn: str
-    protocol: str
-    endpoint: str
-    owner: str
-    pending: bool = False
-    authenticated: bool = True  # ConfirmationWasAuthenticated
-    raw: bool = False
-    filter: filter_policy.FilterPolicy | None = None
-    attributes: dict[str, str] = field(default_factory=dict)  # the optional ones, as set
-    target: SqsTarget | None = None
-
-    @property
-    def listed_arn(self) -> str:
-        return "PendingConfirmation" if self.pending else self.arn
-
-    def attribute_map(self) -> dict[str, str]:
-        out = {
-            "SubscriptionArn": self.arn,
-            "TopicArn": self.topic_arn,
-            "Protocol": self.protocol,
-            "Endpoint": self.endpoint,
-            "Owner": self.owner,
-            "ConfirmationWasAuthenticated": "true" if self.authenticated else "false",
-            "PendingConfirmation": "true" if self.pending else "false",
-            "RawMessageDelivery": "true" if self.raw else "false",
-        }
-        for name, value in self.attributes.items():
-            if name not in ("FilterPolicyScope", "RawMessageDelivery"):
-                out[name] = value
-        if "FilterPolicy" in self.attributes:  # AWS names the scope only beside a policy
-            out["FilterPolicyScope"] = self.scope
-        if self.protocol in ("http", "https"):
-            out["EffectiveDeliveryPolicy"] = compact(self.effective_delivery_policy())
-        return out
-
-    @property
-    def scope(self) -> str:
-        return self.attributes.get("FilterPolicyScope", filter_policy.ATTRIBUTES)
-
-    def effective_delivery_policy(self) -> dict[str, Any]:
-        policy: dict[str, Any] = {
-            "healthyRetryPolicy": dict(DEFAULT_HTTP_RETRY),
-            "sicklyRetryPolicy": None,
-            "throttlePolicy": None,
-            "requestPolicy": {"headerContentType": "text/plain; charset=UTF-8"},
-            "guaranteed": False,
-        }
-        try:
-            own = json.loads(self.attributes.get("DeliveryPolicy") or "{}")
-        except ValueError:
-            own = {}
-        if isinstance(own, dict):
-            policy.update({k: v for k, v in own.items() if v is not None})
-        return policy
-
-
-@dataclass
-class Confirmation:
-    """A token sent to an endpoint: it confirms a pending subscription, or (sent on
-    unsubscribing) brings an unsubscribed one back."""
-
-    topic_arn: str
-    subscription_arn: str
-    expires: float
-    restore: Subscription | None = None
 
 
 @dataclass
@@ -483,15 +388,14 @@ class Topics:
             )
         if not isinstance(endpoint, str) or not endpoint:
             raise invalid_parameter("Invalid parameter: Endpoint")
-        target = self._check_endpoint(topic, str(protocol), endpoint, endpoint_exists)
-        checked = {k: self._subscription_attribute(k, v, True) for k, v in attributes.items()}
-        policy = self._policy(checked, True)
+        target = check_endpoint(topic.fifo, str(protocol), endpoint, endpoint_exists)
+        checked = {k: check_attribute(k, v, True) for k, v in attributes.items()}
+        policy = policy_of(checked, True)
         for sub_arn in topic.subscriptions.page(None, size=1 << 30)[0]:
             sub = self.subscriptions[sub_arn]
             if sub.protocol == protocol and sub.endpoint == endpoint:
                 if any(
-                    sub.attribute_map().get(k, _SUB_DEFAULTS.get(k)) != v
-                    for k, v in checked.items()
+                    sub.attribute_map().get(k, SUB_DEFAULTS.get(k)) != v for k, v in checked.items()
                 ):
                     raise invalid_parameter(
                         "Invalid parameter: Attributes Reason: Subscription already exists with "
@@ -511,94 +415,11 @@ class Topics:
             authenticated=not pending,
             target=target,
         )
-        self._apply(sub, checked, policy)
+        apply_attributes(sub, checked, policy)
         self.subscriptions[sub.arn] = sub
         self.subscription_pages.add(sub.arn)
         topic.subscriptions.add(sub.arn)
         return sub, True
-
-    def _check_endpoint(
-        self, topic: Topic, protocol: str, endpoint: str, endpoint_exists: Callable[[str], bool]
-    ) -> SqsTarget | None:
-        target = None
-        if protocol in ("http", "https") and not endpoint.lower().startswith(f"{protocol}://"):
-            raise invalid_parameter("Invalid parameter: Endpoint must match the specified protocol")
-        if protocol == "sms" and (
-            re.search(r"[./-]{2,}|^[./-]|[./-]$", endpoint)
-            or not _SMS_ENDPOINT.match(re.sub(r"[./-]", "", endpoint))
-        ):
-            raise invalid_parameter(f"Invalid SMS endpoint: {endpoint}")
-        if protocol == "sqs":
-            target = parse_sqs_arn(endpoint)
-            if target.queue.endswith(".fifo") and not topic.fifo:
-                raise invalid_parameter(
-                    "Invalid parameter: Invalid parameter: Endpoint Reason: FIFO SQS Queues can "
-                    "not be subscribed to standard SNS topics"
-                )
-        if protocol == "application" and not endpoint_exists(endpoint):
-            raise invalid_parameter(
-                f"Invalid parameter: Endpoint Reason: Endpoint does not exist for endpoint arn{endpoint}"
-            )
-        if protocol not in DELIVERED and protocol not in ("email", "email-json"):
-            raise invalid_parameter(
-                f"Invalid parameter: Protocol Reason: {protocol} is not delivered by this endpoint "
-                f"(it delivers {', '.join(DELIVERED)}; email stays pending)"
-            )
-        if topic.fifo and protocol != "sqs":
-            raise invalid_parameter(
-                f"Invalid parameter: Protocol Reason: FIFO topics deliver to Amazon SQS queues "
-                f"only, not {protocol}"
-            )
-        return target
-
-    def _subscription_attribute(self, name: object, value: object, subscribe: bool) -> str:
-        prefix = "Invalid parameter: Attributes Reason: " if subscribe else "Invalid parameter: "
-        if name not in SUBSCRIPTION_ATTRIBUTES:
-            raise invalid_parameter(f"{prefix}AttributeName")
-        text = "" if value is None else str(value)
-        if name == "RawMessageDelivery":
-            if text.lower() not in ("true", "false"):
-                raise invalid_parameter(
-                    f"{prefix}RawMessageDelivery: Invalid value [{text}]. Must be true or false."
-                )
-            return text.lower()
-        if name == "FilterPolicyScope":
-            return filter_policy.check_scope(text)
-        if name in ("DeliveryPolicy", "RedrivePolicy") and text:
-            try:
-                parsed = json.loads(text)
-            except ValueError:
-                raise invalid_parameter(f"{prefix}{name}: failed to parse JSON.") from None
-            if name == "RedrivePolicy" and not str(
-                (parsed or {}).get("deadLetterTargetArn", "")
-            ).startswith("arn:"):
-                raise invalid_parameter(
-                    f"{prefix}RedrivePolicy: deadLetterTargetArn is an invalid arn"
-                )
-        return text
-
-    @staticmethod
-    def _policy(
-        attributes: dict[str, str], subscribe: bool, scope: str | None = None
-    ) -> filter_policy.FilterPolicy | None:
-        scope = attributes.get("FilterPolicyScope", scope or filter_policy.ATTRIBUTES)
-        return filter_policy.parse(attributes.get("FilterPolicy"), scope, subscribe=subscribe)
-
-    @staticmethod
-    def _apply(
-        sub: Subscription, attributes: dict[str, str], policy: filter_policy.FilterPolicy | None
-    ) -> None:
-        for name, value in attributes.items():
-            if name == "RawMessageDelivery":
-                sub.raw = value == "true"
-            elif name == "FilterPolicy" and not value:
-                # AWS: an empty policy removes the policy (and the scope is no longer shown)
-                sub.attributes.pop("FilterPolicy", None)
-                sub.attributes.pop("FilterPolicyScope", None)
-                continue
-            sub.attributes[name] = value
-        if "FilterPolicy" in attributes or "FilterPolicyScope" in attributes:
-            sub.filter = policy if "FilterPolicy" in sub.attributes else None
 
     def subscription(self, arn: object) -> Subscription:
         if not isinstance(arn, str) or len(arn.split(":")) < 6:
@@ -610,11 +431,11 @@ class Topics:
 
     def set_subscription_attribute(self, arn: object, name: object, value: object) -> None:
         sub = self.subscription(arn)
-        checked = {str(name): self._subscription_attribute(name, value, False)}
+        checked = {str(name): check_attribute(name, value, False)}
         policy_text = checked.get("FilterPolicy", sub.attributes.get("FilterPolicy"))
         scope = checked.get("FilterPolicyScope", sub.scope)
         policy = filter_policy.parse(policy_text, scope) if policy_text else None
-        self._apply(sub, checked, policy)
+        apply_attributes(sub, checked, policy)
 
     def unsubscribe(self, arn: object) -> Subscription | None:
         if not isinstance(arn, str) or len(arn.split(":")) < 6:
@@ -735,4 +556,3 @@ def check_fifo_parameters(topic: Topic, group_id: object, dedup_id: object) -> N
 
 
 _DEFAULTS = {"DisplayName": "", "ContentBasedDeduplication": "false", "SignatureVersion": "1"}
-_SUB_DEFAULTS = {"RawMessageDelivery": "false", "FilterPolicyScope": filter_policy.ATTRIBUTES}
