@@ -248,6 +248,32 @@ def test_fifo_rules_and_content_based_deduplication(sns: Any, sqs: Any) -> None:
     assert (attributes["FifoTopic"], attributes["ContentBasedDeduplication"]) == ("true", "true")
 
 
+def test_publish_checks_answer_as_aws_does(sns: Any, sqs: Any) -> None:
+    arn = topic(sns)
+
+    def refused(**kw: Any) -> str:
+        return error_of(lambda: sns.publish(TopicArn=arn, **kw))[2]
+
+    assert refused(Message="m", Subject="") == "Invalid parameter: Subject"
+    assert refused(Message="m", Subject="s" * 101) == "Invalid parameter: Subject"
+    structure = {"MessageStructure": "json"}
+    assert refused(Message=json.dumps({"default": {"o": 1}}), **structure) == (
+        "Invalid parameter: Message Structure - No default entry in JSON message body"
+    )
+    assert refused(Message="{", **structure) == (
+        "Invalid parameter: Message Structure - JSON message body failed to parse"
+    )
+    big = "x" * 300_000
+    assert refused(Message=big) == "Invalid parameter: Message too long"
+    # a topic's MaximumMessageSize (up to 1 MiB) lets larger messages through
+    sns.set_topic_attributes(
+        TopicArn=arn, AttributeName="MaximumMessageSize", AttributeValue="1048576"
+    )
+    url, _ = subscribed(sns, sqs, arn, RawMessageDelivery="true")
+    sns.publish(TopicArn=arn, Message=big, Subject="unicode subjects are fine: ünï")
+    assert [len(m) for m in messages(sqs, url)] == [300_000]
+
+
 # -- other protocols -----------------------------------------------------------------------------
 def test_sms_subscriptions_are_texted_through_the_sms_ledger(stack: Stack, sns: Any) -> None:
     arn = topic(sns)

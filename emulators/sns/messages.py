@@ -170,12 +170,8 @@ def structured(message: str, structure: object) -> dict[str, Any] | None:
         raise invalid_parameter(
             "Invalid parameter: Message Structure - JSON message body failed to parse"
         )
-    for key, value in parsed.items():
-        if not isinstance(value, str):
-            raise invalid_parameter(
-                f"Invalid parameter: Message Structure - the value of {key} must be a string"
-            )
-    return parsed
+    # AWS ignores a key whose value is not a string (so a non-string "default" is no default)
+    return {key: value for key, value in parsed.items() if isinstance(value, str)}
 
 
 def platform_message(message: str, per_protocol: dict[str, Any] | None, key: str) -> str | None:
