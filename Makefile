@@ -39,6 +39,7 @@ test-all: setup lint
 	@SIM_TEST_PROCESSES=2 $(PY) -m pytest -q $(SIM_TESTS)
 	@SIM_TEST_PROCESSES=2 SIM_TEST_SERVER=granian $(PY) -m pytest -q $(SIM_TESTS)
 	@$(PY) tests/moto_sqs/run.py
+	@$(PY) tests/moto_sns/run.py
 
 bench:
 	@SETUP_BENCH=1 scripts/setup.sh

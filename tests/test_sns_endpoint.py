@@ -679,12 +679,15 @@ def test_topic_publish_reaches_a_raw_and_an_enveloped_subscription(sns: Any, sqs
     )
     subs = sns.list_subscriptions_by_topic(TopicArn=topic)["Subscriptions"]
     assert {s["Protocol"] for s in subs} == {"sqs"} and len(subs) == 2
-    assert (
-        error_code(
-            lambda: sns.subscribe(TopicArn=topic, Protocol="http", Endpoint="http://127.0.0.1:1/")
-        )[0]
-        == "InvalidParameter"
+    # there is no Lambda here to deliver to: refused, with the reason
+    code, _, message = error_code(
+        lambda: sns.subscribe(
+            TopicArn=topic,
+            Protocol="lambda",
+            Endpoint="arn:aws:lambda:us-east-1:000000000000:function:f",
+        )
     )
+    assert code == "InvalidParameter" and "lambda is not delivered" in message
 
 
 def test_harness_serve_sns_next_to_a_running_stack(

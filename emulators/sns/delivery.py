@@ -13,7 +13,9 @@ FCM answers 401. A token endpoint that answers 404 is taken as absent: sends the
 ``Authorization`` (the simulator accepts that).
 
 SQS deliveries (topic subscriptions) are ``SendMessage`` calls in the AWS JSON 1.0 protocol to
-the configured SQS endpoint, the queue URL built from the subscription's queue ARN.
+the configured SQS endpoint, the queue URL built from the subscription's queue ARN, signed with
+SigV4 for the queue's region (:mod:`emulators.sns.sigv4`). HTTP/S deliveries are
+:mod:`emulators.sns.http_delivery`'s.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from urllib.parse import urlencode, urlsplit
 import httpx
 
 from emulators.h2_client import H2ClientError, H2Pool
+from emulators.sns import sigv4
+from emulators.sns.common import SqsTarget
 from emulators.sns.credentials import FcmCredential
 from emulators.sns.messages import ProviderRequest
-from emulators.sns.model import SqsTarget
 
 JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 TOKEN_MARGIN = 60.0
@@ -245,7 +248,13 @@ class SqsTransport:
         return f"{self.url}/{target.account}/{target.queue}"
 
     async def send_message(
-        self, target: SqsTarget, body: str, attributes: dict[str, Any] | None = None
+        self,
+        target: SqsTarget,
+        body: str,
+        attributes: dict[str, Any] | None = None,
+        *,
+        group_id: str | None = None,
+        deduplication_id: str | None = None,
     ) -> str:
         """The new message's id; TransportError when the queue did not take it."""
         if self._http is None or self.url is None:
@@ -253,15 +262,24 @@ class SqsTransport:
         payload: dict[str, Any] = {"QueueUrl": self.queue_url(target), "MessageBody": body}
         if attributes:
             payload["MessageAttributes"] = attributes
+        if group_id is not None:
+            payload["MessageGroupId"] = group_id
+        if deduplication_id is not None:
+            payload["MessageDeduplicationId"] = deduplication_id
+        content = json.dumps(payload).encode()
+        headers = sigv4.sign(
+            "POST",
+            self.url + "/",
+            {
+                "content-type": "application/x-amz-json-1.0",
+                "x-amz-target": "AmazonSQS.SendMessage",
+            },
+            content,
+            target.region,
+        )
+        headers.pop("host")  # httpx sets the same one
         try:
-            response = await self._http.post(
-                self.url + "/",
-                content=json.dumps(payload).encode(),
-                headers={
-                    "content-type": "application/x-amz-json-1.0",
-                    "x-amz-target": "AmazonSQS.SendMessage",
-                },
-            )
+            response = await self._http.post(self.url + "/", content=content, headers=headers)
         except httpx.HTTPError as exc:
             raise TransportError(f"{type(exc).__name__}: {exc}") from exc
         if response.status_code != 200:

@@ -9,7 +9,8 @@ One fault so far, on Publish (push, SMS and topics alike):
   delivered for a throttled publish; its ledger row says ``sns_throttled`` and names the fault.
 
 ``targets``: ``null`` for every Publish, else a list of platform application ARNs, topic ARNs
-and/or ``"sms"``. Each fault draws from its own ``random.Random(seed)`` (the seed is chosen when
+and/or ``"sms"``. A PublishBatch draws once per entry: a throttled entry is a ``Failed`` entry
+(``Throttling``, not the sender's fault), the others are published. Each fault draws from its own ``random.Random(seed)`` (the seed is chosen when
 not given, and always recorded). Every start and stop is kept in the fault log.
 """
 

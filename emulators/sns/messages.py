@@ -32,6 +32,7 @@ from typing import Any
 from emulators.sns.errors import invalid_parameter, parameter_value_invalid
 
 MAX_MESSAGE_BYTES = 256 * 1024
+MAX_TOPIC_MESSAGE_BYTES = 1024 * 1024  # a topic's MaximumMessageSize may go up to 1 MiB
 MAX_SMS_CHARS = 1600
 APNS_TTL = {"APNS": "AWS.SNS.MOBILE.APNS.TTL", "APNS_SANDBOX": "AWS.SNS.MOBILE.APNS_SANDBOX.TTL"}
 APNS_COLLAPSE_ID = "AWS.SNS.MOBILE.APNS.COLLAPSE_ID"
@@ -104,16 +105,8 @@ def message_attributes(entries: dict[str, dict[str, str]]) -> dict[str, Attribut
                 raise parameter_value_invalid(
                     f"The message attribute '{name}' with type 'Number' must have a numeric value."
                 )
-            if base == "String.Array":
-                try:
-                    parsed = json.loads(text)
-                except ValueError:
-                    parsed = None
-                if not isinstance(parsed, list):
-                    raise parameter_value_invalid(
-                        f"The message attribute '{name}' with type 'String.Array' must be a JSON "
-                        "array."
-                    )
+            # String.Array is not checked: SNS takes any text (filter policies read a JSON value
+            # that is not an array as one element, and text that is not JSON as nothing)
             value = text
         out[name] = Attribute(data_type, value)
     return out
@@ -141,14 +134,24 @@ def _whole_number(attributes: dict[str, Attribute], name: str, low: int, high: i
     return number
 
 
-def check_message(message: object) -> str:
+def check_message(message: object, limit: int = MAX_MESSAGE_BYTES) -> str:
     if message is None:
         raise invalid_parameter("Invalid parameter: Message")
     if not isinstance(message, str) or not message:
         raise invalid_parameter("Invalid parameter: Empty message")
-    if len(message.encode("utf-8")) > MAX_MESSAGE_BYTES:
+    if len(message.encode("utf-8")) > limit:
         raise invalid_parameter("Invalid parameter: Message too long")
     return message
+
+
+def publish_size(message: str, attributes: dict[str, Attribute]) -> int:
+    """What a publish weighs against a topic's ``MaximumMessageSize``: the message and its
+    attributes (names, types and values), in bytes, as AWS counts them."""
+    size = len(message.encode("utf-8"))
+    for name, attr in attributes.items():
+        value = attr.value if isinstance(attr.value, bytes) else attr.value.encode("utf-8")
+        size += len(name.encode("utf-8")) + len(attr.data_type.encode("utf-8")) + len(value)
+    return size
 
 
 def structured(message: str, structure: object) -> dict[str, Any] | None:
@@ -167,12 +170,8 @@ def structured(message: str, structure: object) -> dict[str, Any] | None:
         raise invalid_parameter(
             "Invalid parameter: Message Structure - JSON message body failed to parse"
         )
-    for key, value in parsed.items():
-        if not isinstance(value, str):
-            raise invalid_parameter(
-                f"Invalid parameter: Message Structure - the value of {key} must be a string"
-            )
-    return parsed
+    # AWS ignores a key whose value is not a string (so a non-string "default" is no default)
+    return {key: value for key, value in parsed.items() if isinstance(value, str)}
 
 
 def platform_message(message: str, per_protocol: dict[str, Any] | None, key: str) -> str | None:

@@ -1,4 +1,5 @@
-"""SNS state, pure: platform applications and endpoints, topics and subscriptions, SMS settings.
+"""SNS state for one account in one region, pure: platform applications and endpoints, SMS
+settings, and the topics (:mod:`emulators.sns.topics`).
 
 No I/O here (delivery is :mod:`emulators.sns.delivery`'s). Every call is O(1) or O(log n) in
 the number of endpoints, except listing pages (O(page)).
@@ -15,19 +16,27 @@ said here:
   management guide does).
 * Listing pages hold 100 items; ``NextToken`` is opaque and survives deletions between pages.
 * DeleteEndpoint of an unknown endpoint succeeds (AWS documents it as idempotent).
-* Topics: Standard only (FIFO topics are refused), subscriptions of protocol ``sqs`` only.
 """
 
 from __future__ import annotations
 
-import base64
-import bisect
 import re
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from emulators.sns.common import (
+    ACCOUNT_ID,
+    PAGE_SIZE,
+    REGION,
+    ArnParts,
+    OrderedPages,
+    SqsTarget,
+    bool_text,
+    parse_sns_arn,
+    sns_arn,
+)
 from emulators.sns.credentials import Credential, parse_credentials
 from emulators.sns.errors import (
     SnsError,
@@ -35,10 +44,8 @@ from emulators.sns.errors import (
     invalid_parameter,
     not_found,
 )
+from emulators.sns.topics import Topics
 
-ACCOUNT_ID = "000000000000"
-REGION = "us-east-1"
-PAGE_SIZE = 100
 PLATFORMS = ("APNS", "APNS_SANDBOX", "GCM")
 ALL_PLATFORMS = ("ADM", "APNS", "APNS_SANDBOX", "BAIDU", "GCM", "MPNS", "WNS")
 EVENT_ATTRIBUTES = (
@@ -75,47 +82,8 @@ SMS_TYPES = ("Promotional", "Transactional")
 OPT_IN_INTERVAL = 30 * 24 * 3600  # AWS: a number can be opted in once every 30 days
 MAX_CUSTOM_USER_DATA = 2048
 _APP_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,256}$")
-_TOPIC_NAME = re.compile(r"^[A-Za-z0-9_\-]{1,256}$")
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 E164 = re.compile(r"^\+[1-9][0-9]{1,14}$")
-_SQS_ARN = re.compile(r"^arn:aws[\w-]*:sqs:([a-z0-9-]+):(\d{12}):([A-Za-z0-9_\-]{1,80})$")
-
-
-def sns_arn(region: str, resource: str) -> str:
-    return f"arn:aws:sns:{region}:{ACCOUNT_ID}:{resource}"
-
-
-@dataclass
-class ArnParts:
-    region: str
-    account: str
-    resource: str
-
-
-def parse_sns_arn(arn: object, parameter: str) -> ArnParts:
-    """The parts of an SNS ARN; InvalidParameter when it is not one."""
-    if not isinstance(arn, str) or not arn:
-        raise invalid_parameter(f"Invalid parameter: {parameter}")
-    parts = arn.split(":", 5)
-    if len(parts) != 6 or parts[0] != "arn" or parts[2] != "sns" or not parts[5]:
-        raise invalid_parameter(f"Invalid parameter: {parameter} Reason: An ARN must have format")
-    return ArnParts(parts[3], parts[4], parts[5])
-
-
-@dataclass
-class SqsTarget:
-    """Where an ``sqs`` subscription delivers: the queue's ARN parts."""
-
-    region: str
-    account: str
-    queue: str
-
-
-def parse_sqs_arn(arn: object) -> SqsTarget:
-    match = _SQS_ARN.match(arn) if isinstance(arn, str) else None
-    if match is None:
-        raise invalid_parameter("Invalid parameter: SQS endpoint ARN")
-    return SqsTarget(match.group(1), match.group(2), match.group(3))
 
 
 def valid_phone_number(number: object) -> str:
@@ -125,83 +93,6 @@ def valid_phone_number(number: object) -> str:
             f"Invalid parameter: PhoneNumber Reason: {number} is not valid to publish to"
         )
     return number
-
-
-def _bool_text(value: object, name: str) -> str:
-    text = str(value).lower()
-    if text not in ("true", "false"):
-        raise invalid_parameter(
-            f"Invalid parameter: Attributes Reason: {name} must be true or false"
-        )
-    return text
-
-
-def encode_token(position: int) -> str:
-    return base64.urlsafe_b64encode(f"p{position}".encode()).decode()
-
-
-def decode_token(token: str | None) -> int:
-    if not token:
-        return 0
-    try:
-        text = base64.urlsafe_b64decode(token.encode()).decode()
-        if not text.startswith("p"):
-            raise ValueError(text)
-        position = int(text[1:])
-        if position < 0:
-            raise ValueError(text)
-    except (ValueError, UnicodeDecodeError):
-        raise invalid_parameter("Invalid parameter: NextToken") from None
-    return position
-
-
-class OrderedPages:
-    """Items in insertion order with stable page positions (deletions do not shift a page).
-
-    Each item gets an increasing sequence number; a page starts at the first live sequence at
-    or after the token's, found by bisection, so paging costs O(log n + page) per call.
-    """
-
-    def __init__(self) -> None:
-        self._seqs: list[int] = []
-        self._items: dict[int, str] = {}
-        self._by_key: dict[str, int] = {}
-        self._next = 1
-
-    def add(self, key: str) -> None:
-        if key in self._by_key:
-            return
-        seq = self._next
-        self._next += 1
-        self._seqs.append(seq)
-        self._items[seq] = key
-        self._by_key[key] = seq
-
-    def remove(self, key: str) -> None:
-        seq = self._by_key.pop(key, None)
-        if seq is None:
-            return
-        del self._items[seq]
-        if len(self._seqs) > 64 and len(self._items) * 2 < len(self._seqs):
-            self._seqs = [s for s in self._seqs if s in self._items]
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def page(self, token: str | None, size: int = PAGE_SIZE) -> tuple[list[str], str | None]:
-        start = decode_token(token)
-        index = bisect.bisect_left(self._seqs, start)
-        keys: list[str] = []
-        while index < len(self._seqs) and len(keys) < size:
-            seq = self._seqs[index]
-            index += 1
-            key = self._items.get(seq)
-            if key is not None:
-                keys.append(key)
-        while index < len(self._seqs) and self._seqs[index] not in self._items:
-            index += 1
-        next_token = encode_token(self._seqs[index]) if index < len(self._seqs) else None
-        return keys, next_token
 
 
 @dataclass
@@ -244,36 +135,6 @@ class Endpoint:
 
 
 @dataclass
-class Topic:
-    arn: str
-    name: str
-    attributes: dict[str, str] = field(default_factory=dict)
-    subscriptions: OrderedPages = field(default_factory=OrderedPages)
-
-
-@dataclass
-class Subscription:
-    arn: str
-    topic_arn: str
-    protocol: str
-    endpoint: str
-    target: SqsTarget
-    raw: bool = False
-
-    def attributes(self) -> dict[str, str]:
-        return {
-            "SubscriptionArn": self.arn,
-            "TopicArn": self.topic_arn,
-            "Protocol": self.protocol,
-            "Endpoint": self.endpoint,
-            "Owner": ACCOUNT_ID,
-            "ConfirmationWasAuthenticated": "true",
-            "PendingConfirmation": "false",
-            "RawMessageDelivery": "true" if self.raw else "false",
-        }
-
-
-@dataclass
 class EndpointChange:
     """What an endpoint operation changed, for the application's event notifications."""
 
@@ -285,18 +146,22 @@ class EndpointChange:
 class SnsModel:
     """Everything one account and region of SNS holds."""
 
-    def __init__(self, region: str = REGION, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        region: str = REGION,
+        clock: Callable[[], float] = time.time,
+        account_id: str = ACCOUNT_ID,
+    ) -> None:
         self.region = region
         self.clock = clock
+        self.account_id = account_id
         self.reset()
 
     def reset(self) -> None:
         self.applications: dict[str, PlatformApplication] = {}
         self.app_pages = OrderedPages()
         self.endpoints: dict[str, Endpoint] = {}
-        self.topics: dict[str, Topic] = {}
-        self.topic_pages = OrderedPages()
-        self.subscriptions: dict[str, Subscription] = {}
+        self.topics = Topics(self.region, self.account_id, self.clock)
         self.sms_attributes: dict[str, str] = {}
         self.opted_out: dict[str, float] = {}  # number -> when it opted out
         self.opted_out_pages = OrderedPages()
@@ -305,9 +170,9 @@ class SnsModel:
     # -- ARNs ------------------------------------------------------------------------------------
     def _own(self, arn: object, parameter: str) -> ArnParts:
         parts = parse_sns_arn(arn, parameter)
-        if parts.account != ACCOUNT_ID:
+        if parts.account != self.account_id:
             raise authorization_error(
-                f"User: arn:aws:iam::{ACCOUNT_ID}:root is not authorized to access {arn}"
+                f"User: arn:aws:iam::{self.account_id}:root is not authorized to access {arn}"
             )
         return parts
 
@@ -332,7 +197,7 @@ class SnsModel:
             )
         self._check_app_attributes(attributes)
         credential = parse_credentials(platform, attributes)
-        arn = sns_arn(self.region, f"app/{platform}/{name}")
+        arn = sns_arn(self.region, f"app/{platform}/{name}", self.account_id)
         existing = self.applications.get(arn)
         if existing is not None:
             existing.attributes = dict(attributes)
@@ -417,7 +282,7 @@ class SnsModel:
             raise invalid_parameter(
                 "Invalid parameter: CustomUserData Reason: must be less than 2KB of UTF-8"
             )
-        enabled = _bool_text(attributes["Enabled"], "Enabled") if "Enabled" in attributes else None
+        enabled = bool_text(attributes["Enabled"], "Enabled") if "Enabled" in attributes else None
         existing_arn = app.tokens.get(token)
         if existing_arn is not None:
             existing = self.endpoints[existing_arn]
@@ -430,7 +295,9 @@ class SnsModel:
                     "with the same Token, but different attributes."
                 )
             return existing, False
-        arn = sns_arn(self.region, f"endpoint/{app.platform}/{app.name}/{uuid.uuid4()}")
+        arn = sns_arn(
+            self.region, f"endpoint/{app.platform}/{app.name}/{uuid.uuid4()}", self.account_id
+        )
         endpoint = Endpoint(arn, app.arn, token, enabled != "false", user_data)
         self.endpoints[arn] = endpoint
         app.tokens[token] = arn
@@ -472,7 +339,7 @@ class SnsModel:
             new_token = self._valid_token(app, attributes["Token"])
         enabled = endpoint.enabled
         if "Enabled" in attributes:
-            enabled = _bool_text(attributes["Enabled"], "Enabled") == "true"
+            enabled = bool_text(attributes["Enabled"], "Enabled") == "true"
         user_data = attributes.get("CustomUserData", endpoint.custom_user_data)
         if user_data is not None and len(user_data.encode()) > MAX_CUSTOM_USER_DATA:
             raise invalid_parameter(
@@ -517,108 +384,6 @@ class SnsModel:
         app = self.application(application_arn)
         arns, token = app.endpoints.page(next_token)
         return [self.endpoints[a] for a in arns], token
-
-    # -- topics --------------------------------------------------------------------------------
-    def create_topic(self, name: object, attributes: dict[str, str]) -> Topic:
-        if not isinstance(name, str) or not _TOPIC_NAME.match(name):
-            if isinstance(name, str) and name.endswith(".fifo"):
-                raise invalid_parameter(
-                    "Invalid parameter: Topic Name Reason: FIFO topics are not supported here"
-                )
-            raise invalid_parameter(
-                "Invalid parameter: Topic Name Reason: Topic names must be made up of only "
-                "uppercase and lowercase ASCII letters, numbers, underscores, and hyphens, and "
-                "must be between 1 and 256 characters long."
-            )
-        if str(attributes.get("FifoTopic", "false")).lower() == "true":
-            raise invalid_parameter(
-                "Invalid parameter: Attributes Reason: FIFO topics are not supported here"
-            )
-        arn = sns_arn(self.region, name)
-        topic = self.topics.get(arn)
-        if topic is None:
-            topic = Topic(arn, name, dict(attributes))
-            self.topics[arn] = topic
-            self.topic_pages.add(arn)
-        return topic
-
-    def topic(self, arn: object) -> Topic:
-        self._own(arn, "TopicArn")
-        topic = self.topics.get(arn)  # type: ignore[arg-type]
-        if topic is None:
-            raise not_found("Topic does not exist")
-        return topic
-
-    def delete_topic(self, arn: object) -> None:
-        self._own(arn, "TopicArn")
-        topic = self.topics.pop(arn, None)  # type: ignore[arg-type]
-        if topic is None:
-            return
-        self.topic_pages.remove(topic.arn)
-        for sub_arn in topic.subscriptions.page(None, size=1 << 30)[0]:
-            self.subscriptions.pop(sub_arn, None)
-
-    def list_topics(self, next_token: str | None) -> tuple[list[Topic], str | None]:
-        arns, token = self.topic_pages.page(next_token)
-        return [self.topics[a] for a in arns], token
-
-    def subscribe(
-        self, topic_arn: object, protocol: object, endpoint: object, attributes: dict[str, str]
-    ) -> Subscription:
-        topic = self.topic(topic_arn)
-        if protocol != "sqs":
-            raise invalid_parameter(
-                f"Invalid parameter: Protocol Reason: {protocol} is not delivered by this "
-                "endpoint (sqs only)"
-            )
-        target = parse_sqs_arn(endpoint)
-        raw = False
-        for key, value in attributes.items():
-            if key == "RawMessageDelivery":
-                raw = _bool_text(value, key) == "true"
-            else:
-                raise invalid_parameter(
-                    f"Invalid parameter: Attributes Reason: {key} is not supported here"
-                )
-        for sub_arn in topic.subscriptions.page(None, size=1 << 30)[0]:
-            sub = self.subscriptions[sub_arn]
-            if sub.protocol == protocol and sub.endpoint == endpoint:
-                return sub
-        sub = Subscription(
-            f"{topic.arn}:{uuid.uuid4()}", topic.arn, "sqs", str(endpoint), target, raw
-        )
-        self.subscriptions[sub.arn] = sub
-        topic.subscriptions.add(sub.arn)
-        return sub
-
-    def subscription(self, arn: object) -> Subscription:
-        self._own(arn, "SubscriptionArn")
-        sub = self.subscriptions.get(arn)  # type: ignore[arg-type]
-        if sub is None:
-            raise not_found("Subscription does not exist")
-        return sub
-
-    def set_subscription_attribute(self, arn: object, name: object, value: object) -> None:
-        sub = self.subscription(arn)
-        if name != "RawMessageDelivery":
-            raise invalid_parameter(f"Invalid parameter: AttributeName Reason: {name}")
-        sub.raw = _bool_text(value, "RawMessageDelivery") == "true"
-
-    def unsubscribe(self, arn: object) -> None:
-        self._own(arn, "SubscriptionArn")
-        sub = self.subscriptions.pop(arn, None)  # type: ignore[arg-type]
-        if sub is not None and sub.topic_arn in self.topics:
-            self.topics[sub.topic_arn].subscriptions.remove(sub.arn)
-
-    def topic_subscriptions(self, topic: Topic) -> list[Subscription]:
-        return [self.subscriptions[a] for a in topic.subscriptions.page(None, size=1 << 30)[0]]
-
-    def list_subscriptions_by_topic(
-        self, topic_arn: object, next_token: str | None
-    ) -> tuple[list[Subscription], str | None]:
-        topic = self.topic(topic_arn)
-        arns, token = topic.subscriptions.page(next_token)
-        return [self.subscriptions[a] for a in arns], token
 
     # -- SMS -----------------------------------------------------------------------------------
     def set_sms_attributes(self, attributes: dict[str, str]) -> None:
@@ -694,12 +459,14 @@ def check_sender_id(value: str, name: str) -> str:
 
 __all__ = [
     "ACCOUNT_ID",
+    "PAGE_SIZE",
     "REGION",
+    "ArnParts",
     "Endpoint",
     "EndpointChange",
+    "OrderedPages",
     "PlatformApplication",
     "SnsError",
     "SnsModel",
-    "Subscription",
-    "Topic",
+    "SqsTarget",
 ]

@@ -2,7 +2,8 @@
 
 Run: ``python -m emulators.sns --port N [--host 127.0.0.1] [--apns-url U]
 [--apns-sandbox-url U] [--apns-ca-file F] [--fcm-url U] [--fcm-ca-file F] [--sqs-url U]
-[--region R]`` (foreground). Prints ``sns endpoint listening on http://HOST:PORT`` when ready;
+[--account-id N] [--https-ca-file F] [--region R]`` (foreground). Prints ``sns endpoint listening
+on http://HOST:PORT`` when ready;
 exits 2 on bad arguments or a taken port, 0 on SIGTERM/SIGINT.
 
 Control API (``/_sns/...``, JSON):
@@ -13,8 +14,9 @@ Control API (``/_sns/...``, JSON):
 * ``GET /_sns/ledger?since=N&limit=M`` -> ``{"rows", "next"}``: every Publish to a platform
   endpoint (see :mod:`emulators.sns.ledger` for the row keys)
 * ``GET /_sns/sms?since=N&limit=M`` -> ``{"rows", "next"}``: every SMS
-* ``GET /_sns/deliveries?since=N&limit=M`` -> ``{"rows", "next"}``: every topic notification
-  handed to (or refused by) an SQS subscription, with the application event it carried
+* ``GET /_sns/deliveries?since=N&limit=M`` -> ``{"rows", "next"}``: every topic delivery (SQS,
+  HTTP/S, SMS, platform endpoint) and confirmation sent, refused or failed, with the application
+  event it carried (:mod:`emulators.sns.fanout`)
 * ``GET /_sns/endpoint-events?since=N&limit=M`` -> ``{"rows", "next"}``: every change to a
   platform endpoint: ``event`` created / updated / deleted, ``by`` ``api`` (a caller's
   CreatePlatformEndpoint, SetEndpointAttributes, DeleteEndpoint) or ``sns`` (a provider's dead
@@ -41,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,9 +58,11 @@ from emulators.http_server import (
     start_server,
     stop_on_signals,
 )
+from emulators.sns.common import ACCOUNT_ID
 from emulators.sns.delivery import ApnsTransport, FcmTransport, SqsTransport
 from emulators.sns.errors import SnsError
 from emulators.sns.faults import ActiveFault, FaultState
+from emulators.sns.http_delivery import HttpTransport
 from emulators.sns.ledger import RowLog
 from emulators.sns.model import REGION, SnsModel, valid_phone_number
 from emulators.sns.protocol import SnsProtocol
@@ -82,11 +87,13 @@ class SnsEndpoint:
         fcm_ca_file: str | None = None,
         sqs_url: str | None = None,
         region: str = REGION,
+        account_id: str = ACCOUNT_ID,
+        https_ca_file: str | None = None,
         provider_connections: int = 2,
         provider_timeout: float = 10.0,
     ) -> None:
         self.faults = FaultState()
-        self.model = SnsModel(region)
+        self.model = SnsModel(region, account_id=account_id)
         self.service = SnsService(
             self.model,
             self.faults,
@@ -101,6 +108,7 @@ class SnsEndpoint:
                 fcm_url, fcm_ca_file, connections=provider_connections, timeout=provider_timeout
             ),
             sqs=SqsTransport(sqs_url, timeout=provider_timeout),
+            http=HttpTransport(timeout=provider_timeout, ca_file=https_ca_file),
         )
         self.protocol = SnsProtocol(self.service)
         self.providers = {
@@ -162,9 +170,9 @@ class SnsEndpoint:
     def health(self) -> dict[str, Any]:
         return {
             "ok": True,
-            "applications": len(self.model.applications),
-            "endpoints": len(self.model.endpoints),
-            "topics": len(self.model.topics),
+            "applications": sum(len(m.applications) for m in self.service.models.values()),
+            "endpoints": sum(len(m.endpoints) for m in self.service.models.values()),
+            "topics": sum(len(m.topics) for m in self.service.models.values()),
             "pending_deliveries": self.service.pending_deliveries,
             "active_faults": [f.window() for f in self.faults.active()],
             "providers": self.providers,
@@ -318,7 +326,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fcm-url", type=_url, help="FCM HTTP v1 base URL (its /token too)")
     parser.add_argument("--fcm-ca-file", type=_file, help="CA to trust for an https FCM URL")
     parser.add_argument("--sqs-url", type=_url, help="SQS endpoint for sqs subscriptions")
-    parser.add_argument("--region", default=REGION, help="the region in every ARN")
+    parser.add_argument(
+        "--region", default=REGION, help="the region of requests that name none (unsigned)"
+    )
+    parser.add_argument(
+        "--account-id", default=ACCOUNT_ID, help=f"the account in every ARN ({ACCOUNT_ID})"
+    )
+    parser.add_argument(
+        "--https-ca-file", type=_file, help="CA to trust for https subscriptions (loopback)"
+    )
     parser.add_argument(
         "--provider-connections", type=int, default=2, help="HTTP/2 connections per provider"
     )
@@ -332,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.provider_connections < 1 or args.provider_timeout <= 0:
         parser.error("--provider-connections must be >= 1 and --provider-timeout > 0")
+    if not re.fullmatch(r"\d{12}", args.account_id):
+        parser.error("--account-id must be 12 digits")
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s %(message)s")
     options = {
         "apns_url": args.apns_url,
@@ -341,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         "fcm_ca_file": args.fcm_ca_file,
         "sqs_url": args.sqs_url,
         "region": args.region,
+        "account_id": args.account_id,
+        "https_ca_file": args.https_ca_file,
         "provider_connections": args.provider_connections,
         "provider_timeout": args.provider_timeout,
     }

@@ -28,25 +28,23 @@ the publisher's to honour, which is what the harness checks.
 
 SMS (``PhoneNumber``) is recorded in the SMS ledger (a simulated carrier); an opted-out number
 gets a ``MessageId`` and nothing is delivered (AWS: you cannot send to an opted-out number; its
-delivery status says so). Topic publishes are delivered to the topic's ``sqs`` subscriptions
-in the background (SNS's envelope, or raw with ``RawMessageDelivery``), with up to 3 attempts.
+delivery status says so). Topic publishes (Publish and PublishBatch, standard and FIFO topics)
+are :mod:`emulators.sns.fanout`'s.
+
+One :class:`SnsModel` per region (the region of a request's SigV4 scope), created on first use,
+all of one account; ledgers, faults and transports are shared.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import datetime
 import json
 import logging
 import uuid
+from collections.abc import Awaitable
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import padding, rsa
-from cryptography.x509.oid import NameOID
-
+from emulators.sns import batch
 from emulators.sns import messages as msg
 from emulators.sns.credentials import FcmCredential
 from emulators.sns.delivery import (
@@ -65,60 +63,27 @@ from emulators.sns.errors import (
     service_unavailable,
     throttling,
 )
+from emulators.sns.fanout import Fanout
 from emulators.sns.faults import FaultState
+from emulators.sns.http_delivery import HttpTransport
 from emulators.sns.ledger import RowLog
 from emulators.sns.model import (
     SMS_TYPES,
     EndpointChange,
     PlatformApplication,
     SnsModel,
-    Subscription,
-    Topic,
     check_sender_id,
     valid_phone_number,
 )
+from emulators.sns.notifications import NotificationSigner, iso_now
+from emulators.sns.topics import Published, Topic, check_fifo_parameters
 
 log = logging.getLogger(__name__)
 
-SQS_ATTEMPTS = 3
-SQS_BACKOFF = (0.2, 1.0)
 OPT_OUT_KEYWORDS = frozenset(
     {"ARRET", "CANCEL", "END", "OPT-OUT", "OPTOUT", "QUIT", "REMOVE", "STOP", "TD", "UNSUBSCRIBE"}
 )
 DEAD_TOKEN_MESSAGE = "Platform token associated with the endpoint is not valid"
-
-
-def iso_now() -> str:
-    now = datetime.datetime.now(datetime.UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
-
-
-class NotificationSigner:
-    """Signs topic notifications as SNS does (SignatureVersion 1: SHA1withRSA over AWS's
-    canonical string) with a key made at start; the certificate is served at
-    ``/_sns/SimpleNotificationService.pem``."""
-
-    def __init__(self) -> None:
-        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sns.local")])
-        now = datetime.datetime.now(datetime.UTC)
-        self.certificate_pem = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(self.key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1))
-            .not_valid_after(now + datetime.timedelta(days=365))
-            .sign(self.key, hashes.SHA256())
-            .public_bytes(serialization.Encoding.PEM)
-        )
-
-    def sign(self, envelope: dict[str, Any]) -> str:
-        keys = ["Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type"]
-        text = "".join(f"{k}\n{envelope[k]}\n" for k in keys if envelope.get(k) is not None)
-        signature = self.key.sign(text.encode("utf-8"), padding.PKCS1v15(), hashes.SHA1())
-        return base64.b64encode(signature).decode()
 
 
 class SnsService:
@@ -132,13 +97,16 @@ class SnsService:
         apns: ApnsTransport,
         fcm: FcmTransport,
         sqs: SqsTransport,
+        http: HttpTransport | None = None,
         base_url: str = "http://127.0.0.1",
     ) -> None:
-        self.model = model
+        self.model = model  # the default region's
+        self.models: dict[str, SnsModel] = {model.region: model}
         self.faults = faults
         self.apns = apns
         self.fcm = fcm
         self.sqs = sqs
+        self.http = http or HttpTransport()
         self.base_url = base_url
         self.ledger = RowLog()
         self.sms_ledger = RowLog()
@@ -147,11 +115,21 @@ class SnsService:
         # checker needs to tell "SNS turned it off" from "the publisher turned it back on".
         self.endpoint_events = RowLog()
         self.signer = NotificationSigner()
+        self.fanout = Fanout(self)
         self._tasks: set[asyncio.Task[None]] = set()
 
+    def model_for(self, region: str) -> SnsModel:
+        """The region's state (created on first use: every region exists, empty)."""
+        model = self.models.get(region)
+        if model is None:
+            base = self.model
+            model = self.models[region] = SnsModel(region, base.clock, base.account_id)
+        return model
+
     # -- Publish -------------------------------------------------------------------------------
-    async def publish(self, params: dict[str, Any]) -> str:
-        message = msg.check_message(params.get("Message"))
+    async def publish(self, params: dict[str, Any], model: SnsModel | None = None) -> Published:
+        model = model or self.model
+        message = msg.check_message(params.get("Message"), msg.MAX_TOPIC_MESSAGE_BYTES)
         attributes = msg.message_attributes(params.get("MessageAttributes") or {})
         targets = [k for k in ("TopicArn", "TargetArn", "PhoneNumber") if params.get(k)]
         if not targets:
@@ -163,33 +141,99 @@ class SnsService:
                 f"Invalid parameter: {targets[1]} Reason: Only one of TopicArn, TargetArn or "
                 "PhoneNumber may be specified"
             )
-        per_protocol = msg.structured(message, params.get("MessageStructure"))
-        if targets[0] == "PhoneNumber":
-            return self.publish_sms(str(params["PhoneNumber"]), message, per_protocol, attributes)
         if targets[0] == "TopicArn":
-            topic = self.model.topic(params["TopicArn"])
-            subject = self._subject(params.get("Subject"))
-            if per_protocol is not None and "default" not in per_protocol:
-                raise invalid_parameter(
-                    "Invalid parameter: Message Structure - No default entry in JSON message body"
-                )
+            topic = model.topics.topic(params["TopicArn"])
+            entry = self.check_topic_entry(topic, params, message, attributes)
             fault = self.faults.throttle(topic.arn)
             if fault is not None:
                 raise throttling()
-            return self.publish_to_topic(topic, message, per_protocol, subject, attributes)
-        return await self.publish_to_endpoint(
-            params["TargetArn"], message, per_protocol, attributes
+            return await self.fanout.publish(model, topic, message, **entry)
+        msg.check_message(message)  # 256 KiB: the larger limit is a topic's only
+        if targets[0] == "PhoneNumber":
+            per_protocol = msg.structured(message, params.get("MessageStructure"))
+            number = str(params["PhoneNumber"])
+            return Published(
+                self.publish_sms(number, message, per_protocol, attributes, model=model)
+            )
+        message_id = await self.publish_to_endpoint(
+            params["TargetArn"],
+            message,
+            None,
+            attributes,
+            model=model,
+            structure=params.get("MessageStructure"),
         )
+        return Published(message_id)
+
+    def check_topic_entry(
+        self,
+        topic: Topic,
+        params: dict[str, Any],
+        message: str,
+        attributes: dict[str, msg.Attribute],
+    ) -> dict[str, Any]:
+        """What Publish (or one PublishBatch entry) to ``topic`` says, checked: the keyword
+        arguments of :meth:`Fanout.publish` beside the message."""
+        per_protocol = msg.structured(message, params.get("MessageStructure"))
+        if per_protocol is not None and not isinstance(per_protocol.get("default"), str):
+            raise invalid_parameter(
+                "Invalid parameter: Message Structure - No default entry in JSON message body"
+            )
+        subject = self._subject(params.get("Subject"))
+        if msg.publish_size(message, attributes) > topic.max_message_size:
+            raise invalid_parameter("Invalid parameter: Message too long")
+        group_id = params.get("MessageGroupId")
+        dedup_id = params.get("MessageDeduplicationId")
+        check_fifo_parameters(topic, group_id, dedup_id)
+        return {
+            "per_protocol": per_protocol,
+            "subject": subject,
+            "attributes": attributes,
+            "group_id": group_id,
+            "deduplication_id": dedup_id,
+        }
+
+    async def publish_batch(
+        self, model: SnsModel, topic_arn: object, entries: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
+        """(Successful, Failed) of a PublishBatch. A malformed entry fails the whole batch, as
+        on AWS; an entry the throttle fault refuses is a Failed entry (``Throttling``, not the
+        sender's fault), which the caller must retry: what a batch publisher has to handle."""
+        topic = model.topics.topic(topic_arn)
+        batch.check_entries(entries)
+        checked = []
+        total = 0
+        for entry in entries:
+            message = msg.check_message(entry.get("Message"), msg.MAX_TOPIC_MESSAGE_BYTES)
+            attributes = msg.message_attributes(entry.get("MessageAttributes") or {})
+            total += msg.publish_size(message, attributes)
+            checked.append(
+                (entry["Id"], message, self.check_topic_entry(topic, entry, message, attributes))
+            )
+        if total > topic.max_message_size:
+            raise batch.too_long()
+        successful: list[dict[str, str]] = []
+        failed: list[dict[str, Any]] = []
+        for entry_id, message, args in checked:
+            if self.faults.throttle(topic.arn) is not None:
+                failed.append(batch.throttled(entry_id))
+                continue
+            published = await self.fanout.publish(model, topic, message, **args)
+            result = {"Id": entry_id, "MessageId": published.message_id}
+            if published.sequence_number is not None:
+                result["SequenceNumber"] = published.sequence_number
+            successful.append(result)
+        return successful, failed
 
     @staticmethod
     def _subject(subject: object) -> str | None:
-        if subject is None or subject == "":
+        """AWS: UTF-8 text with no line breaks or control characters, less than 100 characters
+        (an empty one is refused too)."""
+        if subject is None:
             return None
         text = str(subject)
-        if len(text) > 100 or not text.isprintable() or not text.isascii():
-            raise invalid_parameter(
-                "Invalid parameter: Subject Reason: at most 100 printable ASCII characters"
-            )
+        if not text or len(text) > 100 or not text.isprintable():
+            raise invalid_parameter("Invalid parameter: Subject")
         return text
 
     async def publish_to_endpoint(
@@ -198,26 +242,39 @@ class SnsService:
         message: str,
         per_protocol: dict[str, Any] | None,
         attributes: dict[str, msg.Attribute],
+        *,
+        model: SnsModel | None = None,
+        structure: object = None,
     ) -> str:
-        self.model._own(target_arn, "TargetArn")
-        endpoint = self.model.endpoints.get(target_arn)  # type: ignore[arg-type]
+        """Publish to a platform endpoint. ``structure``: Publish's ``MessageStructure``, read
+        here after the endpoint is found, so a disabled endpoint answers ``EndpointDisabled``
+        whatever the message (AWS's order)."""
+        model = model or self.model
+        model._own(target_arn, "TargetArn")
+        endpoint = model.endpoints.get(target_arn)  # type: ignore[arg-type]
         if endpoint is None:
             raise invalid_parameter(
                 "Invalid parameter: TargetArn Reason: No endpoint found for the target arn "
                 "specified"
             )
-        app = self.model.applications[endpoint.application_arn]
+        app = model.applications[endpoint.application_arn]
         platform = app.platform
-        text = msg.platform_message(message, per_protocol, platform)
-        if text is None:
-            raise invalid_parameter(
-                "Invalid parameter: Message Structure - No default entry in JSON message body"
-            )
+        refused: SnsError | None = None
+        try:
+            if structure is not None:
+                per_protocol = msg.structured(message, structure)
+            text = msg.platform_message(message, per_protocol, platform)
+            if text is None:
+                raise invalid_parameter(
+                    "Invalid parameter: Message Structure - No default entry in JSON message body"
+                )
+        except SnsError as exc:
+            refused, text, per_protocol = exc, "", None
         message_id = str(uuid.uuid4())
         is_platform = per_protocol is not None and platform in per_protocol
         tenant_id, notification_id = msg.payload_ids(text, platform, is_platform)
         row: dict[str, Any] = {
-            "received_at": self.model.clock(),
+            "received_at": model.clock(),
             "provider": "fcm" if platform == "GCM" else "apns",
             "message_id": message_id,
             "endpoint_arn": endpoint.arn,
@@ -237,6 +294,8 @@ class SnsService:
         if not endpoint.enabled:
             self.ledger.append(**row, outcome=msg.ENDPOINT_DISABLED, answer="EndpointDisabled")
             raise endpoint_disabled()
+        if refused is not None:
+            raise refused
         published_at = row["received_at"]
         credential = app.credential
         if platform == "GCM":
@@ -302,19 +361,20 @@ class SnsService:
             self.ledger.append(**row, answer=error.code)
             raise error
         if outcome.kind == msg.TOKEN_INVALID:
-            change = self.model.disable_endpoint(endpoint)
+            change = model.disable_endpoint(endpoint)
             row["endpoint_disabled"] = change is not None
             self.ledger.append(**row, answer=None)
             if change is not None:
-                self.endpoint_changed(change, reason="InvalidPlatformToken")
+                self.endpoint_changed(change, reason="InvalidPlatformToken", model=model)
             self._delivery_failure(
-                app, endpoint.arn, message_id, "InvalidPlatformToken", DEAD_TOKEN_MESSAGE
+                model, app, endpoint.arn, message_id, "InvalidPlatformToken", DEAD_TOKEN_MESSAGE
             )
             return message_id
         self.ledger.append(**row, answer=None)
         if outcome.kind == msg.REJECTED:
             failure = outcome.reason or f"HTTP{answer.status}"
             self._delivery_failure(
+                model,
                 app,
                 endpoint.arn,
                 message_id,
@@ -330,7 +390,13 @@ class SnsService:
         message: str,
         per_protocol: dict[str, Any] | None,
         attributes: dict[str, msg.Attribute],
+        *,
+        model: SnsModel | None = None,
+        faults: bool = True,
     ) -> str:
+        """Text ``number`` (the SMS ledger). ``faults``: whether the SMS throttle applies (a
+        topic's SMS subscriptions are delivered by SNS, not published by the caller)."""
+        model = model or self.model
         number = valid_phone_number(number)
         text = msg.platform_message(message, per_protocol, "sms")
         if text is None:
@@ -339,7 +405,7 @@ class SnsService:
             )
         if len(text.encode("utf-8")) > msg.MAX_SMS_CHARS:
             raise invalid_parameter("Invalid parameter: Message too long")
-        defaults = self.model.sms_attributes
+        defaults = model.sms_attributes
         sender = msg.text_attribute(attributes, msg.SMS_SENDER_ID) or defaults.get(
             "DefaultSenderID"
         )
@@ -381,14 +447,14 @@ class SnsService:
             "tenant_id": msg.text_attribute(attributes, "tenant_id"),
             "notification_id": msg.text_attribute(attributes, "notification_id"),
         }
-        fault = self.faults.throttle("sms")
+        fault = self.faults.throttle("sms") if faults else None
         if fault is not None:
             self.sms_ledger.append(
                 **row, status=None, delivered=False, reason="THROTTLED", fault=fault,
                 answer="Throttling",
             )  # fmt: skip
             raise throttling()
-        if number in self.model.opted_out:
+        if number in model.opted_out:
             self.sms_ledger.append(
                 **row, status=400, delivered=False, reason="OPTED_OUT", answer=None
             )
@@ -404,121 +470,13 @@ class SnsService:
         valid_phone_number(number)
         return False
 
-    # -- topics and events -----------------------------------------------------------------------
-    def publish_to_topic(
+    # -- application events ----------------------------------------------------------------------
+    def endpoint_changed(
         self,
-        topic: Topic,
-        message: str,
-        per_protocol: dict[str, Any] | None,
-        subject: str | None,
-        attributes: dict[str, msg.Attribute],
-        *,
-        event_type: str | None = None,
-        endpoint_arn: str | None = None,
-    ) -> str:
-        """Hand the message to every subscription in the background; returns its MessageId."""
-        message_id = str(uuid.uuid4())
-        text = msg.platform_message(message, per_protocol, "sqs") or message
-        timestamp = iso_now()
-        for sub in self.model.topic_subscriptions(topic):
-            body, sqs_attributes = self._sqs_message(
-                sub, topic, message_id, text, subject, attributes, timestamp
-            )
-            self._background(
-                self._deliver_to_sqs(
-                    sub, message_id, body, sqs_attributes, event_type, endpoint_arn
-                )
-            )
-        return message_id
-
-    def _sqs_message(
-        self,
-        sub: Subscription,
-        topic: Topic,
-        message_id: str,
-        text: str,
-        subject: str | None,
-        attributes: dict[str, msg.Attribute],
-        timestamp: str,
-    ) -> tuple[str, dict[str, Any] | None]:
-        if sub.raw:
-            sqs_attributes = {}
-            for name, attr in attributes.items():
-                if isinstance(attr.value, bytes):
-                    value = {"BinaryValue": base64.b64encode(attr.value).decode()}
-                else:
-                    value = {"StringValue": attr.value}
-                sqs_attributes[name] = {"DataType": attr.data_type, **value}
-            return text, sqs_attributes or None
-        envelope: dict[str, Any] = {
-            "Type": "Notification",
-            "MessageId": message_id,
-            "TopicArn": topic.arn,
-        }
-        if subject is not None:
-            envelope["Subject"] = subject
-        envelope.update(
-            {
-                "Message": text,
-                "Timestamp": timestamp,
-                "SignatureVersion": "1",
-            }
-        )
-        envelope["Signature"] = self.signer.sign(envelope)
-        envelope["SigningCertURL"] = f"{self.base_url}/_sns/SimpleNotificationService.pem"
-        envelope["UnsubscribeURL"] = (
-            f"{self.base_url}/?Action=Unsubscribe&SubscriptionArn={sub.arn}"
-        )
-        if attributes:
-            envelope["MessageAttributes"] = {
-                name: {
-                    "Type": attr.data_type,
-                    "Value": base64.b64encode(attr.value).decode()
-                    if isinstance(attr.value, bytes)
-                    else attr.value,
-                }
-                for name, attr in attributes.items()
-            }
-        return json.dumps(envelope, ensure_ascii=False), None
-
-    async def _deliver_to_sqs(
-        self,
-        sub: Subscription,
-        message_id: str,
-        body: str,
-        attributes: dict[str, Any] | None,
-        event_type: str | None,
-        endpoint_arn: str | None,
+        change: EndpointChange | None,
+        reason: str | None = None,
+        model: SnsModel | None = None,
     ) -> None:
-        error: str | None = None
-        sqs_id: str | None = None
-        attempts = 0
-        for attempts in range(1, SQS_ATTEMPTS + 1):
-            try:
-                sqs_id = await self.sqs.send_message(sub.target, body, attributes)
-                error = None
-                break
-            except TransportError as exc:
-                error = str(exc)[:300]
-                if attempts < SQS_ATTEMPTS:
-                    await asyncio.sleep(SQS_BACKOFF[attempts - 1])
-        if error is not None:
-            log.warning("sns: delivery to %s failed: %s", sub.endpoint, error)
-        self.deliveries.append(
-            provider="sqs",
-            topic_arn=sub.topic_arn,
-            subscription_arn=sub.arn,
-            queue_url=self.sqs.queue_url(sub.target) if self.sqs.configured() else None,
-            message_id=message_id,
-            sqs_message_id=sqs_id,
-            event_type=event_type,
-            endpoint_arn=endpoint_arn,
-            delivered=error is None,
-            error=error,
-            attempts=attempts,
-        )
-
-    def endpoint_changed(self, change: EndpointChange | None, reason: str | None = None) -> None:
         """Record a created / updated / deleted endpoint in the endpoint log and tell the
         application's event topic. ``reason`` set: SNS itself changed it (a provider's dead
         answer), else a caller of the API did."""
@@ -536,7 +494,8 @@ class SnsService:
             enabled=endpoint.enabled,
             changed=dict(change.changed),
         )
-        app = self.model.applications.get(change.endpoint.application_arn)
+        model = model or self.model
+        app = model.applications.get(change.endpoint.application_arn)
         if app is None:
             return
         extra: dict[str, Any] = {}
@@ -545,10 +504,11 @@ class SnsService:
         if reason is not None:
             extra["FailureType"] = reason
             extra["FailureMessage"] = DEAD_TOKEN_MESSAGE
-        self._app_event(app, change.event, change.endpoint.arn, extra)
+        self._app_event(model, app, change.event, change.endpoint.arn, extra)
 
     def _delivery_failure(
         self,
+        model: SnsModel,
         app: PlatformApplication,
         endpoint_arn: str,
         message_id: str,
@@ -556,6 +516,7 @@ class SnsService:
         failure_message: str,
     ) -> None:
         self._app_event(
+            model,
             app,
             "EventDeliveryFailure",
             endpoint_arn,
@@ -568,16 +529,24 @@ class SnsService:
         )
 
     def _app_event(
-        self, app: PlatformApplication, event: str, endpoint_arn: str, extra: dict[str, Any]
+        self,
+        model: SnsModel,
+        app: PlatformApplication,
+        event: str,
+        endpoint_arn: str,
+        extra: dict[str, Any],
     ) -> None:
         topic_arn = app.event_topic(event)
         if topic_arn is None:
             return
-        topic = self.model.topics.get(topic_arn)
+        topic = model.topics.get(topic_arn)
         event_type = event[len("Event") :]
-        if topic is None:
+        if topic is None or topic.fifo:
             log.warning(
-                "sns: %s event for %s: topic %s does not exist", event_type, app.arn, topic_arn
+                "sns: %s event for %s: topic %s does not exist or is FIFO",
+                event_type,
+                app.arn,
+                topic_arn,
             )
             return
         body = {
@@ -589,19 +558,24 @@ class SnsService:
             "Time": iso_now(),
         }
         subject = f"{event_type} event for app {app.name} ({app.platform})"
-        self.publish_to_topic(
-            topic,
-            json.dumps(body, separators=(",", ":")),
-            None,
-            subject,
-            {},
-            event_type=event_type,
-            endpoint_arn=endpoint_arn,
+        self.background(
+            self.fanout.publish(
+                model,
+                topic,
+                json.dumps(body, separators=(",", ":")),
+                None,
+                subject,
+                {},
+                wait=False,
+                event_type=event_type,
+                endpoint_arn=endpoint_arn,
+            )
         )
 
     # -- housekeeping --------------------------------------------------------------------------
-    def _background(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
+    def background(self, coro: Awaitable[Any]) -> None:
+        """Run ``coro`` on its own, counted in :attr:`pending_deliveries` until it ends."""
+        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -613,6 +587,7 @@ class SnsService:
         for task in list(self._tasks):
             task.cancel()
         self.model.reset()
+        self.models = {self.model.region: self.model}
         self.ledger.reset()
         self.sms_ledger.reset()
         self.deliveries.reset()
@@ -624,3 +599,4 @@ class SnsService:
         self.apns.close()
         self.fcm.close()
         await self.sqs.close()
+        await self.http.close()
