@@ -110,19 +110,8 @@ def sns_fault(fault: str) -> Callable[..., Callable[[], None]]:
 
 
 def dedup_toxic(toxic_type: str, attributes: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
-    def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
-        proxy = toxiproxy_proxy(targets)
-        name = f"chaos_{toxic_type}_{uuid.uuid4().hex[:6]}"
-        proxy.add_toxic(
-            name=name,
-            type=toxic_type,
-            stream=params.get("stream", "downstream"),
-            toxicity=float(params.get("toxicity", 1.0)),
-            attributes=attributes(params),
-        )
-        return lambda: proxy.destroy_toxic(name)
-
-    return start
+    """A toxic on the dedup store's proxy."""
+    return proxy_toxic(toxic_type, attributes, dedup=True)
 
 
 def process_crash(part: str) -> Callable[..., Callable[[], None]]:
@@ -147,19 +136,25 @@ def process_pause(part: str) -> Callable[..., Callable[[], None]]:
     return start
 
 
-def named_proxy(targets: ChaosTargets, params: dict[str, Any]) -> Any:
-    """The proxy a fault names (``params.proxy``), through the Toxiproxy client."""
+def named_proxy(targets: ChaosTargets, params: dict[str, Any], dedup: bool = False) -> Any:
+    """The proxy a fault names (``params.proxy``; the dedup store's with ``dedup``), through
+    the Toxiproxy client."""
+    if dedup:
+        return toxiproxy_proxy(targets)
     name = params.get("proxy")
     if not isinstance(name, str) or not name:
         raise FaultError("this fault needs params.proxy: the name of a proxy of the target")
     return toxiproxy_proxy(targets, name)
 
 
-def proxy_toxic(toxic_type: str, attributes: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
-    """A toxic on the proxy the fault names (a target's ``proxies`` entry, or ``dedup``)."""
+def proxy_toxic(
+    toxic_type: str, attributes: Callable[[dict[str, Any]], dict[str, Any]], dedup: bool = False
+) -> Any:
+    """A toxic on the proxy the fault names (a target's ``proxies`` entry), or on the dedup
+    store's (``dedup``)."""
 
     def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
-        proxy = named_proxy(targets, params)
+        proxy = named_proxy(targets, params, dedup)
         name = f"chaos_{toxic_type}_{uuid.uuid4().hex[:6]}"
         proxy.add_toxic(
             name=name,
