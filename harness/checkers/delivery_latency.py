@@ -17,9 +17,12 @@ A notification posted more than once with the same id (an idempotent retry, a pr
 again) is measured from the latest post sent before its first delivery: the most generous one.
 
 Counts: ``expected``, ``judged`` (delivered, so measured), ``late``, ``deferred`` (judged from
-a quiet window's end), ``extended_by_fault`` (judged with a fault's allowance) and
-``not_delivered``. A delivery that never arrived is ``effectively_once``'s business (``lost``):
-counted here, never failed on. Nothing judged is *unknown*, never a pass.
+a quiet window's end), ``extended_by_fault`` (judged with a fault's allowance),
+``not_delivered``, ``no_acceptance`` (delivered, but no post of it was accepted: not judged),
+and the judged latencies' ``worst_latency_ms``, ``p50_latency_ms``, ``p99_latency_ms``. A
+delivery that never arrived is ``effectively_once``'s business (``lost``): counted here, never
+failed on. Nothing judged is *unknown*, never a pass. The first few late deliveries are the
+``examples`` (tenant, notification, token, accepted, measured_from, delivered, allowed_by).
 """
 
 from __future__ import annotations
@@ -96,15 +99,16 @@ def acceptance(pair: np.ndarray, first_time: np.ndarray, posts: pd.DataFrame) ->
     return out
 
 
-def _figures(latency: np.ndarray) -> dict[str, float | None]:
-    """Worst, median and 99th percentile of the judged latencies (seconds, to the ms)."""
+def _figures(latency: np.ndarray) -> dict[str, int]:
+    """Worst, median and 99th percentile of the judged latencies, in whole milliseconds (0
+    when nothing was judged: the verdict is then unknown)."""
     if not len(latency):
-        return {"worst_latency_s": None, "p50_latency_s": None, "p99_latency_s": None}
+        return {"worst_latency_ms": 0, "p50_latency_ms": 0, "p99_latency_ms": 0}
     p50, p99 = np.percentile(latency, [50, 99])
     return {
-        "worst_latency_s": round(float(latency.max()), 3),
-        "p50_latency_s": round(float(p50), 3),
-        "p99_latency_s": round(float(p99), 3),
+        "worst_latency_ms": round(float(latency.max()) * 1000),
+        "p50_latency_ms": round(float(p50) * 1000),
+        "p99_latency_ms": round(float(p99) * 1000),
     }
 
 
@@ -116,8 +120,8 @@ def _verdict(
     recovery_s: float,
     windows: list[Window],
 ) -> Verdict:
+    counts = {**counts, **_figures(latency)}
     details: dict[str, Any] = {
-        **_figures(latency),
         "bound_s": bound_s,
         "recovery_s": recovery_s,
         "fault_windows": len(windows),
