@@ -59,7 +59,7 @@ def allowance(
     """Per delivery, the instant it must arrive by, and whether a fault extended it: ``start``
     plus the bound, or ``recovery_s`` past the end of a fault window that overlaps the
     allowance so far (windows in order of their start, so one extension can meet the next).
-    Both engines judge here."""
+    :func:`check_store` applies the same rule, one UPDATE per window."""
     allowed = start + bound_s
     base = allowed.copy()
     for window in sorted(windows, key=lambda w: w.start):
