@@ -693,7 +693,10 @@ class JobConsumer:
         """Seconds until a failed job is retried: the hint (e.g. Retry-After) or an exponential
         backoff by receive count, whichever is longer, capped."""
         exponential = 2 ** min(receive_count(record), 10)
-        return int(min(self.config.retry_backoff_max_seconds, max(math.ceil(hint), exponential)))
+        cap = self.config.retry_backoff_max_seconds
+        if "slow_consumer" in self.defects:
+            cap = max(cap, math.ceil(hint))  # the defect's hold is its own, not a retry's
+        return int(min(cap, max(math.ceil(hint), exponential)))
 
     def retry_delay(self, record: dict[str, Any], state: JobState) -> float | None:
         """None: acknowledge. A failed job is audited (a Redis error: ``dedup_unavailable``,

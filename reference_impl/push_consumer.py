@@ -22,6 +22,7 @@ import json
 import logging
 import sys
 import threading
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -95,6 +96,8 @@ FEEDBACK_RECEIVES = 5
 # the store was down must still be findable when its delivery-failure event comes, or the dead
 # token's notification is never audited. Bounded; the oldest go first.
 MAX_REFUSED_NOTES = 50_000
+# The slow_consumer defect: how long the jobs it holds back wait (past seed 000's 60 s SLA).
+SLOW_CONSUMER_HOLD_SECONDS = 75
 SENT_JOB_FIELDS = (
     "tenant_id", "notification_id", "recipient_user_id", "author_id", "kind", "audit_kid",
 )  # fmt: skip
@@ -497,6 +500,7 @@ class PushConsumer(JobConsumer):
             zone = "UTC"  # the defect: "Mars/Olympus_Mons" read as UTC, sent when no window
         now = self.clock()
         decision = decide(now, zone, window, standard_time="quiet_hours_ignore_dst" in self.defects)
+        due_now = decision.send  # before any quiet-hours defect: the defects stay independent
         if (
             "quiet_hours_end_minute_early" in self.defects
             and decision.reason == "inside_window"
@@ -513,6 +517,11 @@ class PushConsumer(JobConsumer):
             self.audit("deferred", job, reason=decision.reason, until=until.isoformat())
             state.finish()
             return
+        if "slow_consumer" in self.defects and due_now and self.held_back(job):
+            # The defect: not acknowledged, back in the queue (in flight) for 75 s, no record.
+            state.later(SLOW_CONSUMER_HOLD_SECONDS)
+            state.finish()
+            return
         if "digest" in job:
             closes = job["digest"]["closes_at_ms"]
             if to_ms(self.clock()) < closes:  # early (a skewed clock): only a closed window counts
@@ -522,6 +531,18 @@ class PushConsumer(JobConsumer):
                     "deferred", job, reason="digest_window_open", until=release_at.isoformat()
                 )
                 state.finish()
+
+    def held_back(self, job: dict[str, Any]) -> bool:
+        """The slow_consumer defect's jobs: one in ten by notification and recipient, on the
+        first receive of a job never deferred (a quiet-hours release is not held)."""
+        first = self._copies.get(id(job), {}).get("receive_count", 1) == 1
+        tag = f"{job['notification_id']}#{job['recipient_user_id']}".encode()
+        return (
+            first
+            and "deferred_until" not in job
+            and "digest" not in job
+            and (zlib.crc32(tag) % 10 == 0)
+        )
 
     def limit_windows(self, states: Sequence[PushJob]) -> None:
         asks: list[tuple[PushJob, WindowRequest | DigestClose]] = []

@@ -280,8 +280,8 @@ def test_channels_without_a_dedup_claim_and_queues_redriving_after_ten_are_both_
     assert _failed(summary, "redrive")["wrong_max_receives"] == 4  # push, email, in-app, sms
 
 
-def test_six_independent_defects_in_one_smoke_run_are_each_caught(tmp_path):
-    """Six independent defects in one smoke run. Seed 000's classic bug, a dedup window
+def test_seven_independent_defects_in_one_smoke_run_are_each_caught(tmp_path):
+    """Seven independent defects in one smoke run. Seed 000's classic bug, a dedup window
     shorter than a provider's retry horizon: a run lasts minutes, so only the keys' TTLs show
     it (dedup_window alone reads them). 07:59 for a 22:00-08:00 window: the population's
     windows end at the second they name, so the last minute's sends are inside it (quiet_hours
@@ -292,7 +292,11 @@ def test_six_independent_defects_in_one_smoke_run_are_each_caught(tmp_path):
     them; a reader sees the same inbox). And deferrals audited with a release time that has no
     UTC offset (audit_fields alone reads the records' fields; the release itself is right). And
     an inbox whose TTL provisioning never enabled (ttl_not_enabled alone: DescribeTimeToLive,
-    through the public API; the other tables' TTL is on)."""
+    through the public API; the other tables' TTL is on). And seed 000's 60 s SLA: a consumer
+    that leaves one job in ten in flight for 75 s before its send delivers every push exactly
+    once, only late (delivery_latency alone measures the time; it holds no quiet-hours
+    release, so quiet_hours' counts are the other defect's). The timeout leaves room for the
+    75 s hold on a loaded machine: the wait ends as soon as every push has arrived."""
     defects = [
         "dedup_window_one_hour",
         "quiet_hours_end_minute_early",
@@ -300,8 +304,9 @@ def test_six_independent_defects_in_one_smoke_run_are_each_caught(tmp_path):
         "inbox_ttl_in_milliseconds",
         "audit_until_naive",
         "inbox_ttl_not_enabled",
+        "slow_consumer",
     ]
-    path = _variant(tmp_path, "smoke", defects)
+    path = _variant(tmp_path, "smoke", defects, timeout_s=180)
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     result = _failed(summary, "dedup_window")
@@ -318,6 +323,10 @@ def test_six_independent_defects_in_one_smoke_run_are_each_caught(tmp_path):
     assert (
         fields["until_not_an_instant"] == fields["deferrals"] - fields["deferrals_not_judged"] > 0
     )
+    late = _failed(summary, "delivery_latency")
+    assert late["late"] > 0 and late["not_delivered"] == 0 and late["worst_latency_ms"] >= 75_000
+    assert all(e["latency_s"] >= 75 for e in late["examples"]), late["examples"]
+    assert summary["checkers"]["effectively_once"]["lost"] == 0  # late, never lost
 
 
 def test_quiet_hours_on_standard_time_all_year_and_ids_minted_in_1970_are_caught(tmp_path):

@@ -46,6 +46,9 @@ class SystemPolicy:
     dedup_key_pattern: str | None = "dedup:*"
     # Seed 000: inbox rows (and celebrity pointers) carry a 90-day TTL from their acceptance.
     inbox_ttl_seconds: float = 7_776_000.0
+    # Seed 000: a post reaches its followers' devices within a 60 s SLA: the bound on the time
+    # from an event's acceptance (or a quiet window's end) to the push that delivered it.
+    delivery_bound_s: float = 60.0
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> SystemPolicy:
@@ -62,6 +65,13 @@ class SystemPolicy:
             }
         if "fcm_projects" in data:
             data["fcm_projects"] = tuple(data["fcm_projects"])
+        if "delivery_bound_s" in data:
+            bound = data["delivery_bound_s"]
+            if isinstance(bound, bool) or not isinstance(bound, int | float) or not bound > 0:
+                raise ValueError(
+                    f"delivery_bound_s must be a positive number of seconds: {bound!r}"
+                )
+            data["delivery_bound_s"] = float(bound)
         policy = cls(**data)
         # A mapping that cannot be evaluated is refused with the target file, before any load.
         project_function(policy.fcm_mapping, policy.fcm_projects or ("p",))
@@ -81,4 +91,5 @@ class SystemPolicy:
             "max_receives": self.max_receives,
             "dedup_key_pattern": self.dedup_key_pattern,
             "inbox_ttl_seconds": self.inbox_ttl_seconds,
+            "delivery_bound_s": self.delivery_bound_s,
         }
