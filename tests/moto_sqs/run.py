@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         ):
             junit = run_suite(suite, ours, other.url, args)
         elapsed = time.monotonic() - started
-    except SuiteError as exc:
+    except (SuiteError, RuntimeError) as exc:
         print(f"moto-sqs: {exc}", file=sys.stderr)
         return 2
     verdict = judge(read_junit(junit), MOTO_LENIENCY)
