@@ -26,7 +26,6 @@ tests moto's IAM enforcement (decorator mode only).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -34,22 +33,29 @@ import sys
 import tarfile
 import tempfile
 import time
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, HERE.parent / "moto_suite"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from moto_runner import (  # noqa: E402
+    MOTO_ACCOUNT_ID,
+    MOTO_SDIST_SHA256,
+    MOTO_VERSION,
+    SERVER_MODE_PORT,
+    SuiteError,
+    judge,
+    read_junit,
+    remove_tree,
+    sha256_of,
+)
 
 from emulators.ports import LOOPBACK, port_in_use  # noqa: E402
 from emulators.sqs.processes import EndpointProcess, start_moto, start_ours  # noqa: E402
 
-MOTO_VERSION = "5.2.5"
-MOTO_SDIST_SHA256 = "391857257d5dac144334013c2c10e599def5f0562f553e979160140bd7bd9cf6"
-MOTO_ACCOUNT_ID = "123456789012"
-SERVER_MODE_PORT = 5000  # moto's suite hard-codes http://localhost:5000 in server mode
 SUITE_FILES = (
     "tests/test_sqs/test_sqs.py",
     "tests/test_sqs/test_sqs_message_attributes.py",
@@ -112,23 +118,11 @@ MOTO_LENIENCY: dict[str, str] = {
 }
 
 
-class SuiteError(RuntimeError):
-    """The suite could not be fetched or started (exit 2)."""
-
-
 # ---------------------------------------------------------------------------------------------
 # Fetching the suite
 # ---------------------------------------------------------------------------------------------
 def suite_dir(cache: Path) -> Path:
     return cache / f"moto-{MOTO_VERSION}"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def wanted_member(name: str) -> bool:
@@ -170,89 +164,9 @@ def ensure_suite(cache: Path) -> Path:
             tar.extractall(tmp, members=members, filter="data")
         extracted = Path(tmp) / f"moto-{MOTO_VERSION}"
         if target.exists():
-            _remove_tree(target)
+            remove_tree(target)
         extracted.rename(target)
     return target
-
-
-def _remove_tree(path: Path) -> None:
-    for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        child.rmdir() if child.is_dir() else child.unlink()
-    path.rmdir()
-
-
-# ---------------------------------------------------------------------------------------------
-# Results
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class Outcome:
-    nodeid: str
-    status: str  # passed | failed | skipped
-    detail: str = ""
-
-
-def read_junit(path: Path) -> list[Outcome]:
-    """Outcomes per test from pytest's JUnit XML (a setup error counts as a failure)."""
-    out: dict[str, Outcome] = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
-        classname = case.get("classname", "")
-        name = case.get("name", "")
-        parts = classname.split(".")
-        # classname is "tests.test_sqs.test_sqs" or "...test_x.TestClass"
-        module_parts = [p for p in parts if not p[:1].isupper()]
-        klass = [p for p in parts if p[:1].isupper()]
-        nodeid = "/".join(module_parts) + ".py::" + "::".join([*klass, name])
-        status, detail = "passed", ""
-        for tag in ("failure", "error"):
-            el = case.find(tag)
-            if el is not None:
-                status, detail = "failed", (el.get("message") or "")[:500]
-        skipped = case.find("skipped")
-        if status == "passed" and skipped is not None:
-            status, detail = "skipped", (skipped.get("message") or "")[:300]
-        previous = out.get(nodeid)
-        if previous is None or status == "failed":
-            out[nodeid] = Outcome(nodeid, status, detail)
-    return list(out.values())
-
-
-@dataclass
-class Verdict:
-    passed: list[str]
-    failed_expected: list[str]
-    failed_unexpected: list[Outcome]
-    stale_leniency: list[str]
-    skipped: list[Outcome]
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed_unexpected and not self.stale_leniency
-
-    def summary(self) -> dict[str, object]:
-        ran = len(self.passed) + len(self.failed_expected) + len(self.failed_unexpected)
-        return {
-            "moto_version": MOTO_VERSION,
-            "ran": ran,
-            "passed": len(self.passed),
-            "failed_moto_leniency": {n: MOTO_LENIENCY[n] for n in self.failed_expected},
-            "failed_unexpected": {o.nodeid: o.detail for o in self.failed_unexpected},
-            "stale_leniency_entries": self.stale_leniency,
-            "skipped": {o.nodeid: o.detail for o in self.skipped},
-            "ok": self.ok,
-        }
-
-
-def judge(outcomes: list[Outcome], leniency: dict[str, str]) -> Verdict:
-    passed = [o.nodeid for o in outcomes if o.status == "passed"]
-    failed = [o for o in outcomes if o.status == "failed"]
-    seen = {o.nodeid: o.status for o in outcomes}
-    return Verdict(
-        passed=sorted(passed),
-        failed_expected=sorted(o.nodeid for o in failed if o.nodeid in leniency),
-        failed_unexpected=[o for o in failed if o.nodeid not in leniency],
-        stale_leniency=sorted(n for n in leniency if seen.get(n) not in (None, "failed")),
-        skipped=[o for o in outcomes if o.status == "skipped"],
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -347,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"moto-sqs: {exc}", file=sys.stderr)
         return 2
     verdict = judge(read_junit(junit), MOTO_LENIENCY)
-    summary = {**verdict.summary(), "seconds": round(elapsed, 1)}
+    summary = {**verdict.summary(MOTO_LENIENCY), "seconds": round(elapsed, 1)}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(summary, indent=2) + "\n")
     print(
