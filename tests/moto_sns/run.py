@@ -2,12 +2,14 @@
 
     .venv/bin/python tests/moto_sns/run.py [--cache DIR] [--json PATH] [--timeout S] [-k EXPR]
 
-1. The suite comes from moto's source distribution on PyPI at a pinned version
-   (:data:`MOTO_VERSION`, checked against :data:`MOTO_SDIST_SHA256`, the same pin as
-   ``tests/moto_sqs/run.py``): ``pip download`` it once into a git-ignored cache
-   (``.cache/moto-sns/``) and extract ``tests/test_sns/`` and the test helpers it imports
-   (``tests/__init__.py``, ``tests/conftest.py``, ``tests/markers.py``). Nothing of it is kept in
-   this repository.
+This file holds what is the SNS run's own; ``tests/moto_suite/moto_runner.py`` (shared with
+``tests/moto_sqs/run.py``) does the rest.
+
+1. The suite comes from moto's source distribution on PyPI at the pinned version
+   (``moto_runner.MOTO_VERSION``, checked against its sha256, the SQS run's pin): ``pip
+   download`` it once into a git-ignored cache (``.cache/moto-sns/``) and extract
+   ``tests/test_sns/`` and the test helpers it imports (``tests/__init__.py``,
+   ``tests/conftest.py``, ``tests/markers.py``). Nothing of it is kept in this repository.
 2. Our SNS endpoint starts on ``127.0.0.1:5000`` (where moto's server-mode suite finds its
    server) with moto's default account (123456789012), delivering ``sqs`` subscriptions to our
    SQS endpoint (same account, a free port); moto's own server answers every other service (STS
@@ -16,7 +18,8 @@
 4. Each test's outcome is read from the JUnit XML. The run passes (exit 0) when every failure is
    one of :data:`MOTO_LENIENCY` (moto accepts or answers what AWS documents otherwise; the
    reason is given) and each of those still fails (a stale entry is an error too). Exit 1
-   otherwise; exit 2 when the suite cannot be fetched or port 5000 is taken.
+   otherwise; exit 2 when the suite cannot be fetched, port 5000 is taken or an endpoint does
+   not start.
 
 Files of moto's ``tests/test_sns/`` not run, and why: ``test_server.py`` drives moto's own Flask
 app in-process; ``test_sns_cloudformation.py`` tests moto's CloudFormation; ``test_utils.py``
@@ -27,32 +30,21 @@ only in moto's decorator mode (it skips itself in server mode) and imports moto'
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import json
-import os
-import subprocess
 import sys
-import tarfile
-import tempfile
-import time
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from contextlib import ExitStack
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
+for _path in (ROOT, ROOT / "tests" / "moto_suite"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
-from emulators.ports import LOOPBACK, port_in_use  # noqa: E402
+import moto_runner  # noqa: E402
+from moto_runner import MOTO_ACCOUNT_ID, SERVER_MODE_PORT, Endpoints, MotoSuite  # noqa: E402
+
 from emulators.sns.processes import start_sns  # noqa: E402
-from emulators.sqs.processes import start_moto, start_ours  # noqa: E402
+from emulators.sqs.processes import start_ours  # noqa: E402
 
-MOTO_VERSION = "5.2.5"
-MOTO_SDIST_SHA256 = "391857257d5dac144334013c2c10e599def5f0562f553e979160140bd7bd9cf6"
-MOTO_ACCOUNT_ID = "123456789012"
-SERVER_MODE_PORT = 5000  # where moto's suite finds its server in server mode
 SUITE_FILES = (
     "tests/test_sns/test_application.py",
     "tests/test_sns/test_publish_batch.py",
@@ -60,14 +52,7 @@ SUITE_FILES = (
     "tests/test_sns/test_subscriptions.py",
     "tests/test_sns/test_topics.py",
 )
-HELPER_FILES = (
-    "tests/__init__.py",
-    "tests/conftest.py",
-    "tests/markers.py",
-    "tests/test_sns/__init__.py",
-)
-DEFAULT_CACHE = ROOT / ".cache" / "moto-sns"
-DEFAULT_JSON = ROOT / "reports" / "moto_sns" / "summary.json"
+HELPER_FILES = (*moto_runner.HELPER_FILES, "tests/test_sns/__init__.py")
 
 # Tests that fail because moto accepts or answers what AWS documents (or answers) otherwise. node
 # id -> why. "Recorded": AWS's answer as LocalStack's AWS-validated snapshot tests
@@ -197,263 +182,26 @@ MOTO_LENIENCY: dict[str, str] = {
 }
 
 
-class SuiteError(RuntimeError):
-    """The suite could not be fetched or started (exit 2)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Fetching the suite
-# ---------------------------------------------------------------------------------------------
-def suite_dir(cache: Path) -> Path:
-    return cache / f"moto-{MOTO_VERSION}"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def wanted_member(name: str) -> bool:
-    """Whether an sdist member (``moto-X/tests/...``) is part of what we extract."""
-    _, _, rel = name.partition("/")
-    return rel in HELPER_FILES or (rel.startswith("tests/test_sns/") and rel.endswith(".py"))
-
-
-def ensure_suite(cache: Path) -> Path:
-    """The extracted suite, fetched with pip at the pinned version if it is not cached yet."""
-    target = suite_dir(cache)
-    if all((target / f).is_file() for f in (*SUITE_FILES, *HELPER_FILES)):
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            f"moto=={MOTO_VERSION}",
-            "--no-deps",
-            "--no-binary",
-            ":all:",
-            "--disable-pip-version-check",
-            "-q",
-            "-d",
-            tmp,
-        ]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        sdist = Path(tmp) / f"moto-{MOTO_VERSION}.tar.gz"
-        if done.returncode != 0 or not sdist.is_file():
-            raise SuiteError(f"pip download of moto=={MOTO_VERSION} failed:\n{done.stderr[-2000:]}")
-        got = sha256_of(sdist)
-        if got != MOTO_SDIST_SHA256:
-            raise SuiteError(f"moto-{MOTO_VERSION}.tar.gz has sha256 {got}, not the pinned one")
-        with tarfile.open(sdist) as tar:
-            members = [m for m in tar.getmembers() if m.isfile() and wanted_member(m.name)]
-            tar.extractall(tmp, members=members, filter="data")
-        extracted = Path(tmp) / f"moto-{MOTO_VERSION}"
-        if target.exists():
-            _remove_tree(target)
-        extracted.rename(target)
-    return target
-
-
-def _remove_tree(path: Path) -> None:
-    for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        child.rmdir() if child.is_dir() else child.unlink()
-    path.rmdir()
-
-
-# ---------------------------------------------------------------------------------------------
-# Results
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class Outcome:
-    nodeid: str
-    status: str  # passed | failed | skipped
-    detail: str = ""
-
-
-def read_junit(path: Path) -> list[Outcome]:
-    """Outcomes per test from pytest's JUnit XML (a setup error counts as a failure)."""
-    out: dict[str, Outcome] = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
-        parts = case.get("classname", "").split(".")
-        # classname is "tests.test_sns.test_topics" or "...test_x.TestClass"
-        module_parts = [p for p in parts if not p[:1].isupper()]
-        klass = [p for p in parts if p[:1].isupper()]
-        nodeid = "/".join(module_parts) + ".py::" + "::".join([*klass, case.get("name", "")])
-        status, detail = "passed", ""
-        for tag in ("failure", "error"):
-            el = case.find(tag)
-            if el is not None:
-                status, detail = "failed", (el.get("message") or "")[:500]
-        skipped = case.find("skipped")
-        if status == "passed" and skipped is not None:
-            status, detail = "skipped", (skipped.get("message") or "")[:300]
-        previous = out.get(nodeid)
-        if previous is None or status == "failed":
-            out[nodeid] = Outcome(nodeid, status, detail)
-    return list(out.values())
-
-
-@dataclass
-class Verdict:
-    passed: list[str]
-    failed_expected: list[str]
-    failed_unexpected: list[Outcome]
-    stale_leniency: list[str]
-    skipped: list[Outcome]
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed_unexpected and not self.stale_leniency
-
-    def summary(self, leniency: dict[str, str]) -> dict[str, object]:
-        ran = len(self.passed) + len(self.failed_expected) + len(self.failed_unexpected)
-        return {
-            "moto_version": MOTO_VERSION,
-            "ran": ran,
-            "passed": len(self.passed),
-            "failed_moto_leniency": {n: leniency[n] for n in self.failed_expected},
-            "failed_unexpected": {o.nodeid: o.detail for o in self.failed_unexpected},
-            "stale_leniency_entries": self.stale_leniency,
-            "skipped": {o.nodeid: o.detail for o in self.skipped},
-            "ok": self.ok,
-        }
-
-
-def judge(outcomes: list[Outcome], leniency: dict[str, str]) -> Verdict:
-    failed = [o for o in outcomes if o.status == "failed"]
-    seen = {o.nodeid: o.status for o in outcomes}
-    return Verdict(
-        passed=sorted(o.nodeid for o in outcomes if o.status == "passed"),
-        failed_expected=sorted(o.nodeid for o in failed if o.nodeid in leniency),
-        failed_unexpected=[o for o in failed if o.nodeid not in leniency],
-        stale_leniency=sorted(n for n in leniency if seen.get(n) not in (None, "failed")),
-        skipped=[o for o in outcomes if o.status == "skipped"],
+def start_endpoints(stack: ExitStack) -> Endpoints:
+    """Our SQS endpoint (a free port), and our SNS endpoint on moto's server-mode port delivering
+    to it, both in moto's account."""
+    sqs = stack.enter_context(start_ours(account_id=MOTO_ACCOUNT_ID))
+    sns = stack.enter_context(
+        start_sns(
+            port=SERVER_MODE_PORT,
+            sqs_url=sqs.url,
+            extra_args=["--account-id", MOTO_ACCOUNT_ID],
+        )
+    )
+    return Endpoints(
+        env={"AWS_ENDPOINT_URL_SNS": sns.url, "AWS_ENDPOINT_URL_SQS": sqs.url},
+        reset_urls=[f"{sns.url}/_sns/reset", f"{sqs.url}/_sqs/reset"],
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# Running
-# ---------------------------------------------------------------------------------------------
-def run_suite(suite: Path, urls: dict[str, str], args: argparse.Namespace) -> Path:
-    junit = suite / "junit.xml"
-    if junit.exists():
-        junit.unlink()
-    # Our own ini file in the suite's directory makes it pytest's rootdir, so this repository's
-    # pytest settings (found in a parent directory otherwise) do not apply and node ids are
-    # relative to moto's checkout.
-    ini = suite / "pytest.ini"
-    ini.write_text("[pytest]\nmarkers =\n    aws_verified: verified against AWS by moto\n")
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE), str(suite)]),
-        "TEST_SERVER_MODE": "true",
-        "AWS_ENDPOINT_URL": urls["moto"],
-        "AWS_ENDPOINT_URL_SNS": urls["sns"],
-        "AWS_ENDPOINT_URL_SQS": urls["sqs"],
-        # moto's placeholder credentials, as its suite sets them; our endpoints read only the
-        # region of a request's SigV4 scope, never the key
-        "AWS_ACCESS_KEY_ID": "FOOBARKEY",
-        "AWS_SECRET_ACCESS_KEY": "FOOBARSECRET",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "MOTO_SNS_SUITE_RESET_URLS": f"{urls['sns']}/_sns/reset {urls['sqs']}/_sqs/reset",
-    }
-    for var in (
-        "AWS_PROFILE",
-        "AWS_SESSION_TOKEN",
-        "AWS_CONFIG_FILE",
-        "AWS_SHARED_CREDENTIALS_FILE",
-    ):
-        env.pop(var, None)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "moto_sns_plugin",
-        "-c",
-        str(ini),
-        f"--rootdir={suite}",
-        "-p",
-        "no:cacheprovider",
-        "-o",
-        "addopts=",
-        "-q",
-        "--tb=line",
-        f"--junitxml={junit}",
-        *([f"-k={args.k}"] if args.k else []),
-        *SUITE_FILES,
-    ]
-    log = suite / "pytest.log"
-    with log.open("w") as fh:
-        try:
-            subprocess.run(
-                cmd, cwd=suite, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=args.timeout
-            )
-        except subprocess.TimeoutExpired:
-            raise SuiteError(
-                f"moto's SNS suite did not finish within {args.timeout:.0f}s ({log})"
-            ) from None
-    if not junit.is_file():
-        raise SuiteError(f"pytest wrote no results; its output: {log}")
-    return junit
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="tests/moto_sns/run.py", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="summary written here")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the whole suite")
-    parser.add_argument("-k", help="pytest -k expression (a partial run is never judged ok)")
-    args = parser.parse_args(argv)
-    try:
-        suite = ensure_suite(args.cache)
-        if port_in_use(SERVER_MODE_PORT, LOOPBACK):
-            raise SuiteError(
-                f"port {SERVER_MODE_PORT} on {LOOPBACK} is taken: moto's suite expects its server "
-                "there in server mode; stop what holds it (ss -ltnp 'sport = :5000')"
-            )
-        started = time.monotonic()
-        with (
-            start_ours(account_id=MOTO_ACCOUNT_ID) as sqs,
-            start_sns(
-                port=SERVER_MODE_PORT,
-                sqs_url=sqs.url,
-                extra_args=["--account-id", MOTO_ACCOUNT_ID],
-            ) as sns,
-            start_moto() as other,
-        ):
-            urls = {"sns": sns.url, "sqs": sqs.url, "moto": other.url}
-            junit = run_suite(suite, urls, args)
-        elapsed = time.monotonic() - started
-    except (SuiteError, RuntimeError) as exc:
-        print(f"moto-sns: {exc}", file=sys.stderr)
-        return 2
-    verdict = judge(read_junit(junit), MOTO_LENIENCY)
-    summary = {**verdict.summary(MOTO_LENIENCY), "seconds": round(elapsed, 1)}
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(summary, indent=2) + "\n")
-    print(
-        f"moto {MOTO_VERSION} SNS suite against our endpoint: {summary['passed']} of "
-        f"{summary['ran']} passed, {len(verdict.failed_expected)} fail on moto's leniency, "
-        f"{len(verdict.failed_unexpected)} unexpected failures, {len(verdict.skipped)} skipped "
-        f"({elapsed:.0f}s; {args.json})"
-    )
-    for outcome in verdict.failed_unexpected:
-        print(f"  UNEXPECTED FAILURE {outcome.nodeid}: {outcome.detail[:200]}")
-    for nodeid in [] if args.k else verdict.stale_leniency:
-        print(f"  STALE LENIENCY ENTRY (now passes or did not run) {nodeid}")
-    if args.k:
-        return 0 if not verdict.failed_unexpected else 1
-    return 0 if verdict.ok else 1
-
+SUITE = MotoSuite(
+    "SNS", SUITE_FILES, MOTO_LENIENCY, start_endpoints, helper_files=HELPER_FILES, doc=__doc__ or ""
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(moto_runner.main(SUITE))
