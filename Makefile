@@ -29,7 +29,7 @@ test: setup lint
 	@$(PY) -m pytest -m "not timing and not slow and not wholerun" -q -n 2 --dist loadfile
 	@$(PY) -m pytest -m "wholerun and not slow" -q -n 3 --durations=12
 
-# test-all also runs moto's own SQS test suite against our SQS endpoint (fetched from PyPI at a
+# test-all also runs moto's own SQS and SNS test suites against our endpoints (fetched from PyPI at a
 # pinned moto version into .cache/moto-sqs/ the first time; about 20 s after that).
 test-all: setup lint
 	@$(PY) -m pytest -m "timing and not wholerun" -q
