@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -60,12 +61,20 @@ def node() -> str:
 
 
 def role_argv(
-    role: str, settings: Settings, *, bugs: Sequence[str] = (), pid_file: Path | None = None
+    role: str,
+    settings: Settings,
+    *,
+    bugs: Sequence[str] = (),
+    pid_file: Path | None = None,
+    portable: bool = False,
 ) -> list[str]:
-    """The command line that starts ``role`` alone."""
+    """The command line that starts ``role`` alone (``portable``: ``node`` from PATH and the
+    entry point relative to the checkout, as a target file's hooks write it)."""
     if role not in ROLES:
         raise ValueError(f"role is one of {', '.join(ROLES)}, not {role!r}")
-    argv = [node(), str(ENTRY), role, "--prefix", settings.prefix, "--region", settings.region]
+    entry = str(ENTRY.relative_to(ROOT)) if portable else str(ENTRY)
+    argv = ["node" if portable else node(), entry, role]
+    argv += ["--prefix", settings.prefix, "--region", settings.region]
     argv += ["--sqs-endpoint", settings.sqs_endpoint]
     argv += ["--dynamodb-endpoint", settings.dynamodb_endpoint]
     if pid_file is not None:
@@ -91,6 +100,27 @@ def role_argv(
         if settings.apns_ca is not None:
             argv += ["--apns-ca", str(settings.apns_ca)]
     return argv
+
+
+def sender_hooks(settings: Settings, run_dir: Path) -> dict[str, str]:
+    """A target file's ``processes.push-consumer``: shell commands (``sh -c``, from the
+    checkout's root) that kill, start, pause and resume the sender through its pid file. The
+    start returns at once, the sender left running under nohup with its log in ``run_dir``."""
+    pid = run_dir / "sender.pid"
+    argv = role_argv("sender", settings, pid_file=pid, portable=True)
+    start = (
+        f"mkdir -p {shlex.quote(str(run_dir))} && "
+        "AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-testing} "
+        "AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-testing} "
+        f"nohup {shlex.join(argv)} >> {shlex.quote(str(run_dir / 'sender.log'))} 2>&1 &"
+    )
+    at = shlex.quote(str(pid))
+    return {
+        "kill": f"kill -9 $(cat {at})",
+        "start": start,
+        "pause": f"kill -STOP $(cat {at})",
+        "resume": f"kill -CONT $(cat {at})",
+    }
 
 
 def node_env() -> dict[str, str]:
