@@ -306,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             pid_file = run_dir / f"{role}.pid"
             print(" ".join(role_argv(role, settings, bugs=bugs, pid_file=pid_file)))
         return 0
+    # SIGTERM as Ctrl-C: the roles are stopped on the way out either way.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with launched(settings, run_dir, bugs=bugs) as running:
         for role, started in running.items():
             print(f"{role}: pid {started.proc.pid}, log {started.log}", flush=True)
