@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -405,6 +406,8 @@ def nodefanout(
     dedup_port: int | None = None,
     roles: tuple[str, ...] = launch.ROLES,
     visibility_timeout_s: int = 30,
+    dedup_lease_s: int = 30,
+    apns_url: str | None = None,
 ) -> Iterator[Deployment]:
     prefix = f"np{uuid.uuid4().hex[:8]}"
     run_dir = infra.log_dir / prefix
@@ -414,12 +417,13 @@ def nodefanout(
         sqs_endpoint=infra.sqs.url,
         dynamodb_endpoint=infra.dynamodb,
         dedup_redis=f"redis://127.0.0.1:{dedup_port or infra.redis_port}/0",
-        apns_url=infra.apns.url,
+        apns_url=apns_url or infra.apns.url,
         apns_ca=infra.apns.ca,
         apns_key=infra.apns_key,
         fcm_url=infra.fcm.url,
         fcm_credentials=infra.fcm_credentials,
         visibility_timeout_s=visibility_timeout_s,
+        dedup_lease_s=dedup_lease_s,
     )
     with (
         launch.launched(settings, run_dir, bugs=bugs, roles=roles) as running,
@@ -687,14 +691,21 @@ def test_a_sent_claim_is_per_device_and_lives_30_days(with_bugs: Deployment) -> 
     nid = system.post("star")
     for token in tokens:
         wait_for(lambda t=token: system.delivered(t, nid), 30, "the push")
+    day = 24 * 3600 * 1000
     store = redis.Redis(port=system.infra.redis_port)
+    expected = sorted(f"np:sent:{system.org}:{nid}:{t}" for t in tokens)
+
+    def marked() -> list[int] | None:
+        """The marks' TTLs once both are marked sent (value 1; a lease is "pending")."""
+        if [store.get(k) for k in expected] != [b"1", b"1"]:
+            return None
+        return [store.pttl(k) for k in expected]
+
     try:
-        keys = sorted(k.decode() for k in store.scan_iter(f"np:sent:{system.org}:*"))
-        assert keys == sorted(f"np:sent:{system.org}:{nid}:{t}" for t in tokens)
-        ttls = [store.pttl(k) for k in keys]
+        ttls = wait_for(marked, 10, "both pushes marked sent")
+        assert sorted(k.decode() for k in store.scan_iter(f"np:sent:{system.org}:*")) == expected
     finally:
         store.close()
-    day = 24 * 3600 * 1000
     if system.bugs:
         assert all(0 < t <= 3600 * 1000 for t in ttls), ttls
     else:
@@ -718,6 +729,57 @@ def test_redelivered_jobs_send_each_device_once(system: Deployment) -> None:
     finally:
         faults.stop(window.id)
     assert [len(system.delivered(t, nid)) for t in tokens] == [1, 1, 1]
+
+
+@contextmanager
+def black_hole() -> Iterator[int]:
+    """A port that takes connections and never answers (an APNs host that hangs mid-send)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("bugs", [(), ("claim_before_send",)], ids=["correct", "bug"])
+def test_a_sender_killed_mid_send_leaves_a_lease_not_a_mark(
+    infra: Infra, bugs: tuple[str, ...]
+) -> None:
+    """kill -9 of the sender while its push hangs at APNs: the claim it took is a lease, so a new
+    sender sends the push once the lease ends. With the 30-day mark taken before the send
+    instead, the new sender takes the push for sent and it is lost."""
+    with (
+        black_hole() as hang,
+        nodefanout(
+            infra, bugs=bugs, apns_url=f"https://127.0.0.1:{hang}", visibility_timeout_s=5,
+            dedup_lease_s=5,
+        ) as system,
+    ):  # fmt: skip
+        token = apns_token()
+        system.member("f", devices=(("apns", token),))
+        system.follow("star", ["f"])
+        nid = system.post("star")
+        store = redis.Redis(port=infra.redis_port)
+        try:
+            key = f"np:sent:{system.org}:{nid}:{token}"
+            wait_for(lambda: store.exists(key), 30, "the claim, the push hanging at APNs")
+            assert store.get(key) == (b"1" if bugs else b"pending")
+        finally:
+            store.close()
+        system.roles["sender"].proc.kill()  # kill -9, mid-send
+        system.roles["sender"].proc.wait(10)
+        fixed = replace(system.settings, apns_url=infra.apns.url)
+        again = launch.start_role("sender", fixed, system.run_dir, bugs=bugs, tag="-again")
+        try:
+            if bugs:
+                wait_for(system.drained, 40, "the job taken for sent and deleted")
+                assert system.rows(token) == []  # lost
+            else:
+                wait_for(lambda: system.delivered(token, nid), 40, "the push, after the lease")
+                wait_for(system.drained, 30, "the queues to drain")
+                assert len(system.rows(token)) == 1
+        finally:
+            again.stop()
 
 
 # -- provider back-pressure -----------------------------------------------------------------------

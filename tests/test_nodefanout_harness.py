@@ -247,3 +247,20 @@ def test_erasure_does_not_fit_nodefanout_and_it_says_so_before_loading(deps, tmp
     assert not summary["checkers"]
     run_dir = next(p for p in (tmp_path / "out").iterdir() if p.is_dir())
     assert not (run_dir / "population.json").exists()  # stopped before loading anything
+
+
+@pytest.mark.wholerun
+def test_consumer_crash_kills_and_starts_nodefanouts_sender_through_its_hooks(deps, tmp_path):
+    """consumer-crash acts on nodefanout through the target file's process hooks (kill -9 of
+    the sender by its pid file, its command line started again): nothing lost, nothing twice."""
+    env_dir = tmp_path / "env"
+    at = Deployment.new()
+    target = write_target(deps, at, env_dir)
+    with environment_up(target, env_dir) as env, nodefanout_up(deps, at, env_dir):
+        first = int((deps.log_dir / at.prefix / "sender.pid").read_text())
+        code, summary, output = run(target, "consumer-crash", tmp_path / "out", env)
+        last = int((deps.log_dir / at.prefix / "sender.pid").read_text())
+    assert code == 0 and summary["verdict"] == "pass", output
+    judged = [c for c in summary["checkers"].values() if "switched_off" not in c]
+    assert judged and all(c["valid"] for c in judged), summary["checkers"]
+    assert last != first  # killed and started again, twice

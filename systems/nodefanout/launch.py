@@ -51,6 +51,7 @@ class Settings:
     region: str = "us-east-1"
     visibility_timeout_s: int = 30
     sender_loops: int = 4
+    dedup_lease_s: int = 30
 
 
 def node() -> str:
@@ -96,6 +97,7 @@ def role_argv(
             "--fcm-projects", ",".join(settings.fcm_projects),
             "--visibility-timeout", str(settings.visibility_timeout_s),
             "--loops", str(settings.sender_loops),
+            "--dedup-lease", str(settings.dedup_lease_s),
         ]  # fmt: skip
         if settings.apns_ca is not None:
             argv += ["--apns-ca", str(settings.apns_ca)]

@@ -74,7 +74,11 @@ if (role === 'api') {
     const { Apns } = await import('./lib/apns.mjs')
     const { Fcm } = await import('./lib/fcm.mjs')
     const { runSender } = await import('./lib/sender.mjs')
-    const dedup = new Dedup(config.dedupRedis, { shortTtl: config.bugs.has('dedup_short_ttl') })
+    const dedup = new Dedup(config.dedupRedis, {
+      shortTtl: config.bugs.has('dedup_short_ttl'),
+      claimBeforeSend: config.bugs.has('claim_before_send'),
+      leaseMs: config.dedupLeaseMs,
+    })
     deps = { ...deps, dedup, apns: new Apns(config), fcm: new Fcm(config) }
     run = runSender
   }

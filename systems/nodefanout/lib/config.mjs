@@ -8,7 +8,8 @@ import { parseArgs } from 'node:util'
 // names it. The tests show each one changing what reaches the providers.
 export const BUGS = {
   dedup_fail_open: 'a dedup-store error or timeout sends anyway instead of leaving the job',
-  dedup_short_ttl: "a 'sent' claim lives an hour (PX 3600000), not 30 days",
+  dedup_short_ttl: "a 'sent' mark lives an hour (PX 3600000), not 30 days",
+  claim_before_send: "the 30-day 'sent' mark is taken before the push leaves, not a lease: a sender killed mid-send leaves the mark, and the push is never sent",
   no_id_check: 'a job whose notification id is no ULID is sent, not quarantined',
   quiet_hours_utc: "quiet hours are read on the UTC clock, not the member's zone",
   retry_after_ignored: 'a 429/503 Retry-After does not pause that provider',
@@ -53,6 +54,8 @@ const BY_ROLE = {
     // Receive loops, each holding up to 10 jobs.
     loops: { type: 'string', default: '4' },
     'visibility-timeout': { type: 'string', default: '30' },
+    // How long a claim holds a device before the push is marked sent; longer than a send takes.
+    'dedup-lease': { type: 'string', default: '30' },
   },
 }
 
@@ -151,6 +154,7 @@ export function configFromArgs(role, argv, env = process.env) {
     if (!config.fcmProjects.length) throw new BadConfig('--fcm-projects: at least one project')
     config.loops = int(values.loops, 'loops', 1, 64)
     config.visibilityTimeout = int(values['visibility-timeout'], 'visibility-timeout', 5, 43200)
+    config.dedupLeaseMs = int(values['dedup-lease'], 'dedup-lease', 1, 600) * 1000
   }
   return config
 }

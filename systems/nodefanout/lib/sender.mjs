@@ -2,9 +2,10 @@
 // notification id is no ULID, goes to the quarantine queue, never to a provider); the member's
 // profile and live devices, read now from the store; consent (default deny); quiet hours in
 // the member's zone (the job is hidden until the window ends); then per device: a Retry-After
-// still running for its provider (wait), the 30-day "sent" claim in Redis (fail closed), the
-// push. The job is deleted once every device has a final outcome (sent, sent before, dead,
-// refused for good); otherwise it is left to come back after the longest wait it needs.
+// still running for its provider (wait), the claim in Redis (a lease, fail closed), the push,
+// and the 30-day "sent" mark once the provider answered for good. The job is deleted once
+// every device has a final outcome (sent, sent before, dead, refused for good); otherwise it
+// is left to come back after the longest wait it needs.
 import * as log from './log.mjs'
 import { pause } from './lifecycle.mjs'
 import { consent } from './consent.mjs'
@@ -20,6 +21,10 @@ const HOLD_MAX_MS = 30000
 // A member whose zone the runtime does not know: try again in 15 minutes (the API refuses such
 // a zone; this is for data written before a zone was retired).
 const UNKNOWN_ZONE_DEFER_S = 900
+// Another copy of the job holds the device's lease: it is usually a redelivered copy being
+// sent right now, done in milliseconds. Wait this long in hand for its mark before giving the
+// job back for the rest of the lease (a sender that died mid-send).
+const BUSY_WAIT_MS = 2000
 
 export class Sender {
   constructor({ config, store, queues, dedup, apns, fcm, now = () => Date.now() }) {
@@ -104,9 +109,19 @@ export class Sender {
     }
     const key = dedupKey(job.org, job.nid, device.token)
     try {
-      if (!(await this.dedup.claim(key))) {
+      let claim = await this.dedup.claim(key)
+      for (let waited = 0; claim.state === 'busy' && waited < BUSY_WAIT_MS; waited += 100) {
+        await pause(100, signal)
+        claim = await this.dedup.peek(key)
+        if (claim.state === 'busy' && claim.ms === 0) claim = await this.dedup.claim(key)
+      }
+      if (claim.state === 'sent') {
         log.count('duplicate')
         return { final: true }
+      }
+      if (claim.state === 'busy') {
+        log.count('busy')
+        return { final: false, waitS: claim.ms / 1000 + 1 }
       }
     } catch (err) {
       if (!(err instanceof DedupUnavailable)) throw err
@@ -126,6 +141,7 @@ export class Sender {
     const where = { org: job.org, to: job.to, nid: job.nid, scope, status: outcome.status, reason: outcome.reason }
     switch (outcome.kind) {
       case 'sent':
+        await this.dedup.markSent(key)
         log.count('sent')
         return { final: true }
       case 'dead':
@@ -137,10 +153,12 @@ export class Sender {
           log.warn('could not mark a dead device', { ...where, error: err.message })
           return { final: false, waitS: backoffS(message.receives) }
         }
+        await this.dedup.markSent(key)
         log.count('dead')
         log.info('device dead, never sent to again', where)
         return { final: true }
       case 'rejected':
+        await this.dedup.markSent(key)
         log.count('rejected')
         log.warn('push refused for good', where)
         return { final: true }
