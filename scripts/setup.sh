@@ -57,7 +57,7 @@ fi
 
 npm_stamp=node_modules/.installed-$(cat package.json package-lock.json | sha256sum | cut -c1-16)
 if [ ! -f "$npm_stamp" ]; then
-  say "installing pinned npm packages (dynalite, kinesalite, @aws-sdk/client-sns) from package-lock.json"
+  say "installing pinned npm packages (dynalite, kinesalite, the AWS SDK clients, ioredis) from package-lock.json"
   npm ci --no-audit --no-fund --loglevel=error >/dev/null
   touch "$npm_stamp"
 fi

@@ -1,0 +1,266 @@
+"""The harness on the third system: nodefanout (JavaScript, systems/nodefanout) as a team would
+run it: its own dynalite and dedup Redis started by hand, the harness's long-lived environment
+(``harness env up``: the APNs simulator over TLS, the FCM simulator and its OAuth endpoint, the
+SQS endpoint at ``sqs_listen``, the fault proxy in front of the dedup Redis) where its target
+file places them, and its three node processes pointed there. ``harness doctor`` finds its
+contract right, a shipped scenario passes on it, a planted bug fails the promise it breaks, and a
+scenario it cannot take (erasure) says so before loading anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+import yaml
+from conftest import run_cli
+
+from emulators.ports import free_port
+from harness.stack.supervisor import ROOT, stop_process, wait_until
+from systems.nodefanout import launch
+
+pytestmark = pytest.mark.integration
+
+SHIPPED = yaml.safe_load((ROOT / "targets" / "nodefanout.yaml").read_text())
+NODE_EMULATOR = ROOT / "emulators" / "node" / "aws_emulator.js"
+
+
+@dataclass
+class Deps:
+    """What nodefanout needs besides itself and the harness's environment, up for the module."""
+
+    log_dir: Path
+    dynamodb: str
+    dedup_port: int
+
+
+@pytest.fixture(scope="module")
+def deps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deps]:
+    log_dir = tmp_path_factory.mktemp("nodefanout-harness")
+    dynamo_port, dedup_port = free_port(), free_port()
+    with open(log_dir / "dynalite.log", "ab") as log:
+        dynalite = subprocess.Popen(
+            ["node", str(NODE_EMULATOR), "dynalite", "--host", "127.0.0.1", "--port",
+             str(dynamo_port)],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(dedup_port), "--save", ""]
+    argv += ["--appendonly", "no", "--logfile", str(log_dir / "redis.log")]
+    dedup = subprocess.Popen(argv, stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+
+        def pings() -> bool:
+            try:
+                return bool(redis.Redis(port=dedup_port, socket_connect_timeout=0.5).ping())
+            except redis.RedisError:
+                return dedup.poll() is not None
+
+        wait_until(pings, 20, "the dedup redis-server")
+        assert dedup.poll() is None and dynalite.poll() is None
+        yield Deps(log_dir, f"http://127.0.0.1:{dynamo_port}", dedup_port)
+    finally:
+        stop_process(dedup)
+        stop_process(dynalite)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One deployment of nodefanout: its prefix (tables, queues), its API port, and the
+    addresses its target file places the harness's parts at."""
+
+    prefix: str
+    api: int
+    apns: int
+    fcm: int
+    sqs: int
+    dedup_listen: int
+
+    @classmethod
+    def new(cls) -> Deployment:
+        ports = [free_port() for _ in range(5)]
+        return cls(f"np{uuid.uuid4().hex[:8]}", *ports)
+
+    @property
+    def name(self) -> str:
+        return f"nodefanout-{self.prefix}"
+
+
+def settings(deps: Deps, at: Deployment, env_dir: Path) -> launch.Settings:
+    run_dir = deps.log_dir / at.prefix
+    run_dir.mkdir(exist_ok=True)
+    credentials = run_dir / "fcm.json"
+    if not credentials.exists():
+        launch.write_fcm_credentials(credentials, f"http://127.0.0.1:{at.fcm}/token")
+    key = run_dir / "apns.p8"
+    if not key.exists():
+        launch.write_apns_key(key)
+    return launch.Settings(
+        prefix=at.prefix,
+        api_port=at.api,
+        sqs_endpoint=f"http://127.0.0.1:{at.sqs}",
+        dynamodb_endpoint=deps.dynamodb,
+        dedup_redis=f"redis://127.0.0.1:{at.dedup_listen}/0",
+        apns_url=f"https://127.0.0.1:{at.apns}",
+        # Where `env up` writes the APNs simulator's CA for the target of this name.
+        apns_ca=env_dir / at.name / "tls" / "ca.pem",
+        apns_key=key,
+        fcm_url=f"http://127.0.0.1:{at.fcm}",
+        fcm_credentials=credentials,
+    )
+
+
+def write_target(deps: Deps, at: Deployment, env_dir: Path) -> Path:
+    """targets/nodefanout.yaml with this deployment's prefix and addresses."""
+    target = json.loads(json.dumps(SHIPPED))
+    prefix = at.prefix
+    target |= {
+        "name": at.name,
+        "event_api": f"http://127.0.0.1:{at.api}",
+        "sqs_listen": f"127.0.0.1:{at.sqs}",
+        "queues": {
+            "work": {"push": f"{prefix}-jobs"},
+            "dead": {"push": f"{prefix}-jobs-dead"},
+            "poison": {"push": f"{prefix}-quarantine"},
+        },
+        "dedup_redis": f"127.0.0.1:{deps.dedup_port}",
+        "dedup_listen": f"127.0.0.1:{at.dedup_listen}",
+        "apns_listen": f"127.0.0.1:{at.apns}",
+        "fcm_listen": f"127.0.0.1:{at.fcm}",
+        "processes": {
+            "push-consumer": launch.sender_hooks(
+                settings(deps, at, env_dir), deps.log_dir / at.prefix
+            )
+        },
+    }
+    path = deps.log_dir / f"target-{prefix}.yaml"
+    path.write_text(yaml.safe_dump(target, sort_keys=False))
+    return path
+
+
+@contextmanager
+def environment_up(target: Path, env_dir: Path) -> Iterator[dict[str, str]]:
+    """``harness env up`` for the target file, ``env down`` after, whatever happens."""
+    env = {"HARNESS_ENV_DIR": str(env_dir)}
+    up = run_cli("env", "up", "--target", str(target), env=env, timeout=120)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield env
+    finally:
+        down = run_cli("env", "down", "--target", str(target), env=env, timeout=120)
+        assert down.returncode == 0, down.stdout + down.stderr
+
+
+@contextmanager
+def nodefanout_up(
+    deps: Deps, at: Deployment, env_dir: Path, bugs: tuple[str, ...] = ()
+) -> Iterator[None]:
+    """nodefanout's three roles, pointed at the environment; stopped whatever happens (and a
+    sender a crash hook started again, through its pid file)."""
+    config = settings(deps, at, env_dir)
+    run_dir = deps.log_dir / at.prefix
+    try:
+        with launch.launched(config, run_dir, bugs=bugs):
+            yield
+    finally:
+        pid_file = run_dir / "sender.pid"
+        if pid_file.exists():  # a sender the crash hook started, not the launcher
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+
+
+def run(target: Path, scenario: str, out: Path, env: dict[str, str]) -> tuple[int, dict, str]:
+    out.mkdir(parents=True, exist_ok=True)
+    result = run_cli(
+        "run", scenario, "--target", str(target), "--seed", "5", "--out", str(out), "--no-report",
+        env=env, timeout=400,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    runs = sorted(p for p in out.iterdir() if p.is_dir())
+    assert runs, output
+    return result.returncode, json.loads((runs[-1] / "summary.json").read_text()), output
+
+
+def test_the_doctor_finds_nodefanouts_contract_right(deps, tmp_path):
+    env_dir = tmp_path / "env"
+    at = Deployment.new()
+    target = write_target(deps, at, env_dir)
+    with environment_up(target, env_dir) as env, nodefanout_up(deps, at, env_dir):
+        doctor = run_cli("doctor", "--target", str(target), env=env, timeout=180)
+    output = doctor.stdout + doctor.stderr
+    assert doctor.returncode == 0, output
+    assert f"{at.name}: no problem(s)" in output, output
+    assert "PROBLEM" not in output
+    # The checks that need nodefanout's own schema each found it right, not skipped.
+    for check in ("payload_ids", "fcm_mapping", "dedup_key_pattern", "queues"):
+        assert re.search(rf"^\s+ok\s+{check}\b", output, re.M), (check, output)
+    assert re.search(
+        r"^\s+note\s+processes\s+push-consumer: kill, pause, resume, start", output, re.M
+    )
+    assert len(re.findall(r"^\s+ok\s+payload_ids\b", output, re.M)) == 2, output  # APNs, FCM
+
+
+@pytest.mark.wholerun
+def test_a_clean_nodefanout_passes_smoke_and_a_planted_bug_fails_it(deps, tmp_path):
+    """One long-lived environment, two runs: the clean nodefanout passes smoke; the same
+    deployment with no_id_check and dedup_short_ttl fails poison_queue and dedup_window."""
+    env_dir = tmp_path / "env"
+    at = Deployment.new()
+    target = write_target(deps, at, env_dir)
+    with environment_up(target, env_dir) as env:
+        with nodefanout_up(deps, at, env_dir):
+            code, clean, output = run(target, "smoke", tmp_path / "1-clean", env)
+        assert code == 0 and clean["verdict"] == "pass", output
+        judged = [c for c in clean["checkers"].values() if "switched_off" not in c]
+        assert judged and all(c["valid"] for c in judged), clean["checkers"]
+        sticky = clean["checkers"]["fcm_stickiness"]
+        assert sticky["fcm_requests"] > 0 and sticky["wrong_project"] == 0, sticky
+
+        with nodefanout_up(deps, at, env_dir, bugs=("no_id_check", "dedup_short_ttl")):
+            code, defect, output = run(target, "smoke", tmp_path / "2-defect", env)
+        assert code == 1 and defect["verdict"] == "fail", output
+        poison = defect["checkers"]["poison_queue"]
+        assert poison["valid"] is False and poison["delivered"] > 0, poison
+        window = defect["checkers"]["dedup_window"]
+        assert window["valid"] is False and window["missing_full_window"] > 0, window
+
+
+def test_erasure_does_not_fit_nodefanout_and_it_says_so_before_loading(deps, tmp_path):
+    env_dir = tmp_path / "env"
+    at = Deployment.new()
+    target = write_target(deps, at, env_dir)
+    with environment_up(target, env_dir) as env, nodefanout_up(deps, at, env_dir):
+        code, summary, output = run(target, "gdpr-erasure", tmp_path / "out", env)
+    assert code == 1 and summary["verdict"] == "unknown", output
+    assert f"cannot run on {at.name}" in summary["error"], summary["error"]
+    assert "erase-users needs erase_user" in summary["error"], summary["error"]
+    assert not summary["checkers"]
+    run_dir = next(p for p in (tmp_path / "out").iterdir() if p.is_dir())
+    assert not (run_dir / "population.json").exists()  # stopped before loading anything
+
+
+@pytest.mark.wholerun
+def test_consumer_crash_kills_and_starts_nodefanouts_sender_through_its_hooks(deps, tmp_path):
+    """consumer-crash acts on nodefanout through the target file's process hooks (kill -9 of
+    the sender by its pid file, its command line started again): nothing lost, nothing twice."""
+    env_dir = tmp_path / "env"
+    at = Deployment.new()
+    target = write_target(deps, at, env_dir)
+    with environment_up(target, env_dir) as env, nodefanout_up(deps, at, env_dir):
+        first = int((deps.log_dir / at.prefix / "sender.pid").read_text())
+        code, summary, output = run(target, "consumer-crash", tmp_path / "out", env)
+        last = int((deps.log_dir / at.prefix / "sender.pid").read_text())
+    assert code == 0 and summary["verdict"] == "pass", output
+    judged = [c for c in summary["checkers"].values() if "switched_off" not in c]
+    assert judged and all(c["valid"] for c in judged), summary["checkers"]
+    assert last != first  # killed and started again, twice
