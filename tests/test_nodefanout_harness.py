@@ -210,29 +210,66 @@ def test_the_doctor_finds_nodefanouts_contract_right(deps, tmp_path):
     assert len(re.findall(r"^\s+ok\s+payload_ids\b", output, re.M)) == 2, output  # APNs, FCM
 
 
-@pytest.mark.wholerun
-def test_a_clean_nodefanout_passes_smoke_and_a_planted_bug_fails_it(deps, tmp_path):
-    """One long-lived environment, two runs: the clean nodefanout passes smoke; the same
-    deployment with no_id_check and dedup_short_ttl fails poison_queue and dedup_window."""
+# The scenarios issue 20 asks of a system in another language, one after another against one
+# environment left up between runs.
+SCENARIOS = ("smoke", "memorydb-outage", "sqs-redelivery", "consumer-crash", "game-day")
+# Three planted bugs, each caught by the promise it breaks (bug -> scenario, checker, count).
+PLANTED = (
+    (("no_id_check", "dedup_short_ttl"), "smoke",
+     {"poison_queue": "delivered", "dedup_window": "missing_full_window"}),
+    (("dedup_fail_open",), "memorydb-outage", {"fail_closed": "decided_during_outage"}),
+)  # fmt: skip
+
+
+def _all_judged_pass(summary: dict) -> None:
+    judged = [c for c in summary["checkers"].values() if "switched_off" not in c]
+    assert judged and all(c["valid"] for c in judged), summary["checkers"]
+
+
+def _rounds_on_one_environment(deps: Deps, tmp_path: Path, rounds: int) -> None:
     env_dir = tmp_path / "env"
     at = Deployment.new()
     target = write_target(deps, at, env_dir)
     with environment_up(target, env_dir) as env:
-        with nodefanout_up(deps, at, env_dir):
-            code, clean, output = run(target, "smoke", tmp_path / "1-clean", env)
-        assert code == 0 and clean["verdict"] == "pass", output
-        judged = [c for c in clean["checkers"].values() if "switched_off" not in c]
-        assert judged and all(c["valid"] for c in judged), clean["checkers"]
-        sticky = clean["checkers"]["fcm_stickiness"]
-        assert sticky["fcm_requests"] > 0 and sticky["wrong_project"] == 0, sticky
+        for n in range(rounds):
+            for scenario in SCENARIOS:
+                with nodefanout_up(deps, at, env_dir):
+                    pid_file = deps.log_dir / at.prefix / "sender.pid"
+                    wait_until(pid_file.exists, 30, "the sender's pid file")
+                    first = int(pid_file.read_text())
+                    out = tmp_path / f"{n}-{scenario}"
+                    code, summary, output = run(target, scenario, out, env)
+                    last = int((deps.log_dir / at.prefix / "sender.pid").read_text())
+                assert code == 0 and summary["verdict"] == "pass", output
+                _all_judged_pass(summary)
+                if scenario == "smoke":
+                    sticky = summary["checkers"]["fcm_stickiness"]
+                    assert sticky["fcm_requests"] > 0 and sticky["wrong_project"] == 0, sticky
+                if scenario == "consumer-crash":
+                    assert last != first  # killed and started again through its hooks
+        for bugs, scenario, caught in PLANTED:
+            with nodefanout_up(deps, at, env_dir, bugs=bugs):
+                code, defect, output = run(target, scenario, tmp_path / "-".join(bugs), env)
+            assert code == 1 and defect["verdict"] == "fail", output
+            for checker, count in caught.items():
+                verdict = defect["checkers"][checker]
+                assert verdict["valid"] is False and verdict[count] > 0, (bugs, verdict)
 
-        with nodefanout_up(deps, at, env_dir, bugs=("no_id_check", "dedup_short_ttl")):
-            code, defect, output = run(target, "smoke", tmp_path / "2-defect", env)
-        assert code == 1 and defect["verdict"] == "fail", output
-        poison = defect["checkers"]["poison_queue"]
-        assert poison["valid"] is False and poison["delivered"] > 0, poison
-        window = defect["checkers"]["dedup_window"]
-        assert window["valid"] is False and window["missing_full_window"] > 0, window
+
+@pytest.mark.wholerun
+def test_nodefanout_passes_the_scenarios_and_its_planted_bugs_are_caught(deps, tmp_path):
+    """One long-lived environment: the clean nodefanout passes smoke, memorydb-outage,
+    sqs-redelivery, consumer-crash (through its process hooks) and game-day, one after
+    another; then three planted bugs fail the promises they break (no_id_check:
+    poison_queue, dedup_short_ttl: dedup_window, dedup_fail_open: fail_closed)."""
+    _rounds_on_one_environment(deps, tmp_path, rounds=1)
+
+
+@pytest.mark.slow
+@pytest.mark.wholerun
+def test_nodefanout_passes_the_scenarios_twice_in_a_row_on_one_environment(deps, tmp_path):
+    """The same, every scenario twice in a row with the environment left up (make test-all)."""
+    _rounds_on_one_environment(deps, tmp_path, rounds=2)
 
 
 def test_erasure_does_not_fit_nodefanout_and_it_says_so_before_loading(deps, tmp_path):
@@ -247,20 +284,3 @@ def test_erasure_does_not_fit_nodefanout_and_it_says_so_before_loading(deps, tmp
     assert not summary["checkers"]
     run_dir = next(p for p in (tmp_path / "out").iterdir() if p.is_dir())
     assert not (run_dir / "population.json").exists()  # stopped before loading anything
-
-
-@pytest.mark.wholerun
-def test_consumer_crash_kills_and_starts_nodefanouts_sender_through_its_hooks(deps, tmp_path):
-    """consumer-crash acts on nodefanout through the target file's process hooks (kill -9 of
-    the sender by its pid file, its command line started again): nothing lost, nothing twice."""
-    env_dir = tmp_path / "env"
-    at = Deployment.new()
-    target = write_target(deps, at, env_dir)
-    with environment_up(target, env_dir) as env, nodefanout_up(deps, at, env_dir):
-        first = int((deps.log_dir / at.prefix / "sender.pid").read_text())
-        code, summary, output = run(target, "consumer-crash", tmp_path / "out", env)
-        last = int((deps.log_dir / at.prefix / "sender.pid").read_text())
-    assert code == 0 and summary["verdict"] == "pass", output
-    judged = [c for c in summary["checkers"].values() if "switched_off" not in c]
-    assert judged and all(c["valid"] for c in judged), summary["checkers"]
-    assert last != first  # killed and started again, twice

@@ -79,6 +79,8 @@ from harness.stack.target import Target
 Clock = Callable[[], datetime]
 # Exit code of a run stopped before its verdict (SIGINT, SIGTERM): neither a pass nor a fail.
 EXIT_INCOMPLETE = 3
+# How long past the last quiet window the wait still expects a delayed (deferred) job back.
+DEFERRAL_GRACE_S = 10.0
 # The phase row (and summary key) saying what earlier runs left that this run ignored.
 LEFTOVERS = "leftovers_ignored"
 
@@ -267,10 +269,10 @@ class PushQueueProbe:
                 if channel == "push":
                     raise
 
-    def busy(self) -> int:
-        """Jobs still queued (0 for a system whose queues the harness cannot see: the ledgers'
-        quiet then decides alone)."""
-        total = 0
+    def busy(self) -> tuple[int, int]:
+        """(jobs still queued, visible or in flight; jobs delayed): both 0 for a system whose
+        queues the harness cannot see (the ledgers' quiet then decides alone)."""
+        total = delayed = 0
         assert self.sqs is not None or not self.urls
         for url in self.urls:
             attrs = self.sqs.get_queue_attributes(
@@ -278,12 +280,14 @@ class PushQueueProbe:
                 AttributeNames=[
                     "ApproximateNumberOfMessages",
                     "ApproximateNumberOfMessagesNotVisible",
+                    "ApproximateNumberOfMessagesDelayed",
                 ],
             )["Attributes"]
             total += int(attrs["ApproximateNumberOfMessages"]) + int(
                 attrs["ApproximateNumberOfMessagesNotVisible"]
             )
-        return total
+            delayed += int(attrs.get("ApproximateNumberOfMessagesDelayed", 0))
+        return total, delayed
 
 
 class QueueSampler:
@@ -405,13 +409,19 @@ def wait_for_outcome(
             last_report = now
         still = now - last_change
         if still >= quiet_seconds:
-            if queue.busy() > 0:
+            busy, delayed = queue.busy()
+            # A job deferred as a delayed copy (a system that re-enqueues for quiet hours) may
+            # come back just after its window ends, by the system's own reading of it: wait a
+            # little past the last window while any is delayed. Longer-delayed ones are
+            # deferrals for windows lasting past the run, and are not waited for.
+            grace = DEFERRAL_GRACE_S if delayed else 0.0
+            if busy > 0:
                 # A job still to run may open a window: stillness counts from when none is.
                 last_change = max(last_change, now - quiet_seconds)
             elif done == len(expected):
                 collector.poll()
                 return "complete"
-            elif time.time() >= release_by and still >= settle_for:
+            elif time.time() >= release_by + grace and still >= settle_for:
                 collector.poll()
                 return "settled"
         time.sleep(0.2)

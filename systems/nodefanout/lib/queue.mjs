@@ -18,6 +18,7 @@ import { pause } from './lifecycle.mjs'
 export const MAX_RECEIVES = 3
 // SQS refuses a visibility beyond 12 hours after a receive.
 export const MAX_VISIBILITY_S = 43200
+export const MAX_DELAY_S = 900
 
 export class Queues {
   constructor(config) {
@@ -92,6 +93,17 @@ export class Queues {
 
   async delete(key, message) {
     await this.client.send(new DeleteMessageCommand({ QueueUrl: this.urls[key], ReceiptHandle: message.handle }))
+  }
+
+  // A job put off for `seconds`: a new copy, delayed (at most SQS's 15 minutes; a longer wait is
+  // put off again when it comes back), then the original deleted. Not a longer visibility
+  // timeout: that keeps the receive count, and a job deferred twice under redelivery would land
+  // in the dead-letter queue with its quiet window not yet over. If the delete fails both come
+  // back, and the dedup claim sends one.
+  async defer(key, message, seconds) {
+    const DelaySeconds = Math.max(0, Math.min(Math.ceil(seconds), MAX_DELAY_S))
+    await this.client.send(new SendMessageCommand({ QueueUrl: this.urls[key], MessageBody: message.body, DelaySeconds }))
+    await this.delete(key, message)
   }
 
   // The message comes back after `seconds` (capped where SQS would refuse it).

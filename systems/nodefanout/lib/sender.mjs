@@ -72,12 +72,12 @@ export class Sender {
       if (!(err instanceof RangeError)) throw err
       log.count('unknown_zone')
       log.warn('unknown time zone, deferred', { org: job.org, to: job.to, zone })
-      return this.queues.hide('jobs', message, UNKNOWN_ZONE_DEFER_S)
+      return this.queues.defer('jobs', message, UNKNOWN_ZONE_DEFER_S)
     }
     if (quietS !== null) {
       log.count('deferred')
       log.info('deferred for quiet hours', { org: job.org, to: job.to, nid: job.nid, seconds: Math.ceil(quietS) + 1 })
-      return this.queues.hide('jobs', message, Math.ceil(quietS) + 1)
+      return this.queues.defer('jobs', message, Math.ceil(quietS) + 1)
     }
     const live = devices.filter((d) => d.state === 'live')
     if (!live.length) {
