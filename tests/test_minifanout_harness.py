@@ -265,7 +265,9 @@ def test_run_after_run_on_one_long_lived_minifanout(deps, tmp_path):
         assert window["valid"] is False and window["missing_full_window"] > 0, window
         assert defect["leftovers_ignored"]["dedup_keys"] > 0  # the clean run's, left out
 
-        for n, scenario in enumerate(("sqs-redelivery", "memorydb-outage"), start=3):
+        # (memorydb-outage passes clean on nodefanout's environment and fails with fail_open
+        # below: one clean run fewer here.)
+        for n, scenario in enumerate(("sqs-redelivery",), start=3):
             with minifanout(deps, at=at) as target:
                 code, after, output = run(target, scenario, tmp_path / f"{n}-{scenario}", env)
             assert code == 0 and after["verdict"] == "pass", output

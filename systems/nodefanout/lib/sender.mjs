@@ -132,6 +132,15 @@ export class Sender {
       }
       log.warn('dedup store unavailable, sending anyway', { nid: job.nid, error: err.message })
     }
+    // Asked again at the last moment: the claim above took a store round trip (or a wait for a
+    // busy lease), time enough for another job's answer to pause this scope; a request sent now
+    // would land inside that Retry-After (game-day under load: 84 such requests).
+    const late = this.bug('retry_after_ignored') ? 0 : this.pauses.remaining(scope)
+    if (late > 0) {
+      await this.dedup.release(key)
+      log.count('held')
+      return { final: false, waitS: late / 1000 }
+    }
     const push = { token: device.token, org: job.org, nid: job.nid, by: job.by, verb: job.verb }
     const outcome = provider === 'apns' ? await this.apns.send(push) : await this.fcm.send(project, push)
     return this.settle(job, device, key, scope, outcome, message)
