@@ -42,6 +42,7 @@ from harness.contract.driver import (
     load_driver,
 )
 from harness.model.population import User, preferences_body
+from harness.stack.target import parse as parse_target
 from systems.minifanout.driver import MiniFanoutDriver, settings_from_preferences
 
 pytestmark = pytest.mark.integration
@@ -909,8 +910,14 @@ def test_the_target_file_names_the_driver_and_the_queues():
     assert target["queues"] == {
         "work": {"push": DEFAULT_QUEUE},
         "dead": {"push": DEFAULT_QUEUE + DEAD_SUFFIX},
+        "poison": {"push": "mini-poison"},
     }
     assert target["dedup_redis"] != target["dedup_listen"]
+    # The command line it shows is the one the file describes (queues, mapping, projects).
+    text = (REPO / "targets" / "minifanout.yaml").read_text()
+    assert "--poison-queue mini-poison" in text and "--fcm-mapping crc32" in text
+    assert "--fcm-projects " + ",".join(target["policy"]["fcm_projects"]) in text
+    parse_target(target, "targets/minifanout.yaml")
 
 
 @pytest.mark.slow
