@@ -501,6 +501,30 @@ def test_checker_fails_a_digest_opened_while_the_window_had_room():
 
 
 @pytest.mark.usefixtures("engine")
+@pytest.mark.parametrize(
+    ("late_at", "injected_late", "counted"),
+    [
+        # CI at load ~20: admitted before the digest opened, sent seconds after it.
+        (3.0, 0.0, 0),
+        # Sent only when a later window could admit it: the digest opened with room.
+        (10.5, 0.0, 1),
+        # Injected after the digest opened: it cannot have spent the window before.
+        (3.0, 0.6, 1),
+    ],
+)
+def test_a_send_late_after_its_admission_is_not_a_redelivery(late_at, injected_late, counted):
+    """Window 10 s, limit 2: the first notification sent at once, the second after the third
+    opened a digest at 0.5 s."""
+    run = _Run(3)
+    run.inject_each(0.0, injected_late, 0.0)
+    run.send(0, at=0.1)
+    run.request(run.ids[1], late_at)
+    run.digest(opened_at=0.5, count=1, at=10.6)
+    verdict = run.check(per_window=2, window_seconds=10)
+    assert verdict.counts["redeliveries_counted"] == counted, verdict.counts
+
+
+@pytest.mark.usefixtures("engine")
 def test_checker_daily_cap_per_device_kind_and_local_day():
     run = _Run(3, zone="Asia/Kathmandu")
     run.send(0, 1)
