@@ -41,6 +41,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from emulators.ports import LOOPBACK, free_port  # noqa: E402
+from emulators.providers.apns_keys import new_signing_key  # noqa: E402
 from emulators.providers.ledger_files import LedgerReader  # noqa: E402
 from emulators.providers.shared import SharedDir  # noqa: E402
 
@@ -199,7 +200,16 @@ def load_for(provider: str, base: str, tmp: Path) -> tuple[list[str], Path, list
         body = tmp / "apns.json"
         body.write_text(json.dumps(APNS_BODY))
         urls = [f"{base}/3/device/{t}" for t in TOKENS]
-        return urls, body, ["apns-topic: com.example.app", "apns-push-type: alert"]
+        # Apple's token authentication, as every push is checked: a key registered once, one
+        # provider token for the whole load (it survives the reset before the measurement).
+        key = new_signing_key(key_id="BENCHKEY01")
+        registration = json.dumps(key.registration(["com.example.app"])).encode()
+        urllib.request.urlopen(
+            urllib.request.Request(f"{base}/_sim/apns/keys", data=registration, method="PUT"),
+            timeout=10,
+        ).close()
+        auth = f"authorization: bearer {key.provider_token()}"
+        return urls, body, ["apns-topic: com.example.app", "apns-push-type: alert", auth]
     body = tmp / "fcm.json"
     message = json.loads(json.dumps(FCM_BODY_TEMPLATE))
     message["message"]["token"] = TOKENS[0]

@@ -38,6 +38,7 @@ _SENDER_ID = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9]{1,11}$")
 # what a real system gets wrong (each has a test that runs it and expects a failed verdict).
 DEFECTS = (
     "dedup_fail_open",  # a Redis error sends anyway
+    "apns_token_per_push",  # a new APNs provider token signed for every push
     "delete_before_send",  # acknowledge the whole batch on receipt
     "skip_dedup",  # no dedup check at all ("send and pray")
     "dedup_window_one_hour",  # 'sent' marks live an hour, not 30 days (EX 3600)
@@ -159,7 +160,12 @@ class Config:
     apns_url: str = "https://api.push.apple.com"
     apns_ca_file: str | None = None
     apns_topic: str = "com.example.fanout"
-    apns_auth_token: str | None = None
+    # Token authentication (Apple's .p8 signing key, its key id and the team id): every push
+    # carries an ES256 provider token, renewed every 50 minutes. None: no token (a provider
+    # that takes certificate authentication only).
+    apns_key_file: str | None = None
+    apns_key_id: str | None = None
+    apns_team_id: str | None = None
     fcm_url: str = "https://fcm.googleapis.com"
     fcm_projects: tuple[str, ...] = ("fanout-sender-0",)
     fcm_access_token: str | None = None

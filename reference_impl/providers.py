@@ -51,9 +51,48 @@ def fcm_project_for(recipient_user_id: str, projects: tuple[str, ...]) -> str:
     return projects[number % len(projects)]
 
 
+#: Apple refuses a provider token older than an hour and a new one sooner than 20 minutes
+APNS_TOKEN_RENEW_SECONDS = 50 * 60
+
+
+class ApnsProviderToken:
+    """The ES256 provider token of a signing key, signed again when 50 minutes old."""
+
+    def __init__(
+        self, config: Config, clock: Callable[[], float] = time.time, per_push: bool = False
+    ) -> None:
+        assert config.apns_key_file and config.apns_key_id and config.apns_team_id
+        with open(config.apns_key_file) as handle:
+            self.key = handle.read()
+        self.key_id, self.team_id = config.apns_key_id, config.apns_team_id
+        self.clock, self.per_push = clock, per_push
+        self._token, self._issued = "", 0.0
+        self._lock = threading.Lock()
+
+    def bearer(self) -> str:
+        import jwt  # PyJWT: imported here, a config without a key never needs it
+
+        with self._lock:
+            now = self.clock()
+            if self.per_push or not self._token or now - self._issued >= APNS_TOKEN_RENEW_SECONDS:
+                self._token = jwt.encode(
+                    {"iss": self.team_id, "iat": int(now)},
+                    self.key,
+                    algorithm="ES256",
+                    headers={"kid": self.key_id},
+                )
+                self._issued = now
+            return self._token
+
+
 class ApnsClient:
     def __init__(self, config: Config) -> None:
         self.config = config
+        self.token = (
+            ApnsProviderToken(config, per_push="apns_token_per_push" in config.defects)
+            if config.apns_key_file
+            else None
+        )
         self.http = Http2Client(
             config.apns_url, config.apns_ca_file, config.provider_timeout_seconds
         )
@@ -71,8 +110,8 @@ class ApnsClient:
             # A retried send that the provider had in fact delivered replaces the first one on
             # the device instead of showing twice.
             headers["apns-collapse-id"] = collapse_id
-        if self.config.apns_auth_token:
-            headers["authorization"] = f"bearer {self.config.apns_auth_token}"
+        if self.token is not None:
+            headers["authorization"] = f"bearer {self.token.bearer()}"
         try:
             response = self.http.post(
                 f"{self.base_path}/3/device/{token}",

@@ -257,6 +257,14 @@ def simulator_credentials(config: Config, project: str | None) -> dict[str, str]
         ).decode()
 
     if project is None:
+        if config.apns_key_file and config.apns_key_id and config.apns_team_id:
+            with open(config.apns_key_file) as handle:  # the team's key, as Apple knows it
+                return {
+                    "PlatformCredential": handle.read(),
+                    "PlatformPrincipal": config.apns_key_id,
+                    "ApplePlatformTeamID": config.apns_team_id,
+                    "ApplePlatformBundleID": config.apns_topic,
+                }
         return {
             "PlatformCredential": pem(ec.generate_private_key(ec.SECP256R1())),
             "PlatformPrincipal": "FANOUTKEY1",

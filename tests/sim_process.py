@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import selectors
@@ -9,17 +10,19 @@ import signal
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from emulators.ports import free_port
+from emulators.providers.apns_keys import new_signing_key
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT = 30.0
@@ -33,12 +36,25 @@ needs_h2_server = pytest.mark.skipif(
 )
 
 
+#: this test process's APNs team: one signing key, one provider token (Apple: no more than one
+#: new token per 20 minutes and connection)
+SIGNING_KEY = new_signing_key(key_id="TESTKEY001")
+APNS_TOPIC = "com.example.app"
+
+
+@functools.cache
+def provider_token() -> str:
+    return SIGNING_KEY.provider_token()
+
+
 @dataclass
 class Sim:
     proc: subprocess.Popen[str]
     port: int
     url: str
     cert_dir: Path | None
+    #: the bundles the suite's team registered here
+    apns_topics: set[str] = field(default_factory=set)
 
     @property
     def ca(self) -> Path:
@@ -57,6 +73,41 @@ class Sim:
                 return resp.status, json.loads(resp.read())
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read())
+
+    def apns_headers(self, topic: str = APNS_TOPIC) -> dict[str, str]:
+        """Headers of a push Apple accepts from this suite's team: its signing key registered
+        (for ``topic`` too), a provider token, the topic and an alert push type."""
+        self.apns_topics.add(topic)
+        status, answer = self.control(
+            "PUT", "/_sim/apns/keys", SIGNING_KEY.registration([APNS_TOPIC, *self.apns_topics])
+        )
+        assert status == 200, answer
+        return {
+            "authorization": f"bearer {provider_token()}",
+            "apns-topic": topic,
+            "apns-push-type": "alert",
+        }
+
+    def register_apns_key(self, key_file: Path, key_id: str, team_id: str, topic: str) -> None:
+        """Register a system's own ``.p8`` key with this APNs simulator, as its team did with
+        Apple, for its bundle ``topic``."""
+        body = {"key_id": key_id, "team_id": team_id, "private_key": key_file.read_text()}
+        status, answer = self.control("PUT", "/_sim/apns/keys", {**body, "topics": [topic]})
+        assert status == 200, answer
+
+    def apns_signing(self, topic: str = "com.example.fanout") -> dict[str, str]:
+        """The reference's config values that sign with the suite's key (registered here for
+        ``topic``, the reference's bundle by default)."""
+        self.apns_headers(topic)
+        key_dir = Path(tempfile.gettempdir()) / f"apns-suite-key-{os.getpid()}"
+        path = key_dir / SIGNING_KEY.file_name
+        if not path.exists():
+            SIGNING_KEY.write(key_dir)
+        return {
+            "apns_key_file": str(path),
+            "apns_key_id": SIGNING_KEY.key_id,
+            "apns_team_id": SIGNING_KEY.team_id,
+        }
 
     def next_seq(self) -> int:
         return self.control("GET", "/_sim/ledger?since=0")[1]["next"]

@@ -16,12 +16,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from aioapns import APNs, NotificationRequest
+from aioapns import APNs, NotificationRequest, PushType
 from aioapns.connection import APNsProductionClientProtocol
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from sim_process import (
+    APNS_TOPIC,
     REPO,
+    SIGNING_KEY,
     START_TIMEOUT,
     Sim,
     free_port,
@@ -41,12 +43,14 @@ MODULE = "emulators.providers.apns"
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
     with run_sim(MODULE, tmp_path_factory.mktemp("apns-plain")) as s:
+        s.apns_headers()  # the suite's signing key, registered
         yield s
 
 
 @pytest.fixture(scope="module")
 def tls_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
     with run_sim(MODULE, tmp_path_factory.mktemp("apns-tls"), tls=True) as s:
+        s.apns_headers()
         yield s
 
 
@@ -64,12 +68,13 @@ def es256_key() -> str:
     ).decode()
 
 
-def apns_client(**kwargs: object) -> APNs:
+def apns_client(key: str | None = None, topic: str = APNS_TOPIC, **kwargs: object) -> APNs:
+    """aioapns with the suite's registered signing key (or ``key``, unknown to Apple)."""
     return APNs(
-        key=es256_key(),
-        key_id="ABC123DEFG",
-        team_id="TEAM123456",
-        topic="com.example.app",
+        key=key or SIGNING_KEY.private_pem,
+        key_id=SIGNING_KEY.key_id,
+        team_id=SIGNING_KEY.team_id,
+        topic=topic,
         **kwargs,
     )  # type: ignore[arg-type]
 
@@ -88,6 +93,7 @@ def aim_at(client: APNs, port: int, *, tls: bool) -> None:
 async def send_one(client: APNs, token: str, tenant: str, notification: str) -> object:
     request = NotificationRequest(
         device_token=token,
+        push_type=PushType.ALERT,  # Apple requires it since iOS 13
         message={
             "aps": {"alert": {"title": "hi"}},
             "tenant_id": tenant,
@@ -110,7 +116,9 @@ def payload_of_size(size: int) -> bytes:
 
 
 def h2c(sim: Sim) -> httpx.Client:
-    return httpx.Client(http1=False, http2=True, base_url=sim.url, timeout=20)
+    return httpx.Client(
+        http1=False, http2=True, base_url=sim.url, timeout=20, headers=sim.apns_headers()
+    )
 
 
 # -- aioapns (unchanged, from PyPI) -------------------------------------------------------------
@@ -145,7 +153,9 @@ def test_aioapns_plaintext_and_error_results(sim: Sim) -> None:
         results = []
         for token in (good, dead, "not-a-token"):
             request = NotificationRequest(
-                device_token=token, message={"aps": {"alert": "x"}, "tenant_id": "t"}
+                device_token=token,
+                message={"aps": {"alert": "x"}, "tenant_id": "t"},
+                push_type=PushType.ALERT,
             )
             results.append(await asyncio.wait_for(client.send_notification(request), 20))
         client.pool.close()
@@ -186,7 +196,10 @@ def test_connect_tunnel_keeps_apples_host_name(tls_sim: Sim) -> None:
     token = new_token()
     since = tls_sim.next_seq()
     with httpx.Client(
-        http2=True, verify=tls_sim.client_ssl(), proxy=f"http://127.0.0.1:{tls_sim.port}"
+        http2=True,
+        verify=tls_sim.client_ssl(),
+        proxy=f"http://127.0.0.1:{tls_sim.port}",
+        headers=tls_sim.apns_headers(),
     ) as client:
         r = client.post(
             f"https://api.push.apple.com/3/device/{token}",
@@ -199,10 +212,13 @@ def test_connect_tunnel_keeps_apples_host_name(tls_sim: Sim) -> None:
 
 def test_tls_h2_and_http11_via_alpn(tls_sim: Sim) -> None:
     token = new_token()
-    with httpx.Client(http2=True, verify=tls_sim.client_ssl(), base_url=tls_sim.url) as client:
+    auth = tls_sim.apns_headers()
+    with httpx.Client(
+        http2=True, verify=tls_sim.client_ssl(), base_url=tls_sim.url, headers=auth
+    ) as client:
         r = client.post(f"/3/device/{token}", json={"aps": {"alert": "x"}})
         assert (r.http_version, r.status_code) == ("HTTP/2", 200)
-    with httpx.Client(verify=tls_sim.client_ssl(), base_url=tls_sim.url) as client:
+    with httpx.Client(verify=tls_sim.client_ssl(), base_url=tls_sim.url, headers=auth) as client:
         r = client.post("/3/device/abc", json={"aps": {"alert": "x"}})
         assert (r.http_version, r.status_code) == ("HTTP/1.1", 400)
         assert r.json() == {"reason": "BadDeviceToken"}
@@ -243,17 +259,193 @@ def test_apple_error_reasons(sim: Sim, path, method, headers, body, status, reas
     assert (row["status"], row["reason"], row["apns_id"]) == (status, reason, r.headers["apns-id"])
 
 
-def test_jwt_bearer_accepted_unverified(sim: Sim) -> None:
+# -- provider tokens and topics, as Apple checks them ---------------------------------------------
+def _push(client: httpx.Client, token: str, **headers: str) -> httpx.Response:
+    return client.post(f"/3/device/{token}", json={"aps": {"alert": "x"}}, headers=headers)
+
+
+def test_aioapns_with_a_key_apple_does_not_know_gets_invalid_provider_token(sim: Sim) -> None:
+    async def go() -> object:
+        client = apns_client(key=es256_key())  # same key id and team, another key
+        aim_at(client, sim.port, tls=False)
+        return await send_one(client, new_token(), "t", "n")
+
+    result = asyncio.run(go())
+    assert (result.status, result.description) == ("403", "InvalidProviderToken")
+
+
+def test_aioapns_for_a_bundle_of_another_team_gets_topic_disallowed(sim: Sim) -> None:
+    async def go() -> object:
+        client = apns_client(topic="org.other.app")
+        aim_at(client, sim.port, tls=False)
+        return await send_one(client, new_token(), "t", "n")
+
+    result = asyncio.run(go())
+    assert (result.status, result.description) == ("400", "TopicDisallowed")
+
+
+@pytest.mark.parametrize(
+    ("authorization", "status", "reason"),
+    [
+        (None, 403, "MissingProviderToken"),
+        ("bearer not-a-jwt", 403, "InvalidProviderToken"),
+        ("basic abc", 403, "InvalidProviderToken"),
+        # issued 61 minutes ago: a client that did not renew its token
+        ("issued:-3660", 403, "ExpiredProviderToken"),
+        ("issued:-3000", 200, None),
+        # another team's claim under this key id
+        ("iss:OTHERTEAM0", 403, "InvalidProviderToken"),
+        ("kid:UNKNOWNKEY", 403, "InvalidProviderToken"),
+        ("alg:HS256", 403, "InvalidProviderToken"),
+    ],
+)
+def test_provider_tokens_apple_refuses(sim: Sim, authorization, status, reason) -> None:
     import jwt
 
-    token = jwt.encode({"iss": "TEAM", "iat": int(time.time())}, es256_key(), algorithm="ES256")
+    headers = sim.apns_headers()
+    now = int(time.time())
+    if authorization is None:
+        del headers["authorization"]
+    elif authorization.startswith("issued:"):
+        issued = now + int(authorization.split(":")[1])
+        headers["authorization"] = f"bearer {SIGNING_KEY.provider_token(issued)}"
+    elif authorization.startswith(("iss:", "kid:", "alg:")):
+        field, value = authorization.split(":")
+        claims = {"iss": SIGNING_KEY.team_id, "iat": now}
+        head = {"kid": SIGNING_KEY.key_id}
+        key, alg = SIGNING_KEY.private_pem, "ES256"
+        if field == "iss":
+            claims["iss"] = value
+        elif field == "kid":
+            head["kid"] = value
+        else:
+            key, alg = "a shared secret of at least thirty-two bytes", value
+        headers["authorization"] = f"bearer {jwt.encode(claims, key, algorithm=alg, headers=head)}"
+    else:
+        headers["authorization"] = authorization
+    with httpx.Client(http2=True, http1=False, base_url=sim.url, timeout=20) as client:
+        r = client.post(f"/3/device/{new_token()}", json={"aps": {"alert": "x"}}, headers=headers)
+    assert r.status_code == status, r.text
+    if reason is not None:
+        assert r.json() == {"reason": reason}
+
+
+def test_a_token_renewed_within_20_minutes_on_one_connection_is_refused(sim: Sim) -> None:
+    """Apple: no more than one new token per 20 minutes. A client that signs every minute (or
+    every push) gets 429 TooManyProviderTokenUpdates; its old token keeps working, and a new
+    connection may start with any valid token."""
+    headers = sim.apns_headers()
+    now = int(time.time())
+    first, a_minute_later = (SIGNING_KEY.provider_token(now - 600 + d) for d in (0, 60))
+    with h2c(sim) as client:
+        r = _push(client, new_token(), authorization=f"bearer {first}")
+        assert r.status_code == 200
+        r = _push(client, new_token(), authorization=f"bearer {a_minute_later}")
+        assert (r.status_code, r.json()) == (429, {"reason": "TooManyProviderTokenUpdates"})
+        assert _push(client, new_token(), authorization=f"bearer {first}").status_code == 200
+    with httpx.Client(
+        http2=True, http1=False, base_url=sim.url, timeout=20, headers=headers
+    ) as other:
+        auth = f"bearer {a_minute_later}"
+        assert _push(other, new_token(), authorization=auth).status_code == 200
+    renewed = SIGNING_KEY.provider_token(now - 600 + 20 * 60)
+    with h2c(sim) as client:
+        assert _push(client, new_token(), authorization=f"bearer {first}").status_code == 200
+        assert _push(client, new_token(), authorization=f"bearer {renewed}").status_code == 200
+
+
+def test_topics_and_the_bundle_a_device_token_belongs_to(sim: Sim) -> None:
+    ours, theirs = new_token(), new_token()
+    sim.apns_headers("com.example.app.two")  # the team has two bundles
+    status, _ = sim.control("PUT", "/_sim/apns/topics", {"tokens": {theirs: "com.example.app.two"}})
+    assert status == 200
+    with h2c(sim) as client:
+        assert _push(client, ours).status_code == 200  # unbound, no default: any team bundle
+        r = _push(client, theirs)
+        assert (r.status_code, r.json()) == (400, {"reason": "DeviceTokenNotForTopic"})
+        assert _push(client, theirs, **{"apns-topic": "com.example.app.two"}).status_code == 200
+        r = client.post(
+            f"/3/device/{ours}",
+            json={"aps": {"alert": "x"}},
+            headers={"apns-topic": ""},
+        )
+        assert (r.status_code, r.json()) == (400, {"reason": "MissingTopic"})
+
+
+def test_push_type_required_and_priority_10_only_for_what_alerts(sim: Sim) -> None:
+    silent = {"aps": {"content-available": 1}}
     with h2c(sim) as client:
         r = client.post(
-            f"/3/device/{new_token()}",
-            json={"aps": {}},
-            headers={"authorization": f"bearer {token}", "apns-topic": "com.example.app"},
+            f"/3/device/{new_token()}", json={"aps": {}}, headers={"apns-push-type": ""}
         )
-    assert r.status_code == 200
+        assert (r.status_code, r.json()) == (400, {"reason": "InvalidPushType"})
+        for push_type, priority, status in (
+            ("background", "10", 400),
+            ("background", "5", 200),
+            ("alert", "10", 400),  # content-available alone at priority 10
+            ("alert", "5", 200),
+        ):
+            r = client.post(
+                f"/3/device/{new_token()}",
+                json=silent,
+                headers={"apns-push-type": push_type, "apns-priority": priority},
+            )
+            assert r.status_code == status, (push_type, priority, r.text)
+            if status == 400:
+                assert r.json() == {"reason": "BadPriority"}
+
+
+def test_strict_off_for_one_run_and_back_on_at_reset(tmp_path: Path) -> None:
+    with run_sim(MODULE, tmp_path) as own:
+        with httpx.Client(http2=True, http1=False, base_url=own.url, timeout=20) as bare:
+            r = bare.post(f"/3/device/{new_token()}", json={"aps": {}})
+            assert (r.status_code, r.json()) == (403, {"reason": "MissingProviderToken"})
+            for bad in ({"enabled": "no"}, {}, {"enabled": False, "x": 1}):
+                assert bare.put("/_sim/strict", json=bad).status_code == 400
+            assert bare.put("/_sim/strict", json={"enabled": False}).json()["strict"] is False
+            assert bare.post(f"/3/device/{new_token()}", json={"aps": {}}).status_code == 200
+            # the lenient simulator still refuses what is not a JWT at all
+            r = bare.post(
+                f"/3/device/{new_token()}",
+                json={"aps": {}},
+                headers={"authorization": "bearer nope"},
+            )
+            assert r.status_code == 403
+            own.reset()
+            assert bare.get("/_sim/strict").json()["strict"] is True
+            assert bare.post(f"/3/device/{new_token()}", json={"aps": {}}).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/_sim/apns/keys", {"key_id": "short", "team_id": "FANOUTTEAM", "public_key": "x"}),
+        ("/_sim/apns/keys", {"key_id": "ABCDEFGHIJ", "team_id": "FANOUTTEAM", "public_key": "x"}),
+        ("/_sim/apns/keys", {"key_id": "ABCDEFGHIJ", "team_id": "FANOUTTEAM"}),
+        ("/_sim/apns/keys", {"nope": 1}),
+        ("/_sim/apns/topics", {"default": 3}),
+        ("/_sim/apns/topics", {"tokens": ["a"]}),
+        ("/_sim/apns/topics", {}),
+    ],
+)
+def test_bad_key_and_topic_registrations_are_400(sim: Sim, path, body) -> None:
+    status, answer = sim.control("PUT", path, body)
+    assert status == 400 and isinstance(answer["error"], str)
+
+
+def test_keys_survive_a_reset_and_reach_every_process(tmp_path: Path) -> None:
+    """A signing key is the team's, not a run's: registered once, it verifies tokens in every
+    serving process and after a reset."""
+    with run_sim(MODULE, tmp_path, processes=2) as own:
+        headers = own.apns_headers()
+        own.reset()
+        statuses = set()
+        for _ in range(6):  # new connections: the kernel spreads them over both processes
+            with httpx.Client(
+                http2=True, http1=False, base_url=own.url, timeout=20, headers=headers
+            ) as client:
+                statuses.add(_push(client, new_token()).status_code)
+        assert statuses == {200}
 
 
 def test_a_token_marked_bad_answers_400_bad_device_token(sim: Sim) -> None:
@@ -305,11 +497,12 @@ def test_large_bodies_flow_control(sim: Sim) -> None:
     """A 3 MiB request body (beyond every initial window) and a large ledger response."""
     body = payload_of_size(3 * 1024 * 1024)
     since = sim.next_seq()
+    auth = sim.apns_headers()
 
     async def go() -> None:
         conn = await H2ClientConnection.open("127.0.0.1", sim.port)
         try:
-            r = await conn.request("POST", f"/3/device/{new_token()}", {}, body)
+            r = await conn.request("POST", f"/3/device/{new_token()}", auth, body)
             assert (r.status, r.json()) == (413, {"reason": "PayloadTooLarge"})
         finally:
             conn.close()
@@ -326,6 +519,7 @@ def test_large_bodies_flow_control(sim: Sim) -> None:
 def test_500_concurrent_streams_on_one_connection(sim: Sim) -> None:
     tokens = [new_token() for _ in range(500)]
     since = sim.next_seq()
+    auth = sim.apns_headers()
 
     async def go() -> list[int]:
         conn = await H2ClientConnection.open("127.0.0.1", sim.port)
@@ -333,7 +527,7 @@ def test_500_concurrent_streams_on_one_connection(sim: Sim) -> None:
 
             async def one(i: int, token: str) -> int:
                 body = json.dumps({"aps": {}, "notification_id": str(i)}).encode()
-                r = await conn.request("POST", f"/3/device/{token}", {}, body)
+                r = await conn.request("POST", f"/3/device/{token}", auth, body)
                 return r.status
 
             return await asyncio.wait_for(
@@ -353,7 +547,12 @@ def test_httpx_async_many_streams_one_connection(sim: Sim) -> None:
     async def go() -> list[int]:
         limits = httpx.Limits(max_connections=1)
         async with httpx.AsyncClient(
-            http1=False, http2=True, base_url=sim.url, limits=limits, timeout=30
+            http1=False,
+            http2=True,
+            base_url=sim.url,
+            limits=limits,
+            timeout=30,
+            headers=sim.apns_headers(),
         ) as client:
             responses = await asyncio.gather(
                 *(client.post(f"/3/device/{new_token()}", json={"aps": {}}) for _ in range(200))
@@ -426,7 +625,7 @@ def test_http11_keep_alive(sim: Sim) -> None:
             resp = conn.getresponse()
             assert resp.status == 200 and json.loads(resp.read())["provider"] == "apns"
         body = json.dumps({"aps": {"alert": "x"}, "tenant_id": "t1"})
-        conn.request("POST", f"/3/device/{new_token()}", body=body)
+        conn.request("POST", f"/3/device/{new_token()}", body=body, headers=sim.apns_headers())
         resp = conn.getresponse()
         assert resp.status == 200 and resp.getheader("apns-id")
         resp.read()
@@ -483,7 +682,10 @@ def test_signal_stops_cleanly(tmp_path: Path, sig: int) -> None:
 def test_duplicate_apns_headers_over_h2_and_http11(sim: Sim, http2: bool) -> None:
     """Repeated apns-* names are refused whether or not the server added a host header (the
     check is skipped only when no name can repeat)."""
-    with httpx.Client(http1=not http2, http2=http2, base_url=sim.url, timeout=20) as client:
+    auth = sim.apns_headers()
+    with httpx.Client(
+        http1=not http2, http2=http2, base_url=sim.url, timeout=20, headers=auth
+    ) as client:
         for headers in (
             [("apns-priority", "10"), ("apns-priority", "5")],
             [("x-a", "1"), ("x-a", "2"), ("apns-topic", "a"), ("apns-topic", "b")],
@@ -493,7 +695,7 @@ def test_duplicate_apns_headers_over_h2_and_http11(sim: Sim, http2: bool) -> Non
         r = client.post(
             f"/3/device/{new_token()}",
             json={"aps": {}},
-            headers=[("x-a", "1"), ("x-a", "2"), ("apns-topic", "a")],
+            headers=[("x-a", "1"), ("x-a", "2"), ("apns-topic", APNS_TOPIC)],
         )
         assert r.status_code == 200
 

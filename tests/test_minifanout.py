@@ -27,7 +27,7 @@ import boto3
 import httpx
 import pytest
 import redis
-from sim_process import Sim, run_sim
+from sim_process import SIGNING_KEY, Sim, run_sim
 from ulid import ULID
 
 from emulators.ports import free_port
@@ -446,6 +446,11 @@ def minifanout(
     ]
     if apns.cert_dir is not None:
         argv += ["--apns-ca-file", str(apns.ca)]
+    # the suite's team key, registered with the simulator for minifanout's bundle
+    apns.apns_headers("com.example.minifanout")
+    key = SIGNING_KEY.write(infra.log_dir / "apns")
+    argv += ["--apns-key", str(key), "--apns-key-id", SIGNING_KEY.key_id]
+    argv += ["--apns-team-id", SIGNING_KEY.team_id]
     with open(stderr, "wb") as err:
         proc = subprocess.Popen(
             argv,

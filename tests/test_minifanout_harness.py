@@ -27,6 +27,7 @@ import yaml
 from conftest import run_cli
 
 from emulators.ports import free_port
+from emulators.providers.apns_keys import new_signing_key
 from emulators.sqs.processes import EndpointProcess, start_ours
 from harness.stack.supervisor import ROOT, stop_process, wait_until
 
@@ -88,6 +89,14 @@ FCM_PROJECTS = ["mf-0", "mf-1"]
 CRC32_MAPPING = "projects[crc32(user_id) % len(projects)]"
 
 
+TEAM_KEY = new_signing_key(team_id="MINITEAM01", key_id="MINIKEY001")
+
+
+def team_key(deps: Deps) -> Path:
+    path = deps.log_dir / "apns" / TEAM_KEY.file_name
+    return path if path.exists() else TEAM_KEY.write(path.parent)
+
+
 @dataclass(frozen=True)
 class Deployment:
     """Where one deployment of minifanout lives: its API, the addresses it was told for APNs,
@@ -135,8 +144,12 @@ def write_target(deps: Deps, at: Deployment, driver_options: dict | None = None)
         "dedup_listen": f"127.0.0.1:{at.dedup_listen}",
         "apns_listen": f"127.0.0.1:{at.apns}",
         "apns_tls": at.apns_ca is not None,
+        "apns_topic": "com.example.minifanout",
+        # minifanout's own signing key, as its team registered it with Apple
+        "apns_keys": [{"file": str(team_key(deps)), "key_id": TEAM_KEY.key_id,
+                       "team_id": TEAM_KEY.team_id}],
         "fcm_listen": f"127.0.0.1:{at.fcm}",
-    }
+    }  # fmt: skip
     path = deps.log_dir / f"target-{at.queue}-{at.api}.yaml"
     path.write_text(yaml.safe_dump(target))
     return path
@@ -166,6 +179,8 @@ def minifanout(
     ]  # fmt: skip
     if at.apns_ca is not None:
         argv += ["--apns-ca-file", str(at.apns_ca)]
+    argv += ["--apns-key", str(team_key(deps)), "--apns-key-id", TEAM_KEY.key_id,
+             "--apns-team-id", TEAM_KEY.team_id]  # fmt: skip
     with open(deps.log_dir / f"minifanout-{at.queue}-{len(bugs)}.log", "ab") as log:
         proc = subprocess.Popen(argv, cwd=ROOT, stderr=log, start_new_session=True)
 

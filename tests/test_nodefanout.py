@@ -292,6 +292,9 @@ def infra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Infra]:
         for sim, provider in ((apns, "apns"), (fcm, "fcm")):
             status, _ = sim.control("PUT", "/_sim/payload-ids", TARGET["payload_ids"][provider])
             assert status == 200
+        key = launch.write_apns_key(log_dir / "apns.p8")
+        [own] = TARGET["apns_keys"]  # nodefanout's team key, as the target file states it
+        apns.register_apns_key(key, own["key_id"], own["team_id"], TARGET["apns_topic"])
         client = boto3.client(
             "sqs",
             endpoint_url=sqs.url,
@@ -307,7 +310,7 @@ def infra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Infra]:
             apns,
             fcm,
             client,
-            launch.write_apns_key(log_dir / "apns.p8"),
+            key,
             write_service_account_file(log_dir / "fcm.json", f"{fcm.url}/token", "np-0"),
         )
 

@@ -137,6 +137,9 @@ def write_target(deps: Deps, at: Deployment, env_dir: Path) -> Path:
         "dedup_listen": f"127.0.0.1:{at.dedup_listen}",
         "apns_listen": f"127.0.0.1:{at.apns}",
         "fcm_listen": f"127.0.0.1:{at.fcm}",
+        "apns_keys": [
+            {**SHIPPED["apns_keys"][0], "file": str(deps.log_dir / at.prefix / "apns.p8")}
+        ],
         "processes": {
             "push-consumer": launch.sender_hooks(
                 settings(deps, at, env_dir), deps.log_dir / at.prefix

@@ -37,7 +37,12 @@ def fcm(tmp_path_factory: pytest.TempPathFactory) -> Sim:
 
 def _apns_client(sim: Sim, timeout: float = 5.0) -> ApnsClient:
     return ApnsClient(
-        Config(apns_url=sim.url, apns_ca_file=str(sim.ca), provider_timeout_seconds=timeout)
+        Config(
+            apns_url=sim.url,
+            apns_ca_file=str(sim.ca),
+            provider_timeout_seconds=timeout,
+            **sim.apns_signing(),
+        )
     )
 
 

@@ -46,7 +46,10 @@ def apns_token() -> str:
 
 def push(sim: Sim, token: str, nid: str = "n") -> httpx.Response:
     """One push on a new HTTP/2 connection (so on whichever process the kernel picks)."""
-    with httpx.Client(http1=False, http2=True, base_url=sim.url, timeout=20) as client:
+    headers = sim.apns_headers()
+    with httpx.Client(
+        http1=False, http2=True, base_url=sim.url, timeout=20, headers=headers
+    ) as client:
         return client.post(
             f"/3/device/{token}",
             json={"aps": {"alert": "x"}, "tenant_id": "t", "notification_id": nid},
@@ -329,6 +332,7 @@ def test_reader_waits_for_published_seq_and_new_epochs(tmp_path: Path) -> None:
 
 # -- the stack setting ------------------------------------------------------------------------------
 def test_stack_runs_the_simulators_as_several_processes(tmp_path: Path) -> None:
+    from emulators.providers.apns_keys import read_signing_key
     from harness.stack.supervisor import Stack
 
     with Stack(tmp_path / "stack", parts=["apns", "fcm"], sim_processes=2) as stack:
@@ -338,10 +342,19 @@ def test_stack_runs_the_simulators_as_several_processes(tmp_path: Path) -> None:
         ca = stack.info.tls_ca
         control = SimulatorControl(stack.info.url("apns"), ca)
         try:
+            # signed with the stack's own key, for the reference's bundle it was told
+            assert stack.info.apns_key_dir is not None
+            key = read_signing_key(Path(stack.info.apns_key_dir))
+            headers = {
+                "authorization": f"bearer {key.provider_token()}",
+                "apns-topic": "com.example.fanout",
+                "apns-push-type": "alert",
+            }
             with httpx.Client(http2=True, verify=ssl_context(ca), timeout=20) as client:
                 r = client.post(
                     f"{stack.info.url('apns')}/3/device/{apns_token()}",
                     json={"aps": {}, "notification_id": "s1"},
+                    headers=headers,
                 )
             assert r.status_code == 200
             [row] = control.new_rows()

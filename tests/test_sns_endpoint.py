@@ -25,10 +25,11 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, padding
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import padding
 
 from emulators.ports import free_port
+from emulators.providers.apns_keys import new_signing_key
 from emulators.providers.fcm import write_service_account_file
 from emulators.sns.faults import SnsControl, SnsControlError
 from harness.stack.supervisor import ROOT, Stack
@@ -41,6 +42,13 @@ WAIT = 10.0
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with Stack(tmp_path_factory.mktemp("sns-stack"), parts=["sqs", "apns", "fcm", "sns"]) as up:
+        # The platform applications' signing key, registered as its team did with Apple.
+        answer = httpx.put(
+            f"{up.info.url('apns')}/_sim/apns/keys",
+            json=APNS_KEY.registration(["com.example.fanout"]),
+            verify=ssl.create_default_context(cafile=up.info.tls_ca),
+        )
+        assert answer.status_code == 200, answer.text
         yield up
 
 
@@ -99,16 +107,11 @@ def sim_next(url: str, ca: ssl.SSLContext | None = None) -> int:
     return httpx.get(f"{url}/_sim/ledger?since=0", verify=ca or True).json()["next"]
 
 
+APNS_KEY = new_signing_key(team_id="TEAM123456", key_id="ABCDE12345")
+
+
 def p8_key() -> str:
-    return (
-        ec.generate_private_key(ec.SECP256R1())
-        .private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-        .decode()
-    )
+    return APNS_KEY.private_pem
 
 
 def new_token() -> str:

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
+from emulators.providers.apns_keys import new_signing_key
 from emulators.providers.fcm import write_service_account_file
 from harness.stack.supervisor import ROOT, Stack
 
@@ -50,9 +49,15 @@ def test_aws_sdk_for_javascript_v3_drives_the_endpoint(stack: Stack) -> None:
     httpx.post(f"{apns}/_sim/tokens/unregistered", json={"tokens": [dead]}, verify=tls)
     account = Path(tempfile.mkdtemp()) / "sa.json"
     write_service_account_file(account, f"{fcm}/token", "js-sender")
-    key = ec.generate_private_key(ec.SECP256R1()).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
+    # the key sns_js_client.mjs names (ABCDE12345, team TEAM123456), registered with "Apple"
+    signing = new_signing_key(team_id="TEAM123456", key_id="ABCDE12345")
+    body = signing.registration(["com.example.js"])
+    assert httpx.put(f"{apns}/_sim/apns/keys", json=body, verify=tls).status_code == 200
+    key = signing.private_pem.encode()
+    paging = [uuid.uuid4().hex * 2 for _ in range(120)]
+    # the app's devices belong to its bundle, as Apple binds a token to its app
+    bound = {"tokens": {token: "com.example.js" for token in (live, dead, *paging)}}
+    assert httpx.put(f"{apns}/_sim/apns/topics", json=bound, verify=tls).status_code == 200
     config = {
         "sns": sns,
         "name": f"js-{uuid.uuid4().hex[:8]}",
@@ -61,7 +66,7 @@ def test_aws_sdk_for_javascript_v3_drives_the_endpoint(stack: Stack) -> None:
         "liveToken": live,
         "deadToken": dead,
         "fcmToken": f"js:{uuid.uuid4().hex}",
-        "pagingTokens": [uuid.uuid4().hex * 2 for _ in range(120)],
+        "pagingTokens": paging,
         "phone": "+14155550123",
     }
     done = subprocess.run(

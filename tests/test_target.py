@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -15,6 +16,7 @@ import yaml
 from conftest import ROOT, run_cli
 
 from emulators.ports import free_port
+from emulators.providers.apns_keys import ApnsSigningKey, new_signing_key
 from harness.stack.supervisor import Stack, stop_process, wait_until
 from harness.stack.target import TargetError, load, parse
 from reference_impl.aws import client
@@ -141,6 +143,7 @@ def test_a_bad_target_file_is_a_clear_cli_error(tmp_path):
 @pytest.mark.wholerun
 def test_a_chaos_scenario_runs_against_a_system_named_by_a_target_file(tmp_path):
     proxy, apns, fcm = free_port(), free_port(), free_port()
+    team_key = TeamKey.write(tmp_path / "apns")
     # The system under test: a second reference instance, its own Redis and AWS endpoints,
     # configured to find its dedup store and providers where the target file says.
     system = Stack(
@@ -152,6 +155,7 @@ def test_a_chaos_scenario_runs_against_a_system_named_by_a_target_file(tmp_path)
             "apns_url": f"http://127.0.0.1:{apns}",
             "fcm_url": f"http://127.0.0.1:{fcm}",
             "queue_prefix": "staging",
+            **team_key.config,
         },
     )  # fmt: skip
     with system:
@@ -167,6 +171,7 @@ def test_a_chaos_scenario_runs_against_a_system_named_by_a_target_file(tmp_path)
             "dedup_listen": f"127.0.0.1:{proxy}",
             "apns_listen": f"127.0.0.1:{apns}",
             "fcm_listen": f"127.0.0.1:{fcm}",
+            **team_key.target,
         }
         path = tmp_path / "target.yaml"
         path.write_text(yaml.safe_dump(target))
@@ -193,6 +198,29 @@ def test_a_chaos_scenario_runs_against_a_system_named_by_a_target_file(tmp_path)
         assert sqs.get_queue_url(QueueName="staging-push")["QueueUrl"]
 
 
+@dataclass(frozen=True)
+class TeamKey:
+    """The second reference's own APNs signing key, as its team registered it with Apple."""
+
+    path: Path
+    key: ApnsSigningKey
+
+    @classmethod
+    def write(cls, directory: Path) -> TeamKey:
+        key = new_signing_key(team_id="STAGINGTM1", key_id="STAGINGK01")
+        return cls(key.write(directory), key)
+
+    @property
+    def config(self) -> dict[str, str]:
+        return {"apns_key_file": str(self.path), "apns_key_id": self.key.key_id,
+                "apns_team_id": self.key.team_id}  # fmt: skip
+
+    @property
+    def target(self) -> dict[str, object]:
+        keys = [{"file": str(self.path), "key_id": self.key.key_id, "team_id": self.key.team_id}]
+        return {"apns_topic": "com.example.fanout", "apns_keys": keys}
+
+
 def _first_phase(run_dir: Path) -> str:
     import pandas as pd
 
@@ -205,6 +233,7 @@ def test_a_system_publishing_through_sns_is_verified_at_the_sns_endpoint_it_name
     team runs (the target's ``sns_endpoint``): its devices become platform endpoints there, the
     run's deliveries reach the simulators through it, and SNS's own ledger is in the history."""
     apns, fcm, sns_port = free_port(), free_port(), free_port()
+    team_key = TeamKey.write(tmp_path / "apns")
     system = Stack(
         tmp_path / "system",
         parts=("redis", "dynamodb", "kinesis", "sqs", "event-api", "fanout-worker",
@@ -230,6 +259,7 @@ def test_a_system_publishing_through_sns_is_verified_at_the_sns_endpoint_it_name
                 sns_endpoint=sns_url,
                 apns_url=f"http://127.0.0.1:{apns}",
                 fcm_url=f"http://127.0.0.1:{fcm}",
+                **team_key.config,
             )
             system.write_reference_config()
             config = system.reference_config()
@@ -246,6 +276,7 @@ def test_a_system_publishing_through_sns_is_verified_at_the_sns_endpoint_it_name
                 "apns_listen": f"127.0.0.1:{apns}",
                 "fcm_listen": f"127.0.0.1:{fcm}",
                 "sns_endpoint": sns_url,
+                **team_key.target,
             }
             path = tmp_path / "target.yaml"
             path.write_text(yaml.safe_dump(target))

@@ -36,6 +36,7 @@ from random import getrandbits
 from typing import Any
 
 from emulators.http_server import Request, Response, json_response
+from emulators.providers.apns_auth import ApnsAuth, parse_key, parse_strict, parse_topics
 from emulators.providers.faults import Outcome, finish
 from emulators.providers.ledger import ProviderState, control
 from emulators.providers.serving import ServeOptions, add_serving_arguments, serve
@@ -125,15 +126,42 @@ def parse_json_body(body: bytes) -> Any:
         return None
 
 
-class ApnsSimulator:
-    """The request handler; ``state`` holds the ledger and the unregistered tokens."""
+def _may_alert(push_type: str | None, payload: dict[str, Any]) -> bool:
+    """Whether priority 10 fits: Apple calls it an error for a background push, and for a
+    payload with content-available alone (no alert, sound or badge)."""
+    if push_type == "background":
+        return False
+    aps = payload.get("aps")
+    if not isinstance(aps, dict) or not aps.get("content-available"):
+        return True
+    return any(k in aps for k in ("alert", "sound", "badge"))
 
-    def __init__(self, state: ProviderState | None = None) -> None:
+
+class ApnsSimulator:
+    """The request handler; ``state`` holds the ledger and the unregistered tokens, ``auth``
+    the signing keys, topics and strictness (:mod:`emulators.providers.apns_auth`)."""
+
+    def __init__(
+        self, state: ProviderState | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
         self.state = state if state is not None else ProviderState(PROVIDER)
         self._new_id = ApnsIds()
+        self.auth = ApnsAuth(clock)
+        self.state.extend(
+            {
+                "apns_key": self.auth.apply_key,
+                "apns_topics": self.auth.apply_topics,
+                "strict": self.auth.apply_strict,
+            },
+            on_reset=self.auth.on_reset,
+        )
 
     async def handle(self, request: Request) -> Response:
         if request.path.startswith("/_sim/"):
+            self.state.sync()
+            own = self._control(request)
+            if own is not None:
+                return own
             answer = await control(request, self.state)
             assert answer is not None
             return answer
@@ -142,6 +170,28 @@ class ApnsSimulator:
         if response.__class__ is not Response:  # a fault's delay / GOAWAY still to apply
             return await finish(response)
         return response
+
+    def _control(self, request: Request) -> Response | None:
+        """``/_sim/apns/keys``, ``/_sim/apns/topics``, ``/_sim/strict`` (GET and PUT)."""
+        path = request.path.rstrip("/")
+        parsers = {
+            "/_sim/apns/keys": ("apns_key", parse_key),
+            "/_sim/apns/topics": ("apns_topics", parse_topics),
+            "/_sim/strict": ("strict", parse_strict),
+        }
+        if path not in parsers:
+            return None
+        if request.method == "GET":
+            return json_response(200, self.auth.describe())
+        if request.method != "PUT":
+            return json_response(405, {"error": f"method {request.method} not allowed on {path}"})
+        op, parse = parsers[path]
+        try:
+            event = parse(request.json())
+        except ValueError as exc:
+            return json_response(400, {"error": str(exc)})
+        self.state.publish({"op": op, **event})
+        return json_response(200, self.auth.describe())
 
     def _answer(
         self,
@@ -240,11 +290,16 @@ class ApnsSimulator:
                     seen.add(name)
         if given_id is not None and not _UUID_RE.match(given_id):
             return 400, "BadMessageId"
-        auth = headers.get("authorization")
-        if auth is not None:
-            scheme, _, credential = auth.partition(" ")
-            if scheme.lower() != "bearer" or not looks_like_jwt(credential.strip()):
-                return 403, "InvalidProviderToken"
+        auth = self.auth
+        refused, key = auth.credential_refusal(headers, request.connection)
+        if refused is not None:
+            return refused
+        if key is None:  # not strict: a token is only looked at, not verified
+            credential = headers.get("authorization")
+            if credential is not None:
+                scheme, _, value = credential.partition(" ")
+                if scheme.lower() != "bearer" or not looks_like_jwt(value.strip()):
+                    return 403, "InvalidProviderToken"
         priority = headers.get("apns-priority")
         if priority is not None and priority not in ("1", "5", "10"):
             return 400, "BadPriority"
@@ -254,6 +309,8 @@ class ApnsSimulator:
         push_type = headers.get("apns-push-type")
         if push_type is not None and push_type not in PUSH_TYPES:
             return 400, "InvalidPushType"
+        if push_type is None and key is not None:
+            return 400, "InvalidPushType"  # required since iOS 13 and watchOS 6
         collapse_id = headers.get("apns-collapse-id")
         if collapse_id is not None and len(collapse_id.encode()) > 64:
             return 400, "BadCollapseId"
@@ -261,6 +318,10 @@ class ApnsSimulator:
             return 400, "MissingDeviceToken"
         if not _TOKEN_RE.match(token):
             return 400, "BadDeviceToken"
+        if key is not None:
+            refused = auth.topic_refusal(headers, key, token)
+            if refused is not None:
+                return refused
         body = request.body
         if len(body) > (MAX_VOIP_PAYLOAD if push_type == "voip" else MAX_PAYLOAD):
             return 413, "PayloadTooLarge"
@@ -268,6 +329,8 @@ class ApnsSimulator:
             return 400, "PayloadEmpty" if not body.strip() else MALFORMED_PAYLOAD_REASON
         if not payload:
             return 400, "PayloadEmpty"
+        if key is not None and priority == "10" and not _may_alert(push_type, payload):
+            return 400, "BadPriority"
         return None
 
     def _faulted(self, outcome: Outcome, token: str, answer: Callable[..., Response]) -> Response:

@@ -311,6 +311,10 @@ class ProviderState:
             field: tuple(path.split("."))
             for field, path in DEFAULT_PAYLOAD_IDS.get(provider, {}).items()
         }
+        # A simulator's own kinds of state change (APNs signing keys, ...): op -> how to apply
+        # it, journalled across processes like the rest; and what a reset restores.
+        self._extension_ops: dict[str, Callable[[dict[str, Any]], None]] = {}
+        self._on_reset: list[Callable[[], None]] = []
         self.faults = FaultSet(
             provider,
             self._unregister_from_fault,
@@ -321,6 +325,25 @@ class ProviderState:
         )
         if shared is not None:
             self.sync()
+
+    def extend(
+        self,
+        ops: dict[str, Callable[[dict[str, Any]], None]],
+        on_reset: Callable[[], None] | None = None,
+    ) -> None:
+        """Teach this state a simulator's own events (``publish({"op": name, ...})`` then
+        reaches ``ops[name]`` in every process) and what a reset restores. Events journalled
+        before the extension are applied again now."""
+        self._extension_ops.update(ops)
+        if on_reset is not None:
+            self._on_reset.append(on_reset)
+        if self.shared is not None:
+            events, _ = self.shared.read_events(0, self._journal_at)
+            for event in events:
+                if event["op"] in ops:
+                    ops[event["op"]](event)
+                elif event["op"] == "reset" and on_reset is not None:
+                    on_reset()
 
     # -- events ---------------------------------------------------------------------------------
     def sync(self) -> None:
@@ -359,6 +382,10 @@ class ProviderState:
                 self._unregistered_by.clear()
                 self._unregistered_reason.clear()
             self.ledger.reset_to(event.get("epoch", 0))
+            for restore in self._on_reset:
+                restore()
+        elif op in self._extension_ops:
+            self._extension_ops[op](event)
         elif op == "unregister":
             self._mark(event["tokens"], event["at_ms"], event.get("fault"), event.get("reason"))
         elif op == "revive":

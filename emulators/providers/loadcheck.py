@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulators.h2_client import H2ClientConnection, H2ClientError, H2Response
+from emulators.providers.apns_keys import new_signing_key
 
 __all__ = ["H2ClientConnection", "H2ClientError", "H2Response", "apns_request", "run_load"]
 
@@ -50,6 +51,10 @@ def apns_request(i: int) -> tuple[str, dict[str, str], bytes]:
     return f"/3/device/{i:064x}", headers, body
 
 
+#: the load's signing key, registered with the simulator before the load as Apple has a team's
+LOAD_KEY = new_signing_key(key_id="LOADCHECK1")
+
+
 async def run_load(
     host: str,
     port: int,
@@ -61,6 +66,11 @@ async def run_load(
 ) -> LoadResult:
     """``requests`` APNs POSTs over ``connections`` × ``streams`` concurrent streams."""
     conns = [await H2ClientConnection.open(host, port, ssl_context) for _ in range(connections)]
+    registration = json.dumps(LOAD_KEY.registration(["com.example.app"])).encode()
+    answer = await conns[0].request("PUT", "/_sim/apns/keys", {}, registration)
+    if answer.status != 200:
+        raise RuntimeError(f"the simulator refused the load's signing key: {answer.status}")
+    auth = {"authorization": f"bearer {LOAD_KEY.provider_token()}"}
     statuses: Counter[int] = Counter()
     errors = 0
     next_index = 0
@@ -72,7 +82,7 @@ async def run_load(
             next_index += 1
             path, headers, body = apns_request(i)
             try:
-                response = await conn.request("POST", path, headers, body)
+                response = await conn.request("POST", path, {**headers, **auth}, body)
                 statuses[response.status] += 1
             except (H2ClientError, OSError):
                 errors += 1

@@ -248,9 +248,10 @@ class SharedDir:
         os.pwrite(self._journal_fd, line, end)
         self._set(OFF_JOURNAL_LEN, end + len(line))
 
-    def read_events(self, start: int) -> tuple[list[dict[str, Any]], int]:
-        """Committed events from byte ``start``; returns them and the offset after them."""
-        end = self.journal_length()
+    def read_events(self, start: int, end: int | None = None) -> tuple[list[dict[str, Any]], int]:
+        """Committed events from byte ``start`` (to ``end``, default all); returns them and the
+        offset after them."""
+        end = self.journal_length() if end is None else end
         if end <= start:
             return [], start
         data = os.pread(self._journal_fd, end - start, start)

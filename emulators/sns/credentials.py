@@ -40,14 +40,17 @@ def _bad_credentials(reason: str) -> Exception:
     return invalid_parameter(f"Invalid parameter: Attributes Reason: {reason}")
 
 
+# (team, key id) -> (token, signed at, key): the provider token every application signing
+# with that key sends
+_SIGNED: dict[tuple[str, str, int], tuple[str, float, int]] = {}
+
+
 @dataclass
 class ApnsTokenCredential:
     key_id: str
     team_id: str
     bundle_id: str
     private_key: ec.EllipticCurvePrivateKey = field(repr=False)
-    _jwt: str = field(default="", repr=False)
-    _signed_at: float = 0.0
 
     method = "Token"
 
@@ -55,18 +58,35 @@ class ApnsTokenCredential:
     def topic(self) -> str:
         return self.bundle_id
 
+    @property
+    def connection_group(self) -> str:
+        """Pushes signed by one key share connections (and one token: Apple refuses a new
+        token on a connection sooner than 20 minutes after the last)."""
+        return f"token:{self.team_id}:{self.key_id}"
+
     def bearer(self, now: float | None = None) -> str:
-        """The current provider token (signed again when it is 50 minutes old)."""
+        """The current provider token (signed again when it is 50 minutes old), one per key
+        for every application that uses it."""
         now = time.time() if now is None else now
-        if not self._jwt or now - self._signed_at >= APNS_JWT_LIFETIME:
-            self._jwt = jwt.encode(
-                {"iss": self.team_id, "iat": int(now)},
-                self.private_key,
-                algorithm="ES256",
-                headers={"kid": self.key_id},
-            )
-            self._signed_at = now
-        return self._jwt
+        group = (self.team_id, self.key_id, id(type(self)))
+        shared = _SIGNED.get(group)
+        if (
+            shared is not None
+            and shared[2] == self._fingerprint()
+            and (now - shared[1] < APNS_JWT_LIFETIME)
+        ):
+            return shared[0]
+        token = jwt.encode(
+            {"iss": self.team_id, "iat": int(now)},
+            self.private_key,
+            algorithm="ES256",
+            headers={"kid": self.key_id},
+        )
+        _SIGNED[group] = (token, now, self._fingerprint())
+        return token
+
+    def _fingerprint(self) -> int:
+        return self.private_key.public_key().public_numbers().x
 
     def public_attributes(self) -> dict[str, str]:
         return {
@@ -82,6 +102,10 @@ class ApnsCertificateCredential:
     expires: str  # ISO 8601, as AppleCertificateExpiryDate
 
     method = "Certificate"
+
+    @property
+    def connection_group(self) -> str:
+        return f"certificate:{self.topic}"
 
     def bearer(self, now: float | None = None) -> str | None:
         return None

@@ -108,13 +108,18 @@ class ApnsTransport:
     def configured(self, platform: str) -> bool:
         return bool(self.urls.get(platform))
 
-    async def send(self, platform: str, request: ProviderRequest) -> ProviderAnswer:
+    async def send(
+        self, platform: str, request: ProviderRequest, group: str = ""
+    ) -> ProviderAnswer:
+        """``group``: whose credentials the request carries; each group has its own
+        connections, as Apple ties a connection to one provider token."""
         url = self.urls.get(platform)
         if not url:
             raise TransportError(f"no APNs URL configured for {platform}")
-        origin = self._origins.get(url)
+        origin = self._origins.get(f"{url} {group}")
         if origin is None:
-            origin = self._origins[url] = _Origin(url, self.ca_file, self.connections)
+            origin = _Origin(url, self.ca_file, self.connections)
+            self._origins[f"{url} {group}"] = origin
         return await origin.request(
             "POST", request.path, request.headers, request.body, self.timeout
         )

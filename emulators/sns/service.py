@@ -336,7 +336,11 @@ class SnsService:
             if platform == "GCM":
                 answer: ProviderAnswer = await self.fcm.send(credential, request)  # type: ignore[arg-type]
             else:
-                answer = await self.apns.send(platform, request)
+                answer = await self.apns.send(
+                    platform,
+                    request,
+                    credential.connection_group,  # type: ignore[union-attr]
+                )
         except TransportError as exc:
             self.ledger.append(
                 **row, outcome=msg.UNREACHABLE, answer="InternalError", reason=str(exc)[:200]

@@ -20,6 +20,7 @@ import os
 import re
 from pathlib import Path
 
+from emulators.providers.apns_keys import read_signing_key
 from harness.stack.supervisor import (
     ROOT,
     Stack,
@@ -135,6 +136,14 @@ def describe(info: StackInfo, target: Target) -> list[str]:
         lines.append(
             f"APNs over TLS: trust {info.tls_ca} (kept across env down/up); e.g. Node "
             "NODE_EXTRA_CA_CERTS, Python ssl.create_default_context(cafile=...), curl --cacert"
+        )
+    if "apns" in info.parts and info.apns_key_dir:
+        key = read_signing_key(Path(info.apns_key_dir))
+        lines.append(
+            f"APNs token auth: sign ES256 provider tokens with {info.apns_key_dir}/"
+            f"{key.file_name} (key id {key.key_id}, team {key.team_id}), or declare your own "
+            "keys in apns_keys; pushes name apns-topic "
+            f"{target.apns_topic or '(any bundle: apns_topic not set)'}"
         )
     if "fcm" in info.parts:
         lines.append(

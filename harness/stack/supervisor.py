@@ -26,6 +26,11 @@ import redis
 
 from chaos.faults import DEDUP_PROXY
 from emulators.ports import LOOPBACK, free_port
+from emulators.providers.apns_keys import (
+    ENV_KEY_ID,
+    load_or_generate_signing_key,
+    read_signing_key,
+)
 from emulators.providers.serving import MAX_PROCESSES as MAX_SIM_PROCESSES
 from emulators.providers.serving import SERVERS as SIM_SERVERS
 from harness.contract.clock import SystemClock, faked_environment, faketime_library
@@ -175,6 +180,9 @@ class StackInfo:
     region: str = REGION
     # None: boto3's own credential chain (a real AWS target).
     aws_keys: dict[str, str] | None = field(default_factory=lambda: dict(AWS_KEYS))
+    # The environment's APNs signing key (AuthKey_<id>.p8 and key.json), registered with the
+    # APNs simulator as Apple keeps a team's keys.
+    apns_key_dir: str | None = None
 
     def url(self, part: str) -> str:
         if part in self.endpoints:
@@ -225,12 +233,13 @@ def _pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-def _post(url: str, ca_file: str | None) -> None:
+def _post(url: str, ca_file: str | None, body: Any = None, method: str = "POST") -> None:
     """A control call that must succeed (StackError naming it when not)."""
     import ssl
 
     context = ssl.create_default_context(cafile=ca_file) if ca_file else None
-    request = urllib.request.Request(url, data=b"", method="POST")
+    data = b"" if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
     try:
         with urllib.request.urlopen(request, timeout=10, context=context):
             return
@@ -399,9 +408,14 @@ class Stack:
             # all, so a stack is up in the time of its slowest part, not the sum of them.
             self._start_together([p for p in INFRA_PARTS if p in self.selected])
             self._start_together([p for p in DEPENDENT_PARTS if p in self.selected])
+            if "apns" in self.selected:
+                self.info.apns_key_dir = str(self.workdir / "apns")
+                load_or_generate_signing_key(Path(self.info.apns_key_dir), ENV_KEY_ID)
             if self.target is not None:
                 self._describe_target(self.target)
-            else:
+            if "apns" in self.selected:
+                self.authorize_apns()
+            if self.target is None:
                 self.write_reference_config()
                 # Only against the stack's own emulators: a missing endpoint in the config
                 # means real AWS, which a partial local stack must never touch.
@@ -425,10 +439,13 @@ class Stack:
         self.info.tls_ca, self.info.dedup_url = running.tls_ca, running.dedup_url
         assert self.target is not None
         self._describe_target(self.target)
+        self.info.apns_key_dir = running.apns_key_dir
         for part in ("apns", "fcm"):
             if part in self.info.parts:
                 ca = self.info.tls_ca if part == "apns" else None
                 _post(f"{self.info.url(part)}/_sim/reset", ca)
+        if "apns" in self.info.parts:
+            self.authorize_apns()
         if "toxiproxy" in self.info.parts:
             _post(f"{self.info.url('toxiproxy')}/reset", None)
         return self.info
@@ -505,6 +522,10 @@ class Stack:
             "apns_ca_file": self.info.tls_ca,
             "event_api_host": LOOPBACK,
         }
+        if self.info.apns_key_dir:
+            key = read_signing_key(Path(self.info.apns_key_dir))
+            own["apns_key_file"] = str(Path(self.info.apns_key_dir) / key.file_name)
+            own["apns_key_id"], own["apns_team_id"] = key.key_id, key.team_id
         return reference.config_values(urls, {**own, **self.reference_overrides})
 
     def reference_config(self) -> Any:
@@ -759,7 +780,35 @@ class Stack:
         if part in self.procs:
             raise StackError(f"{part} is already running")
         previous = self.info.parts.get(part)
-        return self._start(part, previous.port if previous else None)
+        started = self._start(part, previous.port if previous else None)
+        if part == "apns":
+            self.authorize_apns()
+        return started
+
+    def authorize_apns(self) -> None:
+        """Tell the APNs simulator what Apple knows of the system's team: its signing keys
+        (the environment's, and a target's own), the bundles they may push to, and the bundle
+        this run's device tokens belong to."""
+        url, ca = self.info.url("apns"), self.info.tls_ca
+        if self.target is not None:
+            topic = self.target.apns_topic
+        else:
+            topic = reference.config_of(self.reference_values()).apns_topic
+        topics = [topic] if topic else []
+        keys = []
+        if self.info.apns_key_dir:
+            keys.append(read_signing_key(Path(self.info.apns_key_dir)).registration(topics))
+        for own in (self.target.apns_keys or []) if self.target is not None else []:
+            path = Path(own["file"])
+            try:
+                pem = path.read_text()
+            except OSError as exc:
+                raise StackError(f"apns_keys: cannot read {path}: {exc}") from exc
+            keys.append({"key_id": own["key_id"], "team_id": own["team_id"],
+                         "public_key": pem, "topics": topics})  # fmt: skip
+        for body in keys:
+            _post(f"{url}/_sim/apns/keys", ca, body, method="PUT")
+        _post(f"{url}/_sim/apns/topics", ca, {"default": topic}, method="PUT")
 
     def _write_proxy_config(self) -> None:
         """The dedup proxy: workers talk to Redis only through it, so chaos can cut it; and a

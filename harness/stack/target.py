@@ -82,6 +82,14 @@ class Target:
     # Where the system sends provider traffic: the harness serves its simulators there.
     apns_listen: str | None = None
     apns_tls: bool = False
+    # The app bundle its pushes name (apns-topic): the harness's APNs simulator binds the run's
+    # device tokens to it, as Apple binds a token to the app it was issued for. Omitted: any
+    # bundle of the team passes.
+    apns_topic: str | None = None
+    # Its own APNs signing keys, as registered with Apple: [{file: AuthKey_X.p8 (or a public
+    # key PEM), key_id, team_id}]. Omitted: it signs with the environment's key
+    # (<env dir>/apns/AuthKey_FANOUTKEY1.p8, key id FANOUTKEY1, team FANOUTTEAM).
+    apns_keys: list[dict[str, str]] | None = None
     fcm_listen: str | None = None
     # Optional: host:port where the system was told to find SNS (it publishes its pushes to SNS
     # mobile push): the harness serves its SNS endpoint there, delivering to its APNs and FCM
@@ -266,6 +274,7 @@ def parse(data: Any, where: str) -> Target:
     _check_job_schema(data, where)
     _check_payload_ids(data.get("payload_ids"), where)
     _check_proxies(data.get("proxies"), where)
+    _check_apns_keys(data.get("apns_keys"), where)
     _check_processes(data.get("processes"), where)
     hooks = data.get("hooks")
     if hooks is not None and (not isinstance(hooks, dict) or set(hooks) - set(HOOKS)):
@@ -328,6 +337,19 @@ def parse(data: Any, where: str) -> Target:
                 "machine only with allow_remote: true in the target file"
             )
     return target
+
+
+def _check_apns_keys(keys: Any, where: str) -> None:
+    if keys is None:
+        return
+    shape = "apns_keys is a list of {file, key_id, team_id}"
+    if not isinstance(keys, list):
+        raise TargetError(f"{where}: {shape}")
+    for i, key in enumerate(keys):
+        if not isinstance(key, dict) or set(key) != {"file", "key_id", "team_id"}:
+            raise TargetError(f"{where}: apns_keys[{i}]: {shape}")
+        if not all(isinstance(v, str) and v for v in key.values()):
+            raise TargetError(f"{where}: apns_keys[{i}]: file, key_id and team_id are strings")
 
 
 def _dotted(value: Any) -> bool:

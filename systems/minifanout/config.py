@@ -42,6 +42,8 @@ class Config:
     apns_url: str
     apns_ca_file: Path | None
     apns_topic: str
+    # (the .p8 file, key id, team id): every push carries an ES256 provider token
+    apns_key: tuple[Path, str, str] | None
     fcm_url: str
     fcm_projects: tuple[str, ...]
     host: str
@@ -113,6 +115,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--apns-url", required=True, help="APNs base URL (http:// is h2c)")
     p.add_argument("--apns-ca-file", type=Path, help="CA bundle that signed the APNs server")
     p.add_argument("--apns-topic", default="com.example.minifanout")
+    p.add_argument(
+        "--apns-key",
+        type=Path,
+        help="the team's APNs signing key (.p8); with --apns-key-id and --apns-team-id",
+    )
+    p.add_argument("--apns-key-id", help="the signing key's id (10 characters)")
+    p.add_argument("--apns-team-id", help="the team's id (10 characters)")
     p.add_argument("--fcm-url", required=True, help="FCM HTTP v1 base URL")
     p.add_argument(
         "--fcm-projects",
@@ -148,6 +157,11 @@ def config_from_args(args: argparse.Namespace) -> Config:
         raise BadConfig(f"--port: {args.port} is not a TCP port")
     if args.apns_ca_file is not None and not args.apns_ca_file.is_file():
         raise BadConfig(f"--apns-ca-file: {args.apns_ca_file} is not a readable file")
+    apns_key = (args.apns_key, args.apns_key_id, args.apns_team_id)
+    if any(apns_key) and not all(apns_key):
+        raise BadConfig("--apns-key, --apns-key-id and --apns-team-id go together")
+    if args.apns_key is not None and not args.apns_key.is_file():
+        raise BadConfig(f"--apns-key: {args.apns_key} is not a readable file")
     if not 1 <= args.workers <= 64:
         raise BadConfig("--workers: between 1 and 64")
     if not 5 <= args.visibility_timeout <= 43200:
@@ -168,6 +182,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         apns_url=_url(args.apns_url, "--apns-url", ("http", "https")),
         apns_ca_file=args.apns_ca_file,
         apns_topic=args.apns_topic,
+        apns_key=(args.apns_key, args.apns_key_id, args.apns_team_id) if args.apns_key else None,
         fcm_url=_url(args.fcm_url, "--fcm-url", ("http", "https")),
         fcm_projects=projects,
         fcm_mapping=args.fcm_mapping,

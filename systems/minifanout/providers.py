@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
+import jwt
 from ulid import ULID
 
 from systems.minifanout.rules import retry_after_s
@@ -178,6 +181,24 @@ def fcm_project_of(user: str, projects: tuple[str, ...], mapping: str) -> str:
     return projects[int(digits or "0") % len(projects)]
 
 
+class ProviderToken:
+    """APNs token authentication: an ES256 JWT of the team's key, renewed every 50 minutes
+    (Apple refuses one older than an hour, and a new one sooner than 20 minutes)."""
+
+    def __init__(self, key_file: Path, key_id: str, team_id: str) -> None:
+        self.key, self.key_id, self.team_id = key_file.read_text(), key_id, team_id
+        self.token, self.issued = "", 0.0
+
+    def bearer(self) -> str:
+        now = time.time()
+        if not self.token or now - self.issued >= 50 * 60:
+            claims = {"iss": self.team_id, "iat": int(now)}
+            headers = {"kid": self.key_id}
+            self.token = jwt.encode(claims, self.key, algorithm="ES256", headers=headers)
+            self.issued = now
+        return self.token
+
+
 class Senders:
     """One HTTP/2 client for APNs and one for FCM, shared by every job of the consumer."""
 
@@ -190,12 +211,14 @@ class Senders:
         fcm_projects: tuple[str, ...],
         fcm_mapping: str = "digits-mod",
         apns_ca_file: str | None = None,
+        apns_key: tuple[Path, str, str] | None = None,
         timeout_s: float = 10.0,
         connections: int = 32,
     ) -> None:
         self.apns_url, self.fcm_url = apns_url, fcm_url
         self.apns_topic, self.fcm_projects = apns_topic, fcm_projects
         self.fcm_mapping = fcm_mapping
+        self.apns_token = ProviderToken(*apns_key) if apns_key else None
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         verify: ssl.SSLContext | bool = True
         if apns_ca_file:
@@ -217,6 +240,8 @@ class Senders:
     async def send(self, job: Job) -> Outcome:
         if job.provider == "apns":
             request = apns_request(job, self.apns_url, self.apns_topic)
+            if self.apns_token is not None:
+                request.headers["authorization"] = f"bearer {self.apns_token.bearer()}"
             client, classify = self.apns, apns_outcome
         else:
             request = fcm_request(job, self.fcm_url, self.project(job))
