@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -21,7 +23,7 @@ from pyfcm import FCMNotification
 from pyfcm.errors import FCMNotRegisteredError, InvalidDataError
 from sim_process import REPO, Sim, run_sim
 
-from emulators.providers.fcm import write_service_account_file
+from emulators.providers.fcm import JWT_BEARER_GRANT, write_service_account_file
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +55,22 @@ def pyfcm_client(sim: Sim, tmp_path: Path, project: str = "proj-a") -> FCMNotifi
     fcm = FCMNotification(service_account_file=str(sa))
     fcm.FCM_END_POINT_BASE = f"{sim.url}/v1/projects"  # instance attribute over the class default
     return fcm
+
+
+def access_token(url: str, verify: ssl.SSLContext | bool = True) -> str:
+    """An access token from the simulator's ``POST /token``, by the JWT-bearer grant google-auth
+    makes (the simulator does not check the assertion's signature)."""
+    header = base64.urlsafe_b64encode(b'{"alg":"RS256","typ":"JWT"}').rstrip(b"=").decode()
+    form = {"grant_type": JWT_BEARER_GRANT, "assertion": f"{header}.e30.c2ln"}
+    r = httpx.post(f"{url}/token", data=form, verify=verify, timeout=10)
+    r.raise_for_status()
+    return r.json()["access_token"]
+
+
+def bearer(sim: Sim) -> dict[str, str]:
+    """The Authorization header of a send to ``sim`` (a fresh token of its own)."""
+    verify = sim.client_ssl() if sim.cert_dir is not None else True
+    return {"authorization": f"Bearer {access_token(sim.url, verify)}"}
 
 
 def send_url(sim: Sim, project: str = "proj-a") -> str:
@@ -159,7 +177,7 @@ def test_token_endpoint_rejects_bad_grants(sim: Sim, form, error) -> None:
 # -- the HTTP v1 API directly (httpx, HTTP/2 and HTTP/1.1) --------------------------------------
 def test_h2c_send_and_error_shapes(sim: Sim) -> None:
     token, dead = new_token(), new_token()
-    with httpx.Client(http1=False, http2=True, timeout=20) as client:
+    with httpx.Client(http1=False, http2=True, headers=bearer(sim), timeout=20) as client:
         r = client.post(send_url(sim), json={"message": {"token": token, "data": {"a": "b"}}})
         assert r.http_version == "HTTP/2" and r.status_code == 200
         assert r.json()["name"].startswith("projects/proj-a/messages/0:")
@@ -192,7 +210,7 @@ def test_h2c_send_and_error_shapes(sim: Sim) -> None:
 )
 def test_invalid_argument(sim: Sim, body, error_code) -> None:
     since = sim.next_seq()
-    with httpx.Client(http1=False, http2=True, timeout=20) as client:
+    with httpx.Client(http1=False, http2=True, headers=bearer(sim), timeout=20) as client:
         r = client.post(send_url(sim), content=body, headers={"content-type": "application/json"})
     assert_google_error(r, 400, "INVALID_ARGUMENT", error_code)
     [row] = sim.ledger(since)
@@ -200,7 +218,9 @@ def test_invalid_argument(sim: Sim, body, error_code) -> None:
 
 
 def test_non_string_data_value_names_the_field(sim: Sim) -> None:
-    r = httpx.post(send_url(sim), json={"message": {"token": "abc", "data": {"n": 12}}})
+    r = httpx.post(
+        send_url(sim), json={"message": {"token": "abc", "data": {"n": 12}}}, headers=bearer(sim)
+    )
     details = r.json()["error"]["details"]
     assert details[0]["@type"] == "type.googleapis.com/google.rpc.BadRequest"
     assert details[0]["fieldViolations"][0]["field"] == "message.data[0].value"
@@ -208,7 +228,7 @@ def test_non_string_data_value_names_the_field(sim: Sim) -> None:
 
 def test_topic_and_validate_only(sim: Sim) -> None:
     since = sim.next_seq()
-    with httpx.Client(timeout=20) as client:
+    with httpx.Client(headers=bearer(sim), timeout=20) as client:
         r = client.post(send_url(sim), json={"message": {"topic": "news"}})
         assert r.status_code == 200
         r = client.post(send_url(sim), json={"message": {"token": "abc"}, "validate_only": True})
@@ -231,7 +251,9 @@ def test_topic_and_validate_only(sim: Sim) -> None:
 def test_tls_h2(tls_sim: Sim, tmp_path: Path) -> None:
     token = new_token()
     since = tls_sim.next_seq()
-    with httpx.Client(http2=True, verify=tls_sim.client_ssl(), timeout=20) as client:
+    with httpx.Client(
+        http2=True, verify=tls_sim.client_ssl(), headers=bearer(tls_sim), timeout=20
+    ) as client:
         r = client.post(
             send_url(tls_sim, "proj-tls"),
             json={"message": {"token": token, "data": {"tenant_id": "t", "notification_id": "n"}}},
@@ -260,7 +282,10 @@ def test_pyfcm_over_tls(tls_sim: Sim, tmp_path: Path, monkeypatch: pytest.Monkey
 def test_ledger_reset_and_bad_control_input(tmp_path: Path) -> None:
     with run_sim(MODULE, tmp_path) as own:
         token = new_token()
-        with httpx.Client(http1=False, http2=True, base_url=own.url, timeout=20) as client:
+        auth = bearer(own)
+        with httpx.Client(
+            http1=False, http2=True, base_url=own.url, headers=auth, timeout=20
+        ) as client:
             for _ in range(2):
                 client.post("/v1/projects/p/messages:send", json={"message": {"token": token}})
             assert client.get("/_sim/ledger?since=1").json()["next"] == 2
@@ -349,7 +374,10 @@ def test_a_dead_token_revived_answers_again(sim: Sim, tmp_path: Path) -> None:
 
 def test_the_ledger_reads_ids_where_the_system_says_its_pushes_carry_them(tmp_path: Path) -> None:
     with run_sim(MODULE, tmp_path) as own:
-        with httpx.Client(http1=False, http2=True, base_url=own.url, timeout=20) as client:
+        auth = bearer(own)
+        with httpx.Client(
+            http1=False, http2=True, base_url=own.url, headers=auth, timeout=20
+        ) as client:
             send = "/v1/projects/p/messages:send"
             message = {"token": new_token(), "data": {"o": "acme", "nid": "n1"}}
             client.post(send, json={"message": message})
