@@ -23,8 +23,9 @@ shape (``{"error": {code, message, status, details}}``):
 4. the body: 400 INVALID_ARGUMENT for bad JSON, unknown fields, a message without exactly one
    of token/topic/condition, an empty or malformed token, non-string ``data`` values, data over
    4096 bytes.
-5. ``validate_only``: 200 ``{"name": "projects/<p>/messages/fake_message_id"}`` as on the real
-   service, or 404 UNREGISTERED for a dead token (the ledger row's reason ``VALIDATE_ONLY``).
+5. ``validate_only`` (a dry run: no fault, no device limit): 404 UNREGISTERED for a dead
+   token, else 200 ``{"name": "projects/<p>/messages/fake_message_id"}`` as on the real
+   service (its ledger row: reason ``VALIDATE_ONLY``, not delivered).
 6. faults (:mod:`emulators.providers.faults`, ``/_sim/faults``) on valid sends: ``quota`` (429
    RESOURCE_EXHAUSTED / QUOTA_EXCEEDED) and ``status`` (503 UNAVAILABLE / 500 INTERNAL) first.
 7. 404 NOT_FOUND + FcmError ``UNREGISTERED`` for tokens marked unregistered.
