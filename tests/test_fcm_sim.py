@@ -2,26 +2,46 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import datetime
+import functools
 import json
 import socket
+import ssl
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import google.auth.transport.requests
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
 import httpx
 import pytest
 import requests
 from google.oauth2 import service_account
 from pyfcm import FCMNotification
 from pyfcm.errors import FCMNotRegisteredError, InvalidDataError
-from sim_process import REPO, Sim, run_sim
+from sim_process import REPO, Sim, needs_h2_server, read_line, run_sim, stop, wait_healthy
 
-from emulators.providers.fcm import write_service_account_file
+from emulators.http_server import Request, server_port, start_server
+from emulators.ports import free_port
+from emulators.providers.fcm import (
+    JWT_BEARER_GRANT,
+    FcmSimulator,
+    issue_access_token,
+    project_number,
+    write_service_account_file,
+)
+from emulators.providers.ledger import ProviderState
+from emulators.providers.shared import SharedDir
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +73,22 @@ def pyfcm_client(sim: Sim, tmp_path: Path, project: str = "proj-a") -> FCMNotifi
     fcm = FCMNotification(service_account_file=str(sa))
     fcm.FCM_END_POINT_BASE = f"{sim.url}/v1/projects"  # instance attribute over the class default
     return fcm
+
+
+def access_token(url: str, verify: ssl.SSLContext | bool = True) -> str:
+    """An access token from the simulator's ``POST /token``, by the JWT-bearer grant google-auth
+    makes (the simulator does not check the assertion's signature)."""
+    header = base64.urlsafe_b64encode(b'{"alg":"RS256","typ":"JWT"}').rstrip(b"=").decode()
+    form = {"grant_type": JWT_BEARER_GRANT, "assertion": f"{header}.e30.c2ln"}
+    r = httpx.post(f"{url}/token", data=form, verify=verify, timeout=10)
+    r.raise_for_status()
+    return r.json()["access_token"]
+
+
+def bearer(sim: Sim) -> dict[str, str]:
+    """The Authorization header of a send to ``sim`` (a fresh token of its own)."""
+    verify = sim.client_ssl() if sim.cert_dir is not None else True
+    return {"authorization": f"Bearer {access_token(sim.url, verify)}"}
 
 
 def send_url(sim: Sim, project: str = "proj-a") -> str:
@@ -159,7 +195,7 @@ def test_token_endpoint_rejects_bad_grants(sim: Sim, form, error) -> None:
 # -- the HTTP v1 API directly (httpx, HTTP/2 and HTTP/1.1) --------------------------------------
 def test_h2c_send_and_error_shapes(sim: Sim) -> None:
     token, dead = new_token(), new_token()
-    with httpx.Client(http1=False, http2=True, timeout=20) as client:
+    with httpx.Client(http1=False, http2=True, headers=bearer(sim), timeout=20) as client:
         r = client.post(send_url(sim), json={"message": {"token": token, "data": {"a": "b"}}})
         assert r.http_version == "HTTP/2" and r.status_code == 200
         assert r.json()["name"].startswith("projects/proj-a/messages/0:")
@@ -192,7 +228,7 @@ def test_h2c_send_and_error_shapes(sim: Sim) -> None:
 )
 def test_invalid_argument(sim: Sim, body, error_code) -> None:
     since = sim.next_seq()
-    with httpx.Client(http1=False, http2=True, timeout=20) as client:
+    with httpx.Client(http1=False, http2=True, headers=bearer(sim), timeout=20) as client:
         r = client.post(send_url(sim), content=body, headers={"content-type": "application/json"})
     assert_google_error(r, 400, "INVALID_ARGUMENT", error_code)
     [row] = sim.ledger(since)
@@ -200,7 +236,9 @@ def test_invalid_argument(sim: Sim, body, error_code) -> None:
 
 
 def test_non_string_data_value_names_the_field(sim: Sim) -> None:
-    r = httpx.post(send_url(sim), json={"message": {"token": "abc", "data": {"n": 12}}})
+    r = httpx.post(
+        send_url(sim), json={"message": {"token": "abc", "data": {"n": 12}}}, headers=bearer(sim)
+    )
     details = r.json()["error"]["details"]
     assert details[0]["@type"] == "type.googleapis.com/google.rpc.BadRequest"
     assert details[0]["fieldViolations"][0]["field"] == "message.data[0].value"
@@ -208,7 +246,7 @@ def test_non_string_data_value_names_the_field(sim: Sim) -> None:
 
 def test_topic_and_validate_only(sim: Sim) -> None:
     since = sim.next_seq()
-    with httpx.Client(timeout=20) as client:
+    with httpx.Client(headers=bearer(sim), timeout=20) as client:
         r = client.post(send_url(sim), json={"message": {"topic": "news"}})
         assert r.status_code == 200
         r = client.post(send_url(sim), json={"message": {"token": "abc"}, "validate_only": True})
@@ -231,7 +269,9 @@ def test_topic_and_validate_only(sim: Sim) -> None:
 def test_tls_h2(tls_sim: Sim, tmp_path: Path) -> None:
     token = new_token()
     since = tls_sim.next_seq()
-    with httpx.Client(http2=True, verify=tls_sim.client_ssl(), timeout=20) as client:
+    with httpx.Client(
+        http2=True, verify=tls_sim.client_ssl(), headers=bearer(tls_sim), timeout=20
+    ) as client:
         r = client.post(
             send_url(tls_sim, "proj-tls"),
             json={"message": {"token": token, "data": {"tenant_id": "t", "notification_id": "n"}}},
@@ -260,7 +300,10 @@ def test_pyfcm_over_tls(tls_sim: Sim, tmp_path: Path, monkeypatch: pytest.Monkey
 def test_ledger_reset_and_bad_control_input(tmp_path: Path) -> None:
     with run_sim(MODULE, tmp_path) as own:
         token = new_token()
-        with httpx.Client(http1=False, http2=True, base_url=own.url, timeout=20) as client:
+        auth = bearer(own)
+        with httpx.Client(
+            http1=False, http2=True, base_url=own.url, headers=auth, timeout=20
+        ) as client:
             for _ in range(2):
                 client.post("/v1/projects/p/messages:send", json={"message": {"token": token}})
             assert client.get("/_sim/ledger?since=1").json()["next"] == 2
@@ -349,7 +392,10 @@ def test_a_dead_token_revived_answers_again(sim: Sim, tmp_path: Path) -> None:
 
 def test_the_ledger_reads_ids_where_the_system_says_its_pushes_carry_them(tmp_path: Path) -> None:
     with run_sim(MODULE, tmp_path) as own:
-        with httpx.Client(http1=False, http2=True, base_url=own.url, timeout=20) as client:
+        auth = bearer(own)
+        with httpx.Client(
+            http1=False, http2=True, base_url=own.url, headers=auth, timeout=20
+        ) as client:
             send = "/v1/projects/p/messages:send"
             message = {"token": new_token(), "data": {"o": "acme", "nid": "n1"}}
             client.post(send, json={"message": message})
@@ -362,3 +408,510 @@ def test_the_ledger_reads_ids_where_the_system_says_its_pushes_carry_them(tmp_pa
             client.post(send, json={"message": message})
             rows = client.get("/_sim/ledger").json()["rows"]
     assert [(r["tenant_id"], r["notification_id"]) for r in rows] == [(None, None), ("acme", "n1")]
+
+
+# -- strict like Google: credentials, limits, the switch ---------------------------------------------
+class LocalFcm:
+    """The simulator in this process on a real socket, with a clock the test moves (``now``):
+    state in memory, or in a shared directory as the serving processes keep it."""
+
+    def __init__(self, state_dir: Path | None) -> None:
+        self.now = time.time()
+        self.shared = SharedDir.create(state_dir) if state_dir is not None else None
+        self.state = ProviderState(PROVIDER, shared=self.shared)
+        self.sim = FcmSimulator(self.state, clock=lambda: self.now)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server = asyncio.run_coroutine_threadsafe(
+            start_server(self.sim.handle, "127.0.0.1", 0), self.loop
+        ).result(10)
+        self.port = server_port(self.server)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.close)  # the loop's own thread, not this one
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.state.close()
+        if self.shared is not None:
+            self.shared.close()
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"authorization": f"Bearer {token}"} if token else None
+        return httpx.Client(http1=False, http2=True, base_url=self.url, headers=headers, timeout=20)
+
+    def ledger(self, since: int = 0) -> list[dict]:
+        return httpx.get(f"{self.url}/_sim/ledger?since={since}", timeout=10).json()["rows"]
+
+    def handle(self, token: str, body: dict) -> int:
+        """A send straight to the handler (no socket): for the thousands a test needs first."""
+        request = Request(
+            "POST",
+            "/v1/projects/p/messages:send",
+            headers={"authorization": f"Bearer {token}"},
+            body=json.dumps(body).encode(),
+        )
+        future = asyncio.run_coroutine_threadsafe(self.sim.handle(request), self.loop)
+        return future.result(10).status
+
+
+@pytest.fixture(params=["memory", "shared"])
+def local(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LocalFcm]:
+    server = LocalFcm(tmp_path / "state" if request.param == "shared" else None)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def error_info(reason: str) -> dict:
+    return {
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": reason,
+        "domain": "googleapis.com",
+        "metadata": {
+            "method": "google.firebase.fcm.v1.FcmService.SendMessage",
+            "service": "fcm.googleapis.com",
+        },
+    }
+
+
+def google_401(message: str, reason: str) -> dict:
+    return {
+        "error": {
+            "code": 401,
+            "message": message,
+            "status": "UNAUTHENTICATED",
+            "details": [error_info(reason)],
+        }
+    }
+
+
+MISSING = (
+    "Request is missing required authentication credential. Expected OAuth 2 access token, "
+    "login cookie or other valid authentication credential. See "
+    "https://developers.google.com/identity/sign-in/web/devconsole-project."
+)
+INVALID = (
+    "Request had invalid authentication credentials. Expected OAuth 2 access token, login "
+    "cookie or other valid authentication credential. See "
+    "https://developers.google.com/identity/sign-in/web/devconsole-project."
+)
+
+
+def test_no_token_a_foreign_one_or_an_expired_one_gets_googles_401(local: LocalFcm) -> None:
+    token = access_token(local.url)
+    assert token.startswith("ya29.sim-")
+    forged = token[:-1] + ("0" if token[-1] != "0" else "1")  # the same token, signed wrongly
+    foreign = issue_access_token(b"another simulator's secret.....!", int(local.now) + 3600)
+    body = {"message": {"token": new_token()}}
+    since = len(local.ledger())
+    with local.client() as client:
+
+        def send(auth: str | None) -> httpx.Response:
+            headers = {"authorization": auth} if auth is not None else {}
+            return client.post("/v1/projects/p/messages:send", json=body, headers=headers)
+
+        assert send(f"Bearer {token}").status_code == 200
+        answers = {
+            "none": send(None),
+            "garbled": send("Bearer not-an-access-token"),
+            "google's": send("Bearer ya29.a0AfB_byDgoogleissuedthis"),
+            "forged": send(f"Bearer {forged}"),
+            "foreign": send(f"Bearer {foreign}"),
+        }
+        local.now += 3599  # still valid one second before it ends
+        assert send(f"Bearer {token}").status_code == 200
+        local.now += 1
+        answers["expired"] = send(f"Bearer {token}")
+    assert {k: r.status_code for k, r in answers.items()} == dict.fromkeys(answers, 401)
+    assert answers["none"].json() == google_401(MISSING, "CREDENTIALS_MISSING")
+    assert answers["garbled"].json() == google_401(INVALID, "ACCESS_TOKEN_TYPE_UNSUPPORTED")
+    for name in ("google's", "forged", "foreign", "expired"):
+        assert answers[name].json() == google_401(INVALID, "ACCESS_TOKEN_EXPIRED"), name
+    rows = local.ledger(since)
+    assert [(r["status"], r["reason"], r["delivered"]) for r in rows] == [
+        (200, None, True),
+        *[(401, "UNAUTHENTICATED", False)] * 5,
+        (200, None, True),
+        (401, "UNAUTHENTICATED", False),
+    ]
+
+
+def test_google_auth_fetches_a_new_token_when_the_old_one_expired(
+    local: LocalFcm, tmp_path: Path
+) -> None:
+    """google-auth's AuthorizedSession (firebase-admin's transport) with the service-account
+    file: the simulator's 401 for an expired token makes it fetch a new one and send again."""
+    sa = write_service_account_file(tmp_path / "sa.json", f"{local.url}/token", "proj-s")
+    creds = service_account.Credentials.from_service_account_file(
+        str(sa), scopes=["https://www.googleapis.com/auth/firebase.messaging"]
+    )
+    session = google.auth.transport.requests.AuthorizedSession(creds)
+    url = f"{local.url}/v1/projects/proj-s/messages:send"
+    body = {"message": {"token": new_token()}}
+    assert session.post(url, json=body, timeout=10).status_code == 200
+    first = creds.token
+    local.now += 3601  # expired for the simulator; google-auth's own clock has not moved
+    assert session.post(url, json=body, timeout=10).status_code == 200
+    assert creds.token != first and local.sim.tokens_issued == 2
+    rows = local.ledger()
+    assert [(r["status"], r["reason"]) for r in rows] == [
+        (200, None),
+        (401, "UNAUTHENTICATED"),
+        (200, None),
+    ]
+
+
+DEVICE_429 = {
+    "code": 429,
+    "message": "Device message rate exceeded.",
+    "status": "RESOURCE_EXHAUSTED",
+}
+
+
+def device_429(limit: str) -> dict:
+    return {
+        "error": {
+            **DEVICE_429,
+            "details": [
+                {"@type": FCM_ERROR, "errorCode": "QUOTA_EXCEEDED"},
+                {
+                    "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                    "violations": [
+                        {
+                            "subject": "device",
+                            "description": f"Device message rate exceeded: more than {limit} "
+                            "to one registration token.",
+                        }
+                    ],
+                },
+            ],
+        }
+    }
+
+
+def test_the_241st_message_to_a_device_within_a_minute_is_refused(local: LocalFcm) -> None:
+    token, device, other = access_token(local.url), new_token(), new_token()
+    body = {"message": {"token": device, "data": {"tenant_id": "t"}}}
+    with local.client(token) as client:
+        send = functools.partial(client.post, "/v1/projects/p/messages:send")
+        codes = [send(json=body).status_code for _ in range(240)]
+        assert codes == [200] * 240
+        refused = send(json=body)
+        assert refused.status_code == 429
+        assert refused.json() == device_429("240 messages per minute")
+        assert "retry-after" not in refused.headers  # Google sends none
+        assert send(json={"message": {"token": other}}).status_code == 200
+        local.now += 59.9  # the device's minute started with its first message
+        assert send(json=body).status_code == 429
+        local.now += 0.1
+        assert send(json=body).status_code == 200
+    rows = local.ledger(238)
+    assert [(r["token"], r["status"], r["reason"], r["delivered"]) for r in rows] == [
+        (device, 200, None, True),
+        (device, 200, None, True),
+        (device, 429, "QUOTA_EXCEEDED", False),
+        (other, 200, None, True),
+        (device, 429, "QUOTA_EXCEEDED", False),
+        (device, 200, None, True),
+    ]
+
+
+def test_the_5001st_message_to_a_device_within_an_hour_is_refused(local: LocalFcm) -> None:
+    token, device = access_token(local.url), new_token()
+    body = {"message": {"token": device}}
+    start = local.now
+    statuses = []
+    for minute in range(21):  # 240 a minute (the most a minute allows), 4,999 in all
+        local.now = start + 60 * minute
+        statuses += [local.handle(token, body) for _ in range(min(240, 4999 - 240 * minute))]
+    assert statuses == [200] * 4999
+    local.now = start + 3000
+    with local.client(access_token(local.url)) as client:  # the first token ends at +3600
+        send = functools.partial(client.post, "/v1/projects/p/messages:send", json=body)
+        assert send().status_code == 200  # the 5,000th
+        refused = send()
+        assert refused.json() == device_429("5000 messages per hour")
+        local.now = start + 3599.9
+        assert send().status_code == 429
+        local.now = start + 3600  # the device's hour started with its first message
+        assert send().status_code == 200
+    rows = local.ledger(4999)
+    assert [(r["status"], r["reason"]) for r in rows] == [
+        (200, None),
+        (429, "QUOTA_EXCEEDED"),
+        (429, "QUOTA_EXCEEDED"),
+        (200, None),
+    ]
+
+
+def test_collapsible_messages_come_in_a_burst_of_20_then_one_every_3_minutes(
+    local: LocalFcm,
+) -> None:
+    """Google delays a collapsible message over the burst (it does not refuse it): answered
+    200, its ledger row says COLLAPSIBLE_THROTTLED. Every platform's collapse key counts."""
+    token, device, other = access_token(local.url), new_token(), new_token()
+    android = {"android": {"collapse_key": "sync"}}
+    apple = {"apns": {"headers": {"apns-collapse-id": "score"}}}
+    web = {"webpush": {"headers": {"Topic": "news"}}}
+    with local.client(token) as client:
+
+        def send(extra: dict, to: str = device) -> int:
+            body = {"message": {"token": to, **extra}}
+            return client.post("/v1/projects/p/messages:send", json=body).status_code
+
+        burst = [send(kind) for kind in [android, apple, web] * 6 + [android, apple]]
+        assert burst == [200] * 20
+        assert send(web) == 200  # the 21st: throttled, not refused
+        assert send({}) == 200  # not collapsible: not throttled
+        assert send(android, other) == 200  # another device has its own burst
+        local.now += 179.9
+        assert send(apple) == 200  # still throttled
+        local.now += 0.1  # one more after 3 minutes
+        assert send(android) == 200
+        assert send(android) == 200  # and only one
+    reasons = [(r["token"], r["reason"], r["delivered"]) for r in local.ledger()]
+    assert reasons == [(device, None, True)] * 20 + [
+        (device, "COLLAPSIBLE_THROTTLED", True),
+        (device, None, True),
+        (other, None, True),
+        (device, "COLLAPSIBLE_THROTTLED", True),
+        (device, None, True),
+        (device, "COLLAPSIBLE_THROTTLED", True),
+    ]
+
+
+def project_429(project: str, limit: int) -> dict:
+    number = project_number(project)
+    return {
+        "error": {
+            "code": 429,
+            "message": "Quota exceeded for quota metric 'Send requests' and limit 'Send requests "
+            "per minute' of service 'fcm.googleapis.com' for consumer "
+            f"'project_number:{number}'.",
+            "status": "RESOURCE_EXHAUSTED",
+            "details": [
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "RATE_LIMIT_EXCEEDED",
+                    "domain": "googleapis.com",
+                    "metadata": {
+                        "quota_limit_value": str(limit),
+                        "consumer": f"projects/{number}",
+                        "quota_metric": "fcm.googleapis.com/send_requests",
+                        "quota_unit": "1/min/{project}",
+                        "service": "fcm.googleapis.com",
+                        "quota_location": "global",
+                        "quota_limit": "SendsPerMinutePerProject",
+                    },
+                },
+                {
+                    "@type": "type.googleapis.com/google.rpc.Help",
+                    "links": [
+                        {
+                            "description": "Request a higher quota limit.",
+                            "url": "https://cloud.google.com/docs/quotas/help/request_increase",
+                        }
+                    ],
+                },
+            ],
+        }
+    }
+
+
+def test_the_project_quota_scales_and_refuses_as_google_does(local: LocalFcm) -> None:
+    token = access_token(local.url)
+    with local.client(token) as client:
+        assert client.get("/_sim/project-quota").json() == {"per_minute": 600_000}
+        assert client.put("/_sim/project-quota", json={"per_minute": 3}).json() == {"per_minute": 3}
+        assert client.get("/_sim/project-quota").json() == {"per_minute": 3}
+
+        def send(project: str = "pq", message: object = None, **kw: object) -> httpx.Response:
+            body = {"message": message or {"token": new_token()}}
+            return client.post(f"/v1/projects/{project}/messages:send", json=body, **kw)
+
+        assert send().status_code == 200
+        assert send(message={"token": ""}).status_code == 400  # a client error counts too
+        assert send(headers={"authorization": ""}).status_code == 401  # no project to charge
+        assert send().status_code == 200
+        refused = send()
+        assert refused.status_code == 429 and "retry-after" not in refused.headers
+        assert refused.json() == project_429("pq", 3)
+        assert send(message={"token": ""}).status_code == 429  # before the body is read
+        assert send("other").status_code == 200  # its own quota
+        local.now += 59.9
+        assert send().status_code == 429
+        local.now += 0.1  # the project's minute started with its first message
+        assert send().status_code == 200
+        rows = local.ledger()
+        assert client.post("/_sim/reset").status_code == 200
+        assert client.get("/_sim/project-quota").json() == {"per_minute": 600_000}
+        for bad in (b"[]", b"x", b"", b'{"per_minute": -1}', b'{"per_minute": "3"}',
+                    b'{"per_minute": true}', b'{"per_minute": 3, "x": 1}'):  # fmt: skip
+            r = client.put("/_sim/project-quota", content=bad)
+            assert r.status_code == 400 and "per_minute" in r.json()["error"], bad
+        assert client.post("/_sim/project-quota", json={"per_minute": 3}).status_code == 405
+    assert [(r["project"], r["status"], r["reason"]) for r in rows] == [
+        ("pq", 200, None),
+        ("pq", 400, "INVALID_ARGUMENT"),
+        ("pq", 401, "UNAUTHENTICATED"),
+        ("pq", 200, None),
+        ("pq", 429, "RESOURCE_EXHAUSTED"),  # Google sends no FcmError here: the status
+        ("pq", 429, "RESOURCE_EXHAUSTED"),
+        ("other", 200, None),
+        ("pq", 429, "RESOURCE_EXHAUSTED"),
+        ("pq", 200, None),
+    ]
+
+
+def test_strict_off_lets_a_tokenless_send_through_until_a_reset(sim: Sim) -> None:
+    body = {"message": {"token": new_token()}}
+    try:
+        with httpx.Client(http1=False, http2=True, base_url=sim.url, timeout=20) as client:
+            send = functools.partial(client.post, "/v1/projects/p-off/messages:send", json=body)
+            assert client.get("/_sim/strict").json() == {"enabled": True}
+            assert send().status_code == 401
+            r = client.put("/_sim/strict", json={"enabled": False})
+            assert (r.status_code, r.json()) == (200, {"enabled": False})
+            assert client.get("/_sim/strict").json() == {"enabled": False}
+            assert send().status_code == 200
+            assert send(headers={"authorization": "Bearer whatever"}).status_code == 200
+            assert send(headers={"authorization": "Basic x"}).status_code == 401  # as ever
+            client.put("/_sim/project-quota", json={"per_minute": 1})
+            assert [send().status_code for _ in range(3)] == [200] * 3  # no quota either
+            assert client.post("/_sim/reset").json() == {"ok": True}
+            assert client.get("/_sim/strict").json() == {"enabled": True}
+            assert send().status_code == 401
+            for bad in (b"[]", b"x", b"", b'{"enabled": "no"}', b'{"enabled": 0}',
+                        b'{"enabled": false, "x": 1}', b"{}"):  # fmt: skip
+                r = client.put("/_sim/strict", content=bad)
+                assert r.status_code == 400 and "enabled" in r.json()["error"], bad
+            assert client.get("/_sim/strict").json() == {"enabled": True}
+            assert client.delete("/_sim/strict").status_code == 405
+    finally:
+        sim.reset()
+
+
+@contextmanager
+def start_fcm(tmp_path: Path, *args: str) -> Iterator[Sim]:
+    """The simulator's command line with options of its own (run_sim passes none)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", MODULE, "--port", str(port), "--server", "h2", *args]
+    with open(tmp_path / "fcm.stderr", "w") as stderr:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            line = read_line(proc, 30)
+            assert line.strip() == f"fcm simulator listening on http://127.0.0.1:{port}", line
+            sim = Sim(proc, port, f"http://127.0.0.1:{port}", None)
+            wait_healthy(sim, 30)
+            yield sim
+        finally:
+            stop(proc)
+
+
+def test_the_command_line_starts_every_process_lenient_with_its_quota(tmp_path: Path) -> None:
+    """--lenient and --project-quota-per-minute reach both serving processes, and what one
+    process is told (strict on, a reset) holds in the other from the next request on."""
+    args = ["--processes", "2", "--lenient", "--project-quota-per-minute", "2"]
+    with start_fcm(tmp_path, *args, "--state-dir", str(tmp_path / "state")) as sim:
+        token = access_token(sim.url)
+
+        def fresh(auth: bool = False) -> httpx.Client:  # a new connection: either process
+            headers = {"authorization": f"Bearer {token}"} if auth else None
+            return httpx.Client(
+                http1=False, http2=True, base_url=sim.url, headers=headers, timeout=20
+            )
+
+        def send(project: str, auth: bool = False) -> int:
+            with fresh(auth) as client:
+                body = {"message": {"token": new_token()}}
+                r = client.post(f"/v1/projects/{project}/messages:send", json=body)
+                return r.status_code
+
+        for _ in range(4):
+            with fresh() as client:
+                assert client.get("/_sim/strict").json() == {"enabled": False}
+                assert client.get("/_sim/project-quota").json() == {"per_minute": 2}
+        assert [send("a") for _ in range(4)] == [200] * 4  # lenient: no token, no quota
+        with fresh() as client:
+            assert client.put("/_sim/strict", json={"enabled": True}).status_code == 200
+        assert [send("b") for _ in range(4)] == [401] * 4
+        assert [send("c", auth=True) for _ in range(4)] == [200, 200, 429, 429]
+        with fresh() as client:
+            assert client.post("/_sim/reset").status_code == 200
+        assert [send("d") for _ in range(4)] == [200] * 4  # lenient again, as it started
+
+
+def test_tokens_and_device_limits_hold_across_processes(tmp_path: Path) -> None:
+    """A token one process issued is good in the other; one device's 241st message in a
+    minute is refused whichever process counts it."""
+    with run_sim(MODULE, tmp_path, processes=2, server="h2") as own:
+        auth = bearer(own)
+        device = new_token()
+        clients = [
+            httpx.Client(http1=False, http2=True, base_url=own.url, headers=auth, timeout=20)
+            for _ in range(8)
+        ]
+        try:
+            codes = [
+                clients[n % 8]
+                .post("/v1/projects/p/messages:send", json={"message": {"token": device}})
+                .status_code
+                for n in range(242)
+            ]
+        finally:
+            for client in clients:
+                client.close()
+    assert codes == [200] * 240 + [429] * 2
+
+
+@needs_h2_server
+def test_a_connection_allows_100_concurrent_streams() -> None:
+    """As fcm.googleapis.com advertises: the first request on a connection brings SETTINGS
+    with 100 (our server's own default is 1000); the server's next connections say 100 in
+    their first SETTINGS."""
+    server = LocalFcm(None)
+    try:
+        token = access_token(server.url)
+        first = announced_max_streams(server.port, token)
+        second = announced_max_streams(server.port, token)
+    finally:
+        server.close()
+    assert first == [1000, 100]
+    assert second == [100]
+
+
+def announced_max_streams(port: int, token: str) -> list[int]:
+    """MAX_CONCURRENT_STREAMS each time the server set it, until one send is answered."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    body = json.dumps({"message": {"token": new_token()}}).encode()
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(
+        sid,
+        [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":authority", f"127.0.0.1:{port}"),
+            (":path", "/v1/projects/p/messages:send"),
+            ("authorization", f"Bearer {token}"),
+            ("content-length", str(len(body))),
+        ],
+    )
+    conn.send_data(sid, body, end_stream=True)
+    seen: list[int] = []
+    code = h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(conn.data_to_send())
+        while True:
+            data = sock.recv(65536)
+            assert data, "the server closed the connection"
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.RemoteSettingsChanged):
+                    if code in event.changed_settings:
+                        seen.append(event.changed_settings[code].new_value)
+                elif isinstance(event, h2.events.StreamEnded):
+                    return seen
+            sock.sendall(conn.data_to_send())

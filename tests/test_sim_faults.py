@@ -7,12 +7,14 @@ enough requests to be certain, and a seeded p=0.5 must give the same sequence tw
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import socket
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlencode
 
 import h2.config
 import h2.connection
@@ -30,7 +32,7 @@ from pyfcm.errors import FCMServerError
 from sim_process import Sim, needs_h2_server, run_sim
 
 from emulators.http_server import Request
-from emulators.providers.fcm import FcmSimulator, write_service_account_file
+from emulators.providers.fcm import JWT_BEARER_GRANT, FcmSimulator, write_service_account_file
 from emulators.providers.ledger import ProviderState
 from emulators.providers.loadcheck import H2ClientConnection
 
@@ -73,8 +75,27 @@ def fcm_token() -> str:
     return f"fcm-{uuid.uuid4().hex}:APA91b{uuid.uuid4().hex}"
 
 
-def h2c(sim: Sim) -> httpx.Client:
-    return httpx.Client(http1=False, http2=True, base_url=sim.url, timeout=20)
+def h2c(sim: Sim, headers: dict[str, str] | None = None) -> httpx.Client:
+    return httpx.Client(http1=False, http2=True, base_url=sim.url, headers=headers, timeout=20)
+
+
+# a JWT-bearer grant's assertion as google-auth sends it (the simulator does not check its
+# signature)
+ASSERTION = base64.urlsafe_b64encode(b'{"alg":"RS256"}').rstrip(b"=").decode() + ".e30.c2ln"
+_access_tokens: dict[str, str] = {}
+
+
+def fcm_auth(sim: Sim) -> dict[str, str]:
+    """The Authorization header of a send to the FCM simulator (one token per simulator)."""
+    if sim.url not in _access_tokens:
+        form = {"grant_type": JWT_BEARER_GRANT, "assertion": ASSERTION}
+        r = httpx.post(f"{sim.url}/token", data=form, timeout=10)
+        _access_tokens[sim.url] = r.json()["access_token"]
+    return {"authorization": f"Bearer {_access_tokens[sim.url]}"}
+
+
+def fcm_h2c(sim: Sim) -> httpx.Client:
+    return h2c(sim, fcm_auth(sim))
 
 
 def apns_push(client: httpx.Client, token: str, nid: str = "n", **headers: str) -> httpx.Response:
@@ -107,7 +128,12 @@ def wait_until(condition, timeout: float = 10.0) -> None:
         delay = min(delay * 2, 0.1)
 
 
-def h2_burst(port: int, requests: list[tuple[str, bytes]], timeout: float = 15.0) -> list[tuple]:
+def h2_burst(
+    port: int,
+    requests: list[tuple[str, bytes]],
+    timeout: float = 15.0,
+    headers: dict[str, str] | None = None,
+) -> list[tuple]:
     """Open a connection, send every request in one write, read frames until the server closes.
 
     Returns the server's frames in order: ("response", stream_id, status) for each HEADERS,
@@ -126,6 +152,7 @@ def h2_burst(port: int, requests: list[tuple[str, bytes]], timeout: float = 15.0
                 (":authority", f"127.0.0.1:{port}"),
                 (":path", path),
                 ("content-length", str(len(body))),
+                *(headers or {}).items(),
             ],
         )
         conn.send_data(sid, body, end_stream=True)
@@ -565,7 +592,7 @@ def test_aioapns_sees_429(apns: Sim) -> None:
 def test_fcm_quota_per_project(fcm: Sim) -> None:
     fault = fcm.start_fault("quota", {"per_minute": 5, "window_seconds": 3})
     assert fault["params"] == {"per_minute": 5, "window_seconds": 3}
-    with h2c(fcm) as client:
+    with fcm_h2c(fcm) as client:
         a = [fcm_send(client, fcm_token(), "proj-a") for _ in range(8)]
         b = [fcm_send(client, fcm_token(), "proj-b") for _ in range(5)]
     assert [r.status_code for r in a] == [200] * 5 + [429] * 3
@@ -587,7 +614,7 @@ def test_fcm_quota_per_project(fcm: Sim) -> None:
     # a new window starts within Retry-After seconds
     deadline_s = int(a[-1].headers["retry-after"])
     t_429 = time.monotonic()
-    with h2c(fcm) as client:
+    with fcm_h2c(fcm) as client:
         wait_until(lambda: fcm_send(client, fcm_token(), "proj-a").status_code == 200, 10)
     assert time.monotonic() - t_429 <= deadline_s + 1.0
 
@@ -597,10 +624,13 @@ def test_fcm_quota_window_with_injected_clock() -> None:
     state = ProviderState("fcm", clock=lambda: now[0])
     sim = FcmSimulator(state)
     state.faults.start("quota", {"per_minute": 2})  # default 60-second window from t=1000
+    form = urlencode({"grant_type": JWT_BEARER_GRANT, "assertion": ASSERTION}).encode()
+    token = json.loads(asyncio.run(sim.handle(Request("POST", "/token", body=form))).body)
+    auth = {"authorization": f"Bearer {token['access_token']}"}
 
     def send(project: str = "p") -> tuple[int, str | None]:
         body = json.dumps({"message": {"token": "tok"}}).encode()
-        request = Request("POST", f"/v1/projects/{project}/messages:send", body=body)
+        request = Request("POST", f"/v1/projects/{project}/messages:send", headers=auth, body=body)
         response = asyncio.run(sim.handle(request))
         return response.status, response.headers.get("retry-after")
 
@@ -621,7 +651,7 @@ def test_fcm_quota_window_with_injected_clock() -> None:
 @pytest.mark.parametrize(("status", "name"), [(503, "UNAVAILABLE"), (500, "INTERNAL")])
 def test_fcm_status_p1_then_p0(fcm: Sim, status: int, name: str) -> None:
     fault = fcm.start_fault("status", {"p": 1, "status": status, "retry_after": 4})
-    with h2c(fcm) as client:
+    with fcm_h2c(fcm) as client:
         answers = [fcm_send(client, fcm_token()) for _ in range(N)]
         assert {r.status_code for r in answers} == {status}
         assert {r.json()["error"]["status"] for r in answers} == {name}
@@ -637,7 +667,7 @@ def test_fcm_status_p1_then_p0(fcm: Sim, status: int, name: str) -> None:
 
 
 def test_fcm_seeded_half_repeats(fcm: Sim) -> None:
-    with h2c(fcm) as client:
+    with fcm_h2c(fcm) as client:
 
         def send() -> int:
             return fcm_send(client, fcm_token()).status_code
@@ -650,7 +680,7 @@ def test_fcm_seeded_half_repeats(fcm: Sim) -> None:
 
 def test_fcm_accepted_then_error_latency_unregister(fcm: Sim) -> None:
     fault = fcm.start_fault("accepted_then_error", {"p": 1})
-    with h2c(fcm) as client:
+    with fcm_h2c(fcm) as client:
         r = fcm_send(client, fcm_token())
         assert r.status_code == 500 and fcm_error_code(r) == "INTERNAL"
         fcm.reset()
@@ -671,7 +701,7 @@ def test_fcm_accepted_then_error_latency_unregister(fcm: Sim) -> None:
 
 def test_fcm_accepted_then_error_ledger(fcm: Sim) -> None:
     fault = fcm.start_fault("accepted_then_error", {"p": 1, "status": 503})
-    with h2c(fcm) as client:
+    with fcm_h2c(fcm) as client:
         for _ in range(2):
             r = fcm_send(client, "tok-1", data={"notification_id": "n1"})
             assert r.status_code == 503 and fcm_error_code(r) == "UNAVAILABLE"
@@ -682,7 +712,7 @@ def test_fcm_accepted_then_error_ledger(fcm: Sim) -> None:
 
 
 def test_fcm_collapse_id(fcm: Sim) -> None:
-    with h2c(fcm) as client:
+    with fcm_h2c(fcm) as client:
         fcm_send(client, fcm_token(), android={"collapse_key": "ck-1"})
         fcm_send(client, fcm_token(), apns={"headers": {"apns-collapse-id": "ac-2"}})
         fcm_send(client, fcm_token())
@@ -704,7 +734,7 @@ def test_fcm_collapse_id(fcm: Sim) -> None:
 def test_fcm_goaway(fcm: Sim) -> None:
     fcm.start_fault("goaway", {"after_streams": 2})
     body = json.dumps({"message": {"token": "tok"}}).encode()
-    frames = h2_burst(fcm.port, [("/v1/projects/p/messages:send", body)] * 5)
+    frames = h2_burst(fcm.port, [("/v1/projects/p/messages:send", body)] * 5, headers=fcm_auth(fcm))
     assert frames == [("response", 1, 200), ("response", 3, 200), ("goaway", 3, 0)]
     assert len(fcm.ledger()) == 2
 

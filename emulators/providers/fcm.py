@@ -1,37 +1,79 @@
-"""FCM HTTP v1 simulator (``POST /v1/projects/<project>/messages:send``), Google's error shape.
+"""FCM HTTP v1 simulator (``POST /v1/projects/<project>/messages:send``), as strict as Google.
 
-Run: ``python -m emulators.providers.fcm --port N [--host 127.0.0.1] [--tls] [--cert-dir DIR]``.
+Run: ``python -m emulators.providers.fcm --port N [--host 127.0.0.1] [--tls] [--cert-dir DIR]
+[--lenient] [--project-quota-per-minute N]``.
 
-* 200 ``{"name": "projects/<p>/messages/<id>"}``; with ``validate_only`` the id is
-  ``fake_message_id`` as on the real service (the ledger row then has reason ``VALIDATE_ONLY``).
-* 404 NOT_FOUND + FcmError ``UNREGISTERED`` for tokens marked unregistered.
-* 400 INVALID_ARGUMENT for bad JSON, unknown fields, a message without exactly one of
-  token/topic/condition, an empty or malformed token, non-string ``data`` values, data over
-  4096 bytes.
-* 401 UNAUTHENTICATED when an ``Authorization`` header is present but not ``Bearer <token>``
-  (a missing header is accepted: the simulator does not police credentials).
-* ``POST /token``: OAuth2 JWT-bearer grant, what google-auth service-account credentials call at
-  their ``token_uri``. :func:`write_service_account_file` writes such a file pointing here.
+A send is checked in this order; the first check that fails answers, in Google's JSON error
+shape (``{"error": {code, message, status, details}}``):
+
+1. the route: 404 NOT_FOUND for another path, 405 for another method than POST.
+2. credentials (strict): ``Authorization: Bearer <access token>`` with a token this simulator
+   issued (``POST /token``, in any of its serving processes) and not expired. Else 401
+   UNAUTHENTICATED with Google's messages and a ``google.rpc.ErrorInfo`` detail (reason
+   CREDENTIALS_MISSING without the header; ACCESS_TOKEN_TYPE_UNSUPPORTED for another scheme or
+   a credential that is no ``ya29.`` token; ACCESS_TOKEN_EXPIRED for an expired ``ya29.``
+   token or one this simulator did not sign). Lenient: only a header present but not
+   ``Bearer <something>`` is refused.
+3. the project quota (strict): 600,000 messages a minute per project (``--project-quota-per-
+   minute``, ``PUT /_sim/project-quota``), minutes from the project's first message, not the
+   clock's; every authenticated send counts, also those refused below (Google counts client
+   errors). Over it: 429 RESOURCE_EXHAUSTED in the shape Google's API front end sends (no
+   FcmError; ``google.rpc.ErrorInfo`` RATE_LIMIT_EXCEEDED and a ``google.rpc.Help``), no
+   ``retry-after`` (Google sends none for a quota).
+4. the body: 400 INVALID_ARGUMENT for bad JSON, unknown fields, a message without exactly one
+   of token/topic/condition, an empty or malformed token, non-string ``data`` values, data over
+   4096 bytes.
+5. ``validate_only`` (a dry run: no fault, no device limit): 404 UNREGISTERED for a dead
+   token, else 200 ``{"name": "projects/<p>/messages/fake_message_id"}`` as on the real
+   service (its ledger row: reason ``VALIDATE_ONLY``, not delivered).
+6. faults (:mod:`emulators.providers.faults`, ``/_sim/faults``) on valid sends: ``quota`` (429
+   RESOURCE_EXHAUSTED / QUOTA_EXCEEDED) and ``status`` (503 UNAVAILABLE / 500 INTERNAL) first.
+7. 404 NOT_FOUND + FcmError ``UNREGISTERED`` for tokens marked unregistered.
+8. the device's limits (strict; messages to a registration token): 240 a minute and 5,000 an
+   hour (Google's "maximum message rate to a single device"), windows from the device's first
+   message. Over them: 429 RESOURCE_EXHAUSTED + FcmError ``QUOTA_EXCEEDED`` and the
+   ``google.rpc.QuotaFailure`` Google documents for it, no ``retry-after``. Collapsible
+   messages (``android.collapse_key``, ``apns.headers["apns-collapse-id"]``,
+   ``webpush.headers["Topic"]``): a burst of 20 per device, one more every 3 minutes; Google
+   delays one over the burst rather than refusing it, so it is answered 200 and its ledger row
+   has reason ``COLLAPSIBLE_THROTTLED`` (:mod:`emulators.providers.fcm_limits`).
+9. ``accepted_then_error`` faults (delivered, then 500/503), else 200
+   ``{"name": "projects/<p>/messages/<id>"}``.
+
+``POST /token``: the OAuth2 JWT-bearer grant google-auth's service-account credentials call at
+their ``token_uri`` (:func:`write_service_account_file` writes such a file pointing here; the
+assertion is not verified). It answers ``{"access_token", "expires_in": 3600, "token_type":
+"Bearer"}``; the token is ``ya29.sim-<expiry, epoch s>-<random hex>-<HMAC-SHA256, hex>``, signed
+with a secret every serving process shares (:func:`~emulators.providers.fcm_limits.token_secret`),
+so any of them verifies it without asking the others.
+
+Strict is the default. ``PUT /_sim/strict`` ``{"enabled": false}`` turns the checks of
+credentials and limits off (``GET /_sim/strict`` says which); ``POST /_sim/reset`` returns to the
+start-up setting (strict, unless ``--lenient``), as it does the project quota. ``GET`` / ``PUT
+/_sim/project-quota`` ``{"per_minute": N}``. Every process of the simulator sees these at once.
+
+HTTP/2: a connection allows 100 concurrent streams, as fcm.googleapis.com advertises (our own
+server only; see :meth:`FcmSimulator.cap_streams`).
 
 The ledger row's tenant_id / notification_id come from ``message.data`` (or wherever a system
 said its pushes carry them: ``PUT /_sim/payload-ids``, dotted paths into the request body);
-``reason`` is the FCM errorCode (or the status when Google sends none).
-
-Faults (:mod:`emulators.providers.faults`, ``/_sim/faults``) act on valid sends (not on
-``validate_only`` dry runs): ``quota`` (429 RESOURCE_EXHAUSTED / QUOTA_EXCEEDED) and ``status``
-(503 UNAVAILABLE / 500 INTERNAL) before the UNREGISTERED check, ``accepted_then_error``
-(delivered, then 500/503) after it.
+``reason`` is the FCM errorCode (or the status when Google sends none), ``COLLAPSIBLE_THROTTLED``
+or ``VALIDATE_ONLY``.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
+import hmac
 import json
+import os
 import re
 import secrets
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from pathlib import Path
@@ -39,16 +81,56 @@ from random import getrandbits
 from typing import Any
 from urllib.parse import parse_qs
 
+import h2.connection
+import h2.settings
+
 from emulators.http_server import Request, Response, json_response
 from emulators.providers.apns import looks_like_jwt, parse_json_body
 from emulators.providers.faults import Fault, Outcome, finish
+from emulators.providers.fcm_limits import (
+    COLLAPSIBLE_THROTTLED,
+    DEFAULT_PROJECT_QUOTA_PER_MINUTE,
+    DEVICE_MINUTE,
+    DEVICE_PER_HOUR,
+    DEVICE_PER_MINUTE,
+    SENT,
+    LocalLimits,
+    Settings,
+    SharedLimits,
+    forget_shared_limits,
+    token_secret,
+)
 from emulators.providers.ledger import ProviderState, control
 from emulators.providers.serving import ServeOptions, add_serving_arguments, serve
 
 PROVIDER = "fcm"
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
+ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+QUOTA_FAILURE_TYPE = "type.googleapis.com/google.rpc.QuotaFailure"
+HELP_TYPE = "type.googleapis.com/google.rpc.Help"
 JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+SERVICE = "fcm.googleapis.com"
+SEND_METHOD = "google.firebase.fcm.v1.FcmService.SendMessage"
+# Google's 401 messages (what googleapis.com answers without credentials / with bad ones)
+MISSING_CREDENTIALS = (
+    "Request is missing required authentication credential. Expected OAuth 2 access token, "
+    "login cookie or other valid authentication credential. See "
+    "https://developers.google.com/identity/sign-in/web/devconsole-project."
+)
+INVALID_CREDENTIALS = (
+    "Request had invalid authentication credentials. Expected OAuth 2 access token, login "
+    "cookie or other valid authentication credential. See "
+    "https://developers.google.com/identity/sign-in/web/devconsole-project."
+)
+ACCESS_TOKEN_PREFIX = "ya29.sim-"
+ACCESS_TOKEN_LIFETIME = 3600
+_ACCESS_TOKEN_RE = re.compile(r"^ya29\.sim-(\d{1,12})-([0-9a-f]{24})-([0-9a-f]{32})$")
+#: concurrent streams a connection allows (what fcm.googleapis.com advertises)
+MAX_CONCURRENT_STREAMS = 100
+# how the command line tells every serving process its start-up settings
+LENIENT_ENV = "SIM_FCM_LENIENT"
+PROJECT_QUOTA_ENV = "SIM_FCM_PROJECT_QUOTA_PER_MINUTE"
 MAX_DATA_BYTES = 4096
 _SEND_RE = re.compile(r"^/v1/projects/([^/]+)/messages:send$")
 _TOKEN_CHARS = re.compile(r"^[A-Za-z0-9_:\-.]+$")
@@ -87,13 +169,16 @@ def google_error(
     fcm_error: str | None = None,
     field_violations: list[dict[str, str]] | None = None,
     headers: dict[str, str] | None = None,
+    details: list[dict[str, Any]] | None = None,
 ) -> Response:
-    """An error in Google's JSON shape (``{"error": {code, message, status, details}}``)."""
-    details: list[dict[str, Any]] = []
-    if field_violations is not None:
-        details.append({"@type": BAD_REQUEST_TYPE, "fieldViolations": field_violations})
+    """An error in Google's JSON shape (``{"error": {code, message, status, details}}``):
+    ``details`` are a BadRequest (``field_violations``), an FcmError (``fcm_error``), then
+    ``details`` as given."""
+    details = [*(details or ())]
     if fcm_error is not None:
-        details.append({"@type": FCM_ERROR_TYPE, "errorCode": fcm_error})
+        details.insert(0, {"@type": FCM_ERROR_TYPE, "errorCode": fcm_error})
+    if field_violations is not None:
+        details.insert(0, {"@type": BAD_REQUEST_TYPE, "fieldViolations": field_violations})
     error: dict[str, Any] = {
         "code": code,
         "message": message,
@@ -199,6 +284,111 @@ def _collapse_id(message: dict[str, Any]) -> str | None:
     return None
 
 
+def _collapsible(message: dict[str, Any]) -> bool:
+    """What FCM counts as a collapsible message: a collapse key on any platform (Android
+    ``collapse_key``, APNs ``apns-collapse-id``, Web Push ``Topic``)."""
+    if _collapse_id(message):
+        return True
+    webpush = message.get("webpush")
+    headers = webpush.get("headers") if isinstance(webpush, dict) else None
+    if isinstance(headers, dict):
+        return any(k.lower() == "topic" and v and isinstance(v, str) for k, v in headers.items())
+    return False
+
+
+def _unauthenticated(message: str, reason: str) -> _Reject:
+    """401 as googleapis.com answers it (an ErrorInfo, no FcmError)."""
+    info = {
+        "@type": ERROR_INFO_TYPE,
+        "reason": reason,
+        "domain": "googleapis.com",
+        "metadata": {"method": SEND_METHOD, "service": SERVICE},
+    }
+    return _Reject(google_error(401, message, details=[info]), "UNAUTHENTICATED")
+
+
+def project_number(project: str) -> int:
+    """A stable 12-digit stand-in for the project's number (Google names the consumer by it)."""
+    digest = hashlib.blake2b(project.encode(), digest_size=8).digest()
+    return 100_000_000_000 + int.from_bytes(digest, "big") % 900_000_000_000
+
+
+def project_quota_error(project: str | None, limit: int) -> Response:
+    """429 for a project over its quota, in the shape Google's API front end sends it."""
+    number = project_number(project or "")
+    return google_error(
+        429,
+        "Quota exceeded for quota metric 'Send requests' and limit 'Send requests per minute' "
+        f"of service '{SERVICE}' for consumer 'project_number:{number}'.",
+        details=[
+            {
+                "@type": ERROR_INFO_TYPE,
+                "reason": "RATE_LIMIT_EXCEEDED",
+                "domain": "googleapis.com",
+                "metadata": {
+                    "quota_limit_value": str(limit),
+                    "consumer": f"projects/{number}",
+                    "quota_metric": f"{SERVICE}/send_requests",
+                    "quota_unit": "1/min/{project}",
+                    "service": SERVICE,
+                    "quota_location": "global",
+                    "quota_limit": "SendsPerMinutePerProject",
+                },
+            },
+            {
+                "@type": HELP_TYPE,
+                "links": [
+                    {
+                        "description": "Request a higher quota limit.",
+                        "url": "https://cloud.google.com/docs/quotas/help/request_increase",
+                    }
+                ],
+            },
+        ],
+    )
+
+
+def device_rate_error(verdict: str) -> Response:
+    """429 QUOTA_EXCEEDED for a device over its message rate (FcmError and the QuotaFailure
+    Google documents for it)."""
+    if verdict == DEVICE_MINUTE:
+        limit = f"{DEVICE_PER_MINUTE} messages per minute"
+    else:
+        limit = f"{DEVICE_PER_HOUR} messages per hour"
+    violation = {
+        "subject": "device",
+        "description": f"Device message rate exceeded: more than {limit} to one registration "
+        "token.",
+    }
+    return google_error(
+        429,
+        "Device message rate exceeded.",
+        fcm_error="QUOTA_EXCEEDED",
+        details=[{"@type": QUOTA_FAILURE_TYPE, "violations": [violation]}],
+    )
+
+
+def _sign(secret: bytes, text: str) -> str:
+    return hmac.new(secret, text.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def issue_access_token(secret: bytes, expiry: int) -> str:
+    """``ya29.sim-<expiry>-<random>-<HMAC>``: verifiable with ``secret`` alone."""
+    text = f"{expiry}-{secrets.token_hex(12)}"
+    return f"{ACCESS_TOKEN_PREFIX}{text}-{_sign(secret, text)}"
+
+
+def access_token_expiry(secret: bytes, token: str) -> int | None:
+    """The expiry (epoch s) of a token signed with ``secret``; None for any other string."""
+    match = _ACCESS_TOKEN_RE.match(token)
+    if match is None:
+        return None
+    expiry, nonce, mac = match.groups()
+    if not hmac.compare_digest(mac, _sign(secret, f"{expiry}-{nonce}")):
+        return None
+    return int(expiry)
+
+
 def _target(body: Any) -> str:
     message = body.get("message") if isinstance(body, dict) else None
     if not isinstance(message, dict):
@@ -212,18 +402,52 @@ def _target(body: Any) -> str:
     return ""
 
 
-class FcmSimulator:
-    """The request handler; ``state`` holds the ledger and the unregistered tokens."""
+def _env_settings() -> Settings:
+    """The start-up settings the command line passed down (every serving process reads them)."""
+    quota = os.environ.get(PROJECT_QUOTA_ENV)
+    return Settings(
+        strict=os.environ.get(LENIENT_ENV) != "1",
+        project_quota_per_minute=int(quota) if quota else DEFAULT_PROJECT_QUOTA_PER_MINUTE,
+    )
 
-    def __init__(self, state: ProviderState | None = None) -> None:
+
+class FcmSimulator:
+    """The request handler; ``state`` holds the ledger and the unregistered tokens.
+
+    ``clock`` (epoch seconds) is the time of access tokens and of the project and device
+    limits, injectable for tests. ``strict`` / ``project_quota_per_minute``: the start-up
+    settings (what ``POST /_sim/reset`` returns to); by default what the command line said
+    (``--lenient``, ``--project-quota-per-minute``), else strict and Google's 600,000."""
+
+    def __init__(
+        self,
+        state: ProviderState | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        strict: bool | None = None,
+        project_quota_per_minute: int | None = None,
+    ) -> None:
         self.state = state if state is not None else ProviderState(PROVIDER)
+        self.clock = clock
+        defaults = _env_settings()
+        if strict is not None:
+            defaults = Settings(strict, defaults.project_quota_per_minute)
+        if project_quota_per_minute is not None:
+            defaults = Settings(defaults.strict, project_quota_per_minute)
+        shared = self.state.shared
+        self.limits: LocalLimits | SharedLimits = (
+            LocalLimits(defaults) if shared is None else SharedLimits(shared, defaults)
+        )
+        self.secret = token_secret(shared)
         self.tokens_issued = 0
+        self._verified: dict[str, int] = {}  # access token -> its expiry (a cache)
+        self._capped: weakref.WeakSet[Any] = weakref.WeakSet()
 
     async def handle(self, request: Request) -> Response:
         if request.path.startswith("/_sim/"):
-            answer = await control(request, self.state)
-            assert answer is not None
-            return answer
+            return await self.control(request)
+        if request.http_version == "2" and request.connection is not None:
+            self.cap_streams(request.connection)
         self.state.sync()
         if request.path == "/token":
             return self.oauth_token(request)
@@ -232,6 +456,70 @@ class FcmSimulator:
             return await finish(response)
         return response
 
+    # -- control API ----------------------------------------------------------------------------
+    async def control(self, request: Request) -> Response:
+        """``/_sim/strict`` and ``/_sim/project-quota`` here; the rest as every simulator."""
+        path = request.path.rstrip("/")
+        if path == "/_sim/strict":
+            return self._strict_control(request)
+        if path == "/_sim/project-quota":
+            return self._quota_control(request)
+        answer = await control(request, self.state)
+        assert answer is not None
+        if (request.method, path) == ("POST", "/_sim/reset") and answer.status == 200:
+            self.limits.reset()
+        return answer
+
+    def _strict_control(self, request: Request) -> Response:
+        if request.method == "PUT":
+            body = parse_json_body(request.body)
+            enabled = body.get("enabled") if isinstance(body, dict) else None
+            if not isinstance(enabled, bool) or set(body) != {"enabled"}:
+                return json_response(400, {"error": 'body must be {"enabled": true|false}'})
+            self.limits.update(strict=enabled)
+        elif request.method != "GET":
+            return json_response(405, {"error": f"method {request.method} not allowed"})
+        return json_response(200, {"enabled": self.limits.settings().strict})
+
+    def _quota_control(self, request: Request) -> Response:
+        if request.method == "PUT":
+            body = parse_json_body(request.body)
+            limit = body.get("per_minute") if isinstance(body, dict) else None
+            if (
+                not isinstance(limit, int)
+                or isinstance(limit, bool)
+                or limit < 0
+                or set(body) != {"per_minute"}
+            ):
+                return json_response(400, {"error": 'body must be {"per_minute": an integer >= 0}'})
+            self.limits.update(project_quota_per_minute=limit)
+        elif request.method != "GET":
+            return json_response(405, {"error": f"method {request.method} not allowed"})
+        return json_response(200, {"per_minute": self.limits.settings().project_quota_per_minute})
+
+    # -- HTTP/2 ---------------------------------------------------------------------------------
+    def cap_streams(self, connection: Any) -> None:
+        """At most :data:`MAX_CONCURRENT_STREAMS` concurrent streams on a connection of our own
+        HTTP/2 server: its first request sends SETTINGS with the cap, and the server's later
+        connections advertise it from their first SETTINGS on. (The server takes no such
+        option from the command line; granian's connections are not reachable from here.)"""
+        if connection in self._capped:
+            return
+        self._capped.add(connection)
+        h2conn = getattr(connection, "conn", None)
+        if not isinstance(h2conn, h2.connection.H2Connection):
+            return
+        options = getattr(connection, "options", None)
+        if getattr(options, "max_concurrent_streams", 0) > MAX_CONCURRENT_STREAMS:
+            options.max_concurrent_streams = MAX_CONCURRENT_STREAMS  # type: ignore[union-attr]
+        if h2conn.local_settings.max_concurrent_streams > MAX_CONCURRENT_STREAMS:
+            code = h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS
+            h2conn.update_settings({code: MAX_CONCURRENT_STREAMS})
+            flush = getattr(connection, "schedule_flush", None)
+            if flush is not None:
+                flush()
+
+    # -- OAuth2 ---------------------------------------------------------------------------------
     def oauth_token(self, request: Request) -> Response:
         """OAuth2 token endpoint (JWT-bearer grant); the assertion is not verified."""
         if request.method != "POST":
@@ -249,19 +537,51 @@ class FcmSimulator:
                 400, {"error": "invalid_grant", "error_description": "Invalid JWT assertion."}
             )
         self.tokens_issued += 1
+        expiry = int(self.clock()) + ACCESS_TOKEN_LIFETIME
         return json_response(
             200,
             {
-                "access_token": f"ya29.sim-{secrets.token_urlsafe(24)}",
-                "expires_in": 3600,
+                "access_token": issue_access_token(self.secret, expiry),
+                "expires_in": ACCESS_TOKEN_LIFETIME,
                 "token_type": "Bearer",
             },
         )
 
+    def _authenticate(self, request: Request, strict: bool) -> None:
+        """Raise the 401 for a send whose credentials Google would refuse."""
+        auth = request.headers.get("authorization")
+        if auth is None:
+            if strict:
+                raise _unauthenticated(MISSING_CREDENTIALS, "CREDENTIALS_MISSING")
+            return
+        scheme, _, credential = auth.partition(" ")
+        credential = credential.strip()
+        if scheme.lower() != "bearer" or not credential:
+            raise _unauthenticated(INVALID_CREDENTIALS, "ACCESS_TOKEN_TYPE_UNSUPPORTED")
+        if not strict:
+            return
+        expiry = self._verified.get(credential)
+        if expiry is None:
+            expiry = access_token_expiry(self.secret, credential)
+            if expiry is None:
+                reason = (
+                    "ACCESS_TOKEN_EXPIRED"  # Google's answer to a ya29 token it does not know
+                    if credential.startswith("ya29.")
+                    else "ACCESS_TOKEN_TYPE_UNSUPPORTED"
+                )
+                raise _unauthenticated(INVALID_CREDENTIALS, reason)
+            if len(self._verified) >= 4096:
+                self._verified.clear()
+            self._verified[credential] = expiry
+        if expiry <= self.clock():
+            raise _unauthenticated(INVALID_CREDENTIALS, "ACCESS_TOKEN_EXPIRED")
+
+    # -- sends ----------------------------------------------------------------------------------
     def send(self, request: Request) -> Response:
         match = _SEND_RE.match(request.path)
         project = match.group(1) if match else None
         body = parse_json_body(request.body)
+        settings = self.limits.settings()
 
         def record(
             status: int,
@@ -303,18 +623,11 @@ class FcmSimulator:
                     google_error(405, f"Method {request.method} not allowed."),
                     "METHOD_NOT_ALLOWED",
                 )
-            auth = request.headers.get("authorization")
-            if auth is not None:
-                scheme, _, credential = auth.partition(" ")
-                if scheme.lower() != "bearer" or not credential.strip():
-                    raise _Reject(
-                        google_error(
-                            401,
-                            "Request had invalid authentication credentials. Expected OAuth 2 "
-                            "access token, login cookie or other valid authentication credential.",
-                        ),
-                        "UNAUTHENTICATED",
-                    )
+            self._authenticate(request, settings.strict)
+            if settings.strict:
+                limit = settings.project_quota_per_minute
+                if not self.limits.admit_project(project or "", self.clock(), limit):
+                    raise _Reject(project_quota_error(project, limit), "RESOURCE_EXHAUSTED")
             if body is None:
                 text = request.body.decode("utf-8", "replace")[:80]
                 raise _invalid(
@@ -334,16 +647,38 @@ class FcmSimulator:
         if self.state.faults.active:
             outcome = self.state.faults.evaluate(_target(body), project, request)
             delayed = functools.partial(record, answer_delay=outcome.delay)
-            return outcome.response(self._faulted(outcome, token, project, delayed))
-        record(200, None)
+            return outcome.response(
+                self._faulted(outcome, token, message, project, delayed, settings.strict)
+            )
+        refusal, reason = self._device_limits(token, message, settings.strict)
+        if refusal is not None:
+            record(429, reason, delivered=False)
+            return refusal
+        record(200, reason)
         return _sent(project)
+
+    def _device_limits(
+        self, token: Any, message: dict[str, Any], strict: bool
+    ) -> tuple[Response | None, str | None]:
+        """(the 429 to answer, its reason) for a device over its rate; (None, reason) when the
+        message goes out: reason None, or COLLAPSIBLE_THROTTLED (it goes out late)."""
+        if not strict or not isinstance(token, str):
+            return None, None
+        verdict = self.limits.admit_device(token, self.clock(), _collapsible(message))
+        if verdict == SENT:
+            return None, None
+        if verdict == COLLAPSIBLE_THROTTLED:
+            return None, "COLLAPSIBLE_THROTTLED"
+        return device_rate_error(verdict), "QUOTA_EXCEEDED"
 
     def _faulted(
         self,
         outcome: Outcome,
         token: Any,
+        message: dict[str, Any],
         project: str | None,
         record: Callable[..., None],
+        strict: bool,
     ) -> Response:
         """The answer to a valid send while faults are active."""
         error = outcome.error
@@ -362,6 +697,10 @@ class FcmSimulator:
             reject = _Unregistered()
             record(404, reject.reason, fault=self.state.unregistered_by(token) or delay_id)
             return reject.response
+        refusal, reason = self._device_limits(token, message, strict)
+        if refusal is not None:
+            record(429, reason, delivered=False, fault=delay_id)
+            return refusal
         if error is not None:  # accepted_then_error: the device got it
             record(
                 error.status,
@@ -371,7 +710,7 @@ class FcmSimulator:
                 retry_after=outcome.retry_after,
             )
             return _fault_error(error, outcome.retry_after)
-        record(200, None, fault=delay_id)
+        record(200, reason, fault=delay_id)
         return _sent(project)
 
 
@@ -431,16 +770,44 @@ def write_service_account_file(path: Path, token_uri: str, project_id: str) -> P
     return path
 
 
+def _quota(text: str) -> int:
+    """argparse type of ``--project-quota-per-minute``: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m emulators.providers.fcm", description="FCM HTTP v1 simulator"
     )
     add_serving_arguments(parser)
+    parser.add_argument(
+        "--lenient",
+        action="store_true",
+        help="start with the checks of credentials and limits off (PUT /_sim/strict turns "
+        "them on; a reset returns to this)",
+    )
+    parser.add_argument(
+        "--project-quota-per-minute",
+        type=_quota,
+        default=DEFAULT_PROJECT_QUOTA_PER_MINUTE,
+        help=f"messages a minute per project (default Google's {DEFAULT_PROJECT_QUOTA_PER_MINUTE})",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # every serving process builds its own simulator: they learn the settings from the env
+    os.environ[LENIENT_ENV] = "1" if args.lenient else "0"
+    os.environ[PROJECT_QUOTA_ENV] = str(args.project_quota_per_minute)
+    if args.state_dir is not None:
+        forget_shared_limits(args.state_dir)  # an earlier simulator's counts and switch
     return serve(ServeOptions.from_args(PROVIDER, args))
 
 
