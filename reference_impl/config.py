@@ -168,7 +168,10 @@ class Config:
     apns_team_id: str | None = None
     fcm_url: str = "https://fcm.googleapis.com"
     fcm_projects: tuple[str, ...] = ("fanout-sender-0",)
-    fcm_access_token: str | None = None
+    # A Google service-account file (JSON: client_email, private_key, token_uri): the FCM
+    # client gets OAuth2 access tokens by the JWT-bearer grant, as google-auth does. None: no
+    # token (a provider that asks for none).
+    fcm_credentials_file: str | None = None
     # How pushes leave (seed 004): "sns" publishes to SNS mobile push platform endpoints (one
     # APNs platform application, one FCM application per sender project; SNS owns the token
     # lifecycle and turns an endpoint off on a dead answer), "direct" calls APNs and FCM.

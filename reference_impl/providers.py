@@ -137,24 +137,88 @@ class ApnsClient:
         self.http.close()
 
 
+FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
+JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+# Fetch a new access token this long before the old one expires (google-auth: 3m45s).
+FCM_TOKEN_MARGIN_SECONDS = 300
+
+
+class FcmAccessToken:
+    """OAuth2 access tokens of a service account (the JWT-bearer grant at its token_uri),
+    kept until five minutes before they expire. Written out rather than taken from google-auth:
+    the reference's consumers are threads over one blocking HTTP/2 client, and the grant is
+    one signed POST."""
+
+    def __init__(
+        self, path: str, timeout: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        with open(path) as handle:
+            account = json.load(handle)
+        self.email, self.key = account["client_email"], account["private_key"]
+        self.token_uri, self.key_id = account["token_uri"], account.get("private_key_id")
+        self.timeout, self.clock = timeout, clock
+        self._token, self._until = "", 0.0
+        self._lock = threading.Lock()
+
+    def bearer(self, refresh: bool = False) -> str:
+        with self._lock:
+            if refresh or not self._token or self.clock() >= self._until:
+                self._token, lifetime = self._grant()
+                self._until = self.clock() + max(0.0, lifetime - FCM_TOKEN_MARGIN_SECONDS)
+            return self._token
+
+    def _grant(self) -> tuple[str, float]:
+        import urllib.parse
+        import urllib.request
+
+        import jwt  # PyJWT, imported here: a config without credentials never needs it
+
+        now = int(time.time())
+        claims = {"iss": self.email, "scope": FCM_SCOPE, "aud": self.token_uri,
+                  "iat": now, "exp": now + 3600}  # fmt: skip
+        headers = {"kid": self.key_id} if self.key_id else None
+        assertion = jwt.encode(claims, self.key, algorithm="RS256", headers=headers)
+        body = urllib.parse.urlencode({"grant_type": JWT_BEARER_GRANT, "assertion": assertion})
+        request = urllib.request.Request(
+            self.token_uri,
+            data=body.encode(),
+            headers={"content-type": "application/x-www-form-urlencoded"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+            grant = json.loads(answer.read())
+        return str(grant["access_token"]), float(grant.get("expires_in", 3600))
+
+
 class FcmClient:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.http = Http2Client(config.fcm_url, None, config.provider_timeout_seconds)
         self.base_path = urlsplit(config.fcm_url).path.rstrip("/")
+        self.token = (
+            FcmAccessToken(config.fcm_credentials_file, config.provider_timeout_seconds)
+            if config.fcm_credentials_file
+            else None
+        )
 
     def send(self, project: str, message: dict[str, Any]) -> SendResult:
-        headers = {"content-type": "application/json"}
-        if self.config.fcm_access_token:
-            headers["authorization"] = f"Bearer {self.config.fcm_access_token}"
-        try:
-            response = self.http.post(
-                f"{self.base_path}/v1/projects/{project}/messages:send",
-                headers,
-                json.dumps({"message": message}).encode(),
-            )
-        except Http2Error as exc:
-            return SendResult("retry", None, f"transport: {type(exc).__name__}")
+        body = json.dumps({"message": message}).encode()
+        response = None
+        # A 401 once: the token may have been revoked or expired early; fetch one and retry
+        # (as google-auth's AuthorizedSession does).
+        for attempt in (0, 1) if self.token is not None else (0,):
+            headers = {"content-type": "application/json"}
+            try:
+                if self.token is not None:
+                    headers["authorization"] = f"Bearer {self.token.bearer(refresh=attempt == 1)}"
+                response = self.http.post(
+                    f"{self.base_path}/v1/projects/{project}/messages:send", headers, body
+                )
+            except (Http2Error, OSError, ValueError, KeyError) as exc:
+                return SendResult("retry", None, f"transport: {type(exc).__name__}")
+            if response.status != 401:
+                break
+        assert response is not None
         status = response.status
         if status == 200:
             return SendResult("sent", status)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import os
@@ -13,6 +14,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,6 +89,22 @@ class Sim:
             "apns-topic": topic,
             "apns-push-type": "alert",
         }
+
+    def fcm_headers(self) -> dict[str, str]:
+        """The Authorization header of a send to this FCM simulator: an access token from its
+        ``POST /token`` by the JWT-bearer grant google-auth makes (the assertion's signature is
+        not checked)."""
+        header = base64.urlsafe_b64encode(b'{"alg":"RS256","typ":"JWT"}').rstrip(b"=").decode()
+        form = urllib.parse.urlencode(
+            {
+                "grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
+                "assertion": f"{header}.e30.c2ln",
+            }  # fmt: skip
+        ).encode()
+        request = urllib.request.Request(f"{self.url}/token", data=form, method="POST")
+        ctx = self.client_ssl() if self.cert_dir is not None else None
+        with urllib.request.urlopen(request, timeout=10, context=ctx) as answer:
+            return {"authorization": f"Bearer {json.loads(answer.read())['access_token']}"}
 
     def register_apns_key(self, key_file: Path, key_id: str, team_id: str, topic: str) -> None:
         """Register a system's own ``.p8`` key with this APNs simulator, as its team did with

@@ -87,8 +87,7 @@ def access_token(url: str, verify: ssl.SSLContext | bool = True) -> str:
 
 def bearer(sim: Sim) -> dict[str, str]:
     """The Authorization header of a send to ``sim`` (a fresh token of its own)."""
-    verify = sim.client_ssl() if sim.cert_dir is not None else True
-    return {"authorization": f"Bearer {access_token(sim.url, verify)}"}
+    return sim.fcm_headers()
 
 
 def send_url(sim: Sim, project: str = "proj-a") -> str:

@@ -31,6 +31,7 @@ from sim_process import SIGNING_KEY, Sim, run_sim
 from ulid import ULID
 
 from emulators.ports import free_port
+from emulators.providers.fcm import write_service_account_file
 from emulators.sqs.faults import SqsFaultControl
 from emulators.sqs.processes import EndpointProcess, start_ours
 from harness.contract.driver import (
@@ -451,6 +452,10 @@ def minifanout(
     key = SIGNING_KEY.write(infra.log_dir / "apns")
     argv += ["--apns-key", str(key), "--apns-key-id", SIGNING_KEY.key_id]
     argv += ["--apns-team-id", SIGNING_KEY.team_id]
+    account = infra.log_dir / "fcm-service-account.json"
+    if not account.exists():
+        write_service_account_file(account, f"{infra.fcm.url}/token", "minifanout")
+    argv += ["--fcm-credentials", str(account)]
     with open(stderr, "wb") as err:
         proc = subprocess.Popen(
             argv,

@@ -28,6 +28,7 @@ from conftest import run_cli
 
 from emulators.ports import free_port
 from emulators.providers.apns_keys import new_signing_key
+from emulators.providers.fcm import write_service_account_file
 from emulators.sqs.processes import EndpointProcess, start_ours
 from harness.stack.supervisor import ROOT, stop_process, wait_until
 
@@ -181,6 +182,10 @@ def minifanout(
         argv += ["--apns-ca-file", str(at.apns_ca)]
     argv += ["--apns-key", str(team_key(deps)), "--apns-key-id", TEAM_KEY.key_id,
              "--apns-team-id", TEAM_KEY.team_id]  # fmt: skip
+    account = deps.log_dir / f"fcm-{at.fcm}.json"
+    if not account.exists():  # its service account, its token_uri where FCM is for it
+        write_service_account_file(account, f"http://127.0.0.1:{at.fcm}/token", "mf-0")
+    argv += ["--fcm-credentials", str(account)]
     with open(deps.log_dir / f"minifanout-{at.queue}-{len(bugs)}.log", "ab") as log:
         proc = subprocess.Popen(argv, cwd=ROOT, stderr=log, start_new_session=True)
 

@@ -12,6 +12,7 @@ import pytest
 from sim_process import Sim, run_sim
 
 from emulators.ports import free_port
+from emulators.providers.fcm import write_service_account_file
 from harness.model.history import History
 from harness.run.provider_control import SimulatorControl
 from harness.run.runner import Collector
@@ -121,9 +122,10 @@ def test_an_answer_later_than_the_timeout_is_a_transport_retry(apns: Sim):
     assert elapsed < 1.2
 
 
-def test_fcm_over_h2c_and_its_error_codes(fcm: Sim):
+def test_fcm_over_h2c_and_its_error_codes(fcm: Sim, tmp_path: Path):
     fcm.reset()
-    client = FcmClient(Config(fcm_url=fcm.url, fcm_access_token="test-token"))
+    account = write_service_account_file(tmp_path / "sa.json", f"{fcm.url}/token", "p-0")
+    client = FcmClient(Config(fcm_url=fcm.url, fcm_credentials_file=str(account)))
     message = {"token": TOKEN, "data": {"tenant_id": "t0", "notification_id": "n1"}}
     try:
         sent = client.send("p-0", message)
@@ -170,3 +172,25 @@ def test_header_values_go_without_huffman_coding():
     encoded = PlainEncoder().encode([(":path", f"/3/device/{token}"), ("apns-id", "x-1")])
     assert f"/3/device/{token}".encode() in encoded
     assert hpack.Decoder().decode(encoded) == [(":path", f"/3/device/{token}"), ("apns-id", "x-1")]
+
+
+def test_an_fcm_token_google_no_longer_takes_is_fetched_again(fcm: Sim, tmp_path: Path):
+    """A 401 (a token revoked, or expired early): one new token from the token_uri and the
+    send again, as google-auth's AuthorizedSession does; no credentials at all stay a 401."""
+    fcm.reset()
+    account = write_service_account_file(tmp_path / "sa.json", f"{fcm.url}/token", "p-0")
+    client = FcmClient(Config(fcm_url=fcm.url, fcm_credentials_file=str(account)))
+    bare = FcmClient(Config(fcm_url=fcm.url))
+    message = {"token": TOKEN, "data": {"tenant_id": "t0", "notification_id": "n2"}}
+    try:
+        assert client.token is not None
+        client.token.bearer()
+        client.token._token = "ya29.sim-revoked"  # what the client holds, Google forgot
+        sent = client.send("p-0", message)
+        refused = bare.send("p-0", message)
+    finally:
+        client.close()
+        bare.close()
+    assert (sent.outcome, sent.status) == ("sent", 200)
+    assert (refused.outcome, refused.status) == ("rejected", 401)
+    assert [r["status"] for r in fcm.ledger()] == [401, 200, 401]

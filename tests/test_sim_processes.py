@@ -133,7 +133,9 @@ def test_fcm_quota_counts_across_processes(tmp_path: Path) -> None:
         sim.start_fault("quota", {"per_minute": 5, "window_seconds": 60})
         statuses = []
         for _ in range(CONNECTIONS):
-            with httpx.Client(http1=False, http2=True, base_url=sim.url, timeout=20) as client:
+            with httpx.Client(
+                http1=False, http2=True, base_url=sim.url, timeout=20, headers=sim.fcm_headers()
+            ) as client:
                 body = {"message": {"token": f"tok-{uuid.uuid4().hex}"}}
                 statuses.append(client.post("/v1/projects/a/messages:send", json=body).status_code)
     assert statuses == [200] * 5 + [429] * (CONNECTIONS - 5)

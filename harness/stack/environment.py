@@ -150,7 +150,9 @@ def describe(info: StackInfo, target: Target) -> list[str]:
             f"FCM: OAuth2 tokens from {info.url('fcm')}/token (the token_uri of a service-account "
             "file; see docs/TARGETS.md), sends to "
             f"{info.url('fcm')}/v1/projects/<project>/messages:send"
-        )
+            + (f"; a service-account file for it: {info.fcm_credentials}" if info.fcm_credentials
+               else "")
+        )  # fmt: skip
     if "toxiproxy" in info.parts:
         lines.append(f"fault proxy API (Toxiproxy 2.x): {info.url('toxiproxy')}")
     return lines

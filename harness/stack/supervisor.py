@@ -31,6 +31,7 @@ from emulators.providers.apns_keys import (
     load_or_generate_signing_key,
     read_signing_key,
 )
+from emulators.providers.fcm import write_service_account_file
 from emulators.providers.serving import MAX_PROCESSES as MAX_SIM_PROCESSES
 from emulators.providers.serving import SERVERS as SIM_SERVERS
 from harness.contract.clock import SystemClock, faked_environment, faketime_library
@@ -183,6 +184,8 @@ class StackInfo:
     # The environment's APNs signing key (AuthKey_<id>.p8 and key.json), registered with the
     # APNs simulator as Apple keeps a team's keys.
     apns_key_dir: str | None = None
+    # A service-account file whose token_uri is the FCM simulator's OAuth endpoint.
+    fcm_credentials: str | None = None
 
     def url(self, part: str) -> str:
         if part in self.endpoints:
@@ -411,6 +414,12 @@ class Stack:
             if "apns" in self.selected:
                 self.info.apns_key_dir = str(self.workdir / "apns")
                 load_or_generate_signing_key(Path(self.info.apns_key_dir), ENV_KEY_ID)
+            if "fcm" in self.selected:
+                account = self.workdir / "fcm" / "service-account.json"
+                if not account.exists():
+                    token_uri = f"{self.info.url('fcm')}/token"
+                    write_service_account_file(account, token_uri, "fanout-sender")
+                self.info.fcm_credentials = str(account)
             if self.target is not None:
                 self._describe_target(self.target)
             if "apns" in self.selected:
@@ -440,6 +449,7 @@ class Stack:
         assert self.target is not None
         self._describe_target(self.target)
         self.info.apns_key_dir = running.apns_key_dir
+        self.info.fcm_credentials = running.fcm_credentials
         for part in ("apns", "fcm"):
             if part in self.info.parts:
                 ca = self.info.tls_ca if part == "apns" else None
@@ -522,6 +532,8 @@ class Stack:
             "apns_ca_file": self.info.tls_ca,
             "event_api_host": LOOPBACK,
         }
+        if self.info.fcm_credentials:
+            own["fcm_credentials_file"] = self.info.fcm_credentials
         if self.info.apns_key_dir:
             key = read_signing_key(Path(self.info.apns_key_dir))
             own["apns_key_file"] = str(Path(self.info.apns_key_dir) / key.file_name)

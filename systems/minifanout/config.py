@@ -44,6 +44,7 @@ class Config:
     apns_topic: str
     # (the .p8 file, key id, team id): every push carries an ES256 provider token
     apns_key: tuple[Path, str, str] | None
+    fcm_credentials: Path | None
     fcm_url: str
     fcm_projects: tuple[str, ...]
     host: str
@@ -124,6 +125,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--apns-team-id", help="the team's id (10 characters)")
     p.add_argument("--fcm-url", required=True, help="FCM HTTP v1 base URL")
     p.add_argument(
+        "--fcm-credentials",
+        type=Path,
+        help="a Google service-account file: OAuth2 tokens from its token_uri",
+    )
+    p.add_argument(
         "--fcm-projects",
         default="minifanout",
         help="comma-separated FCM sender projects; a person always uses the same one",
@@ -162,6 +168,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         raise BadConfig("--apns-key, --apns-key-id and --apns-team-id go together")
     if args.apns_key is not None and not args.apns_key.is_file():
         raise BadConfig(f"--apns-key: {args.apns_key} is not a readable file")
+    if args.fcm_credentials is not None and not args.fcm_credentials.is_file():
+        raise BadConfig(f"--fcm-credentials: {args.fcm_credentials} is not a readable file")
     if not 1 <= args.workers <= 64:
         raise BadConfig("--workers: between 1 and 64")
     if not 5 <= args.visibility_timeout <= 43200:
@@ -184,6 +192,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         apns_topic=args.apns_topic,
         apns_key=(args.apns_key, args.apns_key_id, args.apns_team_id) if args.apns_key else None,
         fcm_url=_url(args.fcm_url, "--fcm-url", ("http", "https")),
+        fcm_credentials=args.fcm_credentials,
         fcm_projects=projects,
         fcm_mapping=args.fcm_mapping,
         poison_queue=args.poison_queue,

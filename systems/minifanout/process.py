@@ -106,6 +106,7 @@ async def serve(config: Config) -> int:
                 fcm_mapping=config.fcm_mapping,
                 apns_ca_file=str(config.apns_ca_file) if config.apns_ca_file else None,
                 apns_key=config.apns_key,
+                fcm_credentials=config.fcm_credentials,
                 timeout_s=config.provider_timeout_s,
             )
             consumer = Consumer(config, people, claims, queue, senders)

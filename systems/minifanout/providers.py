@@ -199,6 +199,34 @@ class ProviderToken:
         return self.token
 
 
+class AccessToken:
+    """FCM's OAuth2 access token from a service-account file (the JWT-bearer grant at its
+    token_uri), fetched again five minutes before it expires."""
+
+    def __init__(self, path: Path, client: httpx.AsyncClient) -> None:
+        account = json.loads(path.read_text())
+        self.email, self.key = account["client_email"], account["private_key"]
+        self.token_uri, self.client = account["token_uri"], client
+        self.token, self.until = "", 0.0
+
+    async def get(self) -> str:
+        if self.token and time.monotonic() < self.until:
+            return self.token
+        now = int(time.time())
+        claims = {"iss": self.email, "aud": self.token_uri, "iat": now, "exp": now + 3600,
+                  "scope": "https://www.googleapis.com/auth/firebase.messaging"}  # fmt: skip
+        grant = {
+            "grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
+            "assertion": jwt.encode(claims, self.key, algorithm="RS256"),
+        }
+        answer = await self.client.post(self.token_uri, data=grant)
+        answer.raise_for_status()
+        body = answer.json()
+        self.token = str(body["access_token"])
+        self.until = time.monotonic() + float(body.get("expires_in", 3600)) - 300
+        return self.token
+
+
 class Senders:
     """One HTTP/2 client for APNs and one for FCM, shared by every job of the consumer."""
 
@@ -212,6 +240,7 @@ class Senders:
         fcm_mapping: str = "digits-mod",
         apns_ca_file: str | None = None,
         apns_key: tuple[Path, str, str] | None = None,
+        fcm_credentials: Path | None = None,
         timeout_s: float = 10.0,
         connections: int = 32,
     ) -> None:
@@ -228,6 +257,7 @@ class Senders:
             http1=False, http2=True, verify=verify, timeout=timeout_s, limits=limits
         )
         self.fcm = httpx.AsyncClient(timeout=timeout_s, limits=limits)
+        self.fcm_token = AccessToken(fcm_credentials, self.fcm) if fcm_credentials else None
 
     def project(self, job: Job) -> str:
         """The person's FCM sender project: always the same one for a person."""
@@ -246,6 +276,11 @@ class Senders:
         else:
             request = fcm_request(job, self.fcm_url, self.project(job))
             client, classify = self.fcm, fcm_outcome
+            if self.fcm_token is not None:
+                try:
+                    request.headers["authorization"] = f"Bearer {await self.fcm_token.get()}"
+                except (httpx.HTTPError, ValueError, KeyError) as exc:
+                    return Outcome("retry", 0, f"OAuth token: {type(exc).__name__}: {exc}")
         try:
             response = await client.request(
                 request.method, request.url, headers=request.headers, content=request.body
