@@ -411,3 +411,17 @@ def test_texting_opted_out_numbers_and_mailing_revoked_consents_are_caught(tmp_p
     assert result["sms_unexpected"] == result["sms_to_switched_off"]
     assert result["in_app_unexpected"] == result["in_app_to_switched_off"]
     assert result["email_unexpected"] > result["email_to_switched_off"]
+
+
+def test_a_provider_token_signed_for_every_push_is_refused_as_apple_does(tmp_path):
+    """Apple takes a new provider token on a connection no sooner than 20 minutes after the
+    last: a sender that signs one per push has its pushes after the first refused (429
+    TooManyProviderTokenUpdates), and the iOS deliveries are missing."""
+    path = _variant(tmp_path, "smoke", ["apns_token_per_push"])
+    data = yaml.safe_load(path.read_text())
+    data["configuration"]["reference"]["push_transport"] = "direct"  # its own APNs client
+    path.write_text(yaml.safe_dump(data))
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    once = _failed(summary, "effectively_once")
+    assert once["lost"] > 0
