@@ -352,8 +352,8 @@ def _doctor(target: Path, change: dict, tmp_path: Path) -> tuple[int, str]:
 
 def test_the_doctor_names_what_a_target_file_gets_wrong_in_one_line_each(deps, tmp_path):
     """A test push through minifanout: with its target file right, no problem; with a wrong
-    payload key, a queue that does not exist or a dedup pattern its keys do not match, one
-    line says which."""
+    payload key, a queue that does not exist, a dedup pattern its keys do not match, a wrong
+    FCM mapping or its APNs key not declared, one line says which."""
     with minifanout(deps) as target:
         code, output = _doctor(target, {}, tmp_path)
         assert code == 0 and "no problem(s)" in output, output
@@ -370,6 +370,9 @@ def test_the_doctor_names_what_a_target_file_gets_wrong_in_one_line_each(deps, t
             # The project crc32 does not name: always wrong for the test user.
             ({"policy": {"fcm_mapping": "projects[(crc32(user_id) + 1) % 2]"}},
              "fcm_mapping 'projects[(crc32(user_id) + 1) % 2]' names"),
+            # Its signing key left out: Apple does not know who signed the token.
+            ({"apns_keys": []}, "APNs refused the test push: 403 InvalidProviderToken: the "
+             "token is not signed by a key Apple has"),
         ]  # fmt: skip
         for change, line in cases:
             code, output = _doctor(target, change, tmp_path)

@@ -17,6 +17,7 @@ from conftest import ROOT, run_cli
 
 from emulators.ports import free_port
 from emulators.providers.apns_keys import ApnsSigningKey, new_signing_key
+from emulators.providers.fcm import write_service_account_file
 from harness.stack.supervisor import Stack, stop_process, wait_until
 from harness.stack.target import TargetError, load, parse
 from reference_impl.aws import client
@@ -156,6 +157,9 @@ def test_a_chaos_scenario_runs_against_a_system_named_by_a_target_file(tmp_path)
             "fcm_url": f"http://127.0.0.1:{fcm}",
             "queue_prefix": "staging",
             **team_key.config,
+            # its own service account, its token_uri where the target's FCM is
+            "fcm_credentials_file": str(write_service_account_file(
+                tmp_path / "sa.json", f"http://127.0.0.1:{fcm}/token", "fanout-sender")),
         },
     )  # fmt: skip
     with system:

@@ -204,12 +204,17 @@ class Doctor:
     ) -> None:
         wanted = {d.token: d for d in devices}
         rows: dict[str, dict[str, Any]] = {}
+        refused: dict[str, dict[str, Any]] = {}
         deadline = time.monotonic() + PUSH_WAIT_S
         while time.monotonic() < deadline and len(rows) < len(wanted):
             for control in (apns, fcm):
                 for row in control.new_rows():
-                    if row.get("token") in wanted and row.get("status") == 200:
+                    if row.get("token") not in wanted:
+                        continue
+                    if row.get("status") == 200:
                         rows.setdefault(str(row["token"]), row)
+                    else:
+                        refused[str(row["token"])] = row
             time.sleep(0.25)
         for token, device in wanted.items():
             provider = "APNs" if device.platform == "apns" else "FCM"
@@ -217,6 +222,15 @@ class Doctor:
                 self.target.apns_listen if device.platform == "apns" else self.target.fcm_listen
             )
             row = rows.get(token)
+            if row is None and token in refused:
+                answer = refused[token]
+                reason = answer.get("reason") or answer.get("status")
+                self.problem(
+                    "push",
+                    f"{provider} refused the test push: {answer.get('status')} {reason}"
+                    f"{REFUSALS.get(str(reason), '')}",
+                )
+                continue
             if row is None:
                 self.problem(
                     "push",
@@ -352,6 +366,28 @@ class Doctor:
             return
         for role, hooks in roles:
             self.note("processes", f"{role}: {', '.join(sorted(hooks))} (not run: destructive)")
+
+
+# What a provider's refusal asks of the team, in plain words.
+REFUSALS = {
+    "MissingProviderToken": ": send an ES256 provider token (authorization: bearer <JWT>)",
+    "InvalidProviderToken": (
+        ": the token is not signed by a key Apple has for its team: sign with the "
+        "environment's key, or list yours in apns_keys (file, key_id, team_id)"
+    ),
+    "ExpiredProviderToken": ": the token was issued more than an hour ago; renew it",
+    "TooManyProviderTokenUpdates": (
+        ": a new token on the same connection within 20 minutes; sign once, reuse it"
+    ),
+    "MissingTopic": ": send apns-topic, the app's bundle",
+    "TopicDisallowed": ": apns-topic is not a bundle of the key's team (apns_topic)",
+    "DeviceTokenNotForTopic": ": the device token belongs to the bundle in apns_topic",
+    "InvalidPushType": ": send apns-push-type (alert for a notification)",
+    "UNAUTHENTICATED": (
+        ": send an OAuth2 access token from the FCM simulator's /token (a service-account "
+        "file whose token_uri points there)"
+    ),
+}
 
 
 def _ulid() -> str:

@@ -285,6 +285,14 @@ class Senders:
             response = await client.request(
                 request.method, request.url, headers=request.headers, content=request.body
             )
+            if response.status_code == 401 and job.provider != "apns" and self.fcm_token:
+                # A token Google no longer takes: a new one, and the send once more (as
+                # google-auth's AuthorizedSession does).
+                self.fcm_token.token = ""
+                request.headers["authorization"] = f"Bearer {await self.fcm_token.get()}"
+                response = await client.request(
+                    request.method, request.url, headers=request.headers, content=request.body
+                )
         except httpx.HTTPError as exc:
             # The request may have reached the device (a timeout after sending): a retry may
             # duplicate it, which the collapse id hides on the device.
