@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.wholerun]
 
 CHAOS = (
     "memorydb-outage",
+    "memorydb-timeout",
     "memorydb-outage-fallback",
     "apns-429-storm",
     "sqs-redelivery",
@@ -106,6 +107,27 @@ def test_dedup_fail_open_is_caught_by_fail_closed(tmp_path):
     assert code == 1
     # Notifications injected during the outage were delivered in it: no load explains that.
     assert _failed(summary, "fail_closed")["decided_during_outage"] > 0
+
+
+def test_failing_open_only_on_a_timeout_passes_a_refusing_outage_and_is_caught_by_a_black_hole(
+    tmp_path,
+):
+    """A consumer that fails closed on a refused connection but sends when the store times out:
+    memorydb-outage (the proxy refuses) cannot see it, the class every shipped outage missed;
+    memorydb-timeout (the store black-holes, only the client's 1 s socket timeout ends a call)
+    sees its sends inside the window."""
+    defect = ["dedup_fail_open_on_timeout"]
+    code, summary, output = _run(
+        str(_variant(tmp_path, "memorydb-outage", defect)), tmp_path / "refused"
+    )
+    assert code == 0, output
+    refused = summary["checkers"]["fail_closed"]
+    assert refused["valid"] is True and refused["deliveries_during_outage"] == 0
+    code, summary, _ = _run(str(_variant(tmp_path, "memorydb-timeout", defect)), tmp_path / "hung")
+    assert code == 1
+    hung = _failed(summary, "fail_closed")
+    assert hung["deliveries_during_outage"] > 0
+    assert hung["decided_during_outage"] + hung["backlog_sent_late"] > 0
 
 
 def test_fallback_without_recheck_and_fallback_marks_without_a_ttl_are_both_caught(tmp_path):
