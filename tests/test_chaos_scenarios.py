@@ -373,6 +373,28 @@ def test_a_deferral_that_is_never_requeued_is_caught_by_quiet_hours(tmp_path):
     assert _failed(summary, "quiet_hours")["deferred_never_released"] > 0
 
 
+@pytest.mark.parametrize("transport", ["sns", "direct"])
+def test_every_other_post_of_an_author_held_back_is_caught_by_push_order(tmp_path, transport):
+    """A push consumer that holds every other post of an author back for 20 s (put back on
+    the queue, unacknowledged): each push arrives once and in time, each inbox in ULID order,
+    but the author's next post (smoke's probes, 12 s after the burst) reaches every device
+    first. Only push_order, judging what the providers delivered per (device, author), sees
+    it; on both push paths (straight to APNs and FCM, and through SNS)."""
+    path = _variant(tmp_path, "smoke", ["push_reorders_per_author"])
+    data = yaml.safe_load(path.read_text())
+    data["configuration"]["reference"]["push_transport"] = transport
+    path.write_text(yaml.safe_dump(data))
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    order = _failed(summary, "push_order")
+    assert order["later_delivered_first"] > 0 and order["device_authors_out_of_order"] > 0
+    assert order["worst_inversion_ms"] > 1000  # past the slack
+    failing = {name for name, result in summary["checkers"].items() if result["valid"] is False}
+    assert failing == {"push_order"}, failing
+    once = summary["checkers"]["effectively_once"]
+    assert once["lost"] == once["duplicated"] == 0
+
+
 @pytest.mark.parametrize("transport", ["direct", "sns"])
 def test_a_dead_token_never_deactivated_is_tried_again(tmp_path, transport):
     path = _variant(tmp_path, "smoke", ["dead_token_kept"])

@@ -91,6 +91,15 @@ BASE = {
         ),
         ({"method": [{"type": "locust", "locustfile": "tsunami"}]}, "unknown locustfile 'tsunami'"),
         (
+            {
+                "method": [
+                    {"type": "load"},
+                    {"type": "action", "name": "post-probes", "params": {"system_minted_ids": 1}},
+                ]
+            },
+            "post-probes: system_minted_ids must be true or false",
+        ),
+        (
             {"method": [{"type": "locust", "locustfile": "game_day", "plan": {"duration_s": -1}}]},
             "method[0].plan: duration_s must be positive",
         ),
