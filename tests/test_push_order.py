@@ -196,3 +196,42 @@ def test_an_earlier_attempt_refused_then_retried_is_not_the_first_delivery():
     expectation = _expect(("m", "dev-1"), ("n", "dev-1"))
     verdict = push_order.check(expectation, history.frame())
     assert verdict.counts["close_together"] == 1 and verdict.valid is None
+
+
+def test_device_author_groups_paired_in_batches_count_the_same(monkeypatch):
+    """Pairs grow with the square of an author's posts to one device: the groups are paired a
+    batch at a time, and every count (the worst inversion a maximum) is the same."""
+    history = History()
+    rows = _in_order(history)
+    for i, nid in enumerate(("m", "n", "o")):
+        _post(history, nid, 5.0 * i)
+    for token, times in (("dev-1", (12.0, 6.0, 11.5)), ("dev-2", (1.0, 9.0, 7.0))):
+        for nid, at in zip(("m", "n", "o"), times, strict=True):
+            _push(history, nid, at, token=token)
+    expected = [(nid, token) for token in ("dev-1", "dev-2") for nid in ("m", "n", "o")]
+    expectation = _expect(*expected, *rows)
+    whole = push_order.check(expectation, history.frame())
+    monkeypatch.setattr(push_order, "PAIRS_PER_BATCH", 1)
+    batched = push_order.check(expectation, history.frame())
+    assert batched.counts == whole.counts and batched.details == whole.details
+    assert whole.counts["later_delivered_first"] == 2  # (m, n) on dev-1, (n, o) on dev-2
+    assert whole.counts["device_authors_out_of_order"] == 2
+    assert whole.counts["worst_inversion_ms"] == 6000
+
+
+def test_registered_with_its_tolerances_and_unknown_without_data():
+    """Through the registry as a scenario runs it: an empty run has no pair, never a pass."""
+    from datetime import UTC, datetime
+
+    from harness.checkers import Evidence, registry, run_probe
+    from harness.model.oracle import expected_deliveries
+    from harness.model.population import PopulationSpec, generate
+
+    spec = registry.get("push_order")
+    assert spec.out_of_core and not spec.needs
+    assert dict(spec.tolerances) == {"apart_s": 3.0, "slack_s": 1.0, "settle_s": 2.0}
+    population = generate(1, datetime(2026, 11, 24, 12, tzinfo=UTC), PopulationSpec())
+    injected = pd.DataFrame(columns=["tenant_id", "author_id", "notification_id"])
+    evidence = Evidence(population, expected_deliveries(population, injected), History().frame())
+    verdict = run_probe("push_order", {}, evidence)
+    assert verdict.valid is None and "unknown" in verdict.details, verdict

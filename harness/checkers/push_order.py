@@ -62,6 +62,17 @@ KEY = ["tenant_id", "notification_id", "token"]
 GROUP = ["tenant_id", "token", "author_id"]
 # One row per judged delivery: what :func:`judge` reads.
 FRAME_COLUMNS = [*KEY, "author_id", "sent", "accepted", "first", "retried"]
+PAIR_COUNTS = (
+    "pairs",
+    "close_together",
+    "earlier_retried",
+    "earlier_in_fault",
+    "pairs_judged",
+    "later_delivered_first",
+    "device_authors_out_of_order",
+    "worst_inversion_ms",
+)
+PAIRS_PER_BATCH = 2_000_000
 
 
 def posts(injected: pd.DataFrame) -> pd.DataFrame:
@@ -132,57 +143,73 @@ def judge(
     settle_s: float = DEFAULT_SETTLE_S,
 ) -> Verdict:
     """The verdict over one row per delivered, required, not deferred (tenant, notification,
-    device) (``FRAME_COLUMNS``); ``excluded``: deliveries left out before pairing, by reason."""
+    device) (``FRAME_COLUMNS``); ``excluded``: deliveries left out before pairing, by reason.
+    An author's pairs on one device grow with the square of their posts there: the (device,
+    author) groups are paired a batch at a time, each batch at most ``PAIRS_PER_BATCH``."""
     frame = frame[FRAME_COLUMNS].reset_index(drop=True)
-    frame["row"] = np.arange(len(frame))
+    group = frame.groupby(GROUP, sort=False).ngroup().to_numpy()
+    sizes = np.bincount(group).astype(np.int64) if len(frame) else np.zeros(0, np.int64)
+    batch = (np.cumsum(sizes * sizes) // PAIRS_PER_BATCH)[group] if len(frame) else group
+    counts = dict.fromkeys(PAIR_COUNTS, 0)
+    worst: list[pd.DataFrame] = []
+    for part in (frame[batch == b] for b in np.unique(batch)):
+        tally, bad = _pairs(part, windows, apart_s, slack_s, settle_s)
+        for key, value in tally.items():
+            counts[key] = (
+                max(counts[key], value) if key == "worst_inversion_ms" else counts[key] + value
+            )
+        worst = [pd.concat([*worst, bad]).nlargest(EXAMPLES, "inversion_s")] if len(bad) else worst
+    counts = {"deliveries": len(frame), **{k: int(v) for k, v in excluded.items()}, **counts}
+    details: dict[str, Any] = {
+        "apart_s": apart_s,
+        "slack_s": slack_s,
+        "settle_s": settle_s,
+        "fault_windows": len(windows),
+        "examples": [_example(r) for r in worst[0].itertuples()] if worst else [],
+    }
+    if not counts["pairs_judged"]:
+        why = (
+            "no author had two notifications delivered to one device"
+            if not counts["pairs"]
+            else "every pair of an author's notifications on one device was excused "
+            "(posted close together, retried, or in a fault window)"
+        )
+        return Verdict(NAME, None, counts, {**details, "unknown": why})
+    return Verdict(NAME, counts["later_delivered_first"] == 0, counts, details)
+
+
+def _pairs(
+    frame: pd.DataFrame, windows: list[Window], apart_s: float, slack_s: float, settle_s: float
+) -> tuple[dict[str, int], pd.DataFrame]:
+    """The counts of one batch of whole (device, author) groups, and its inverted pairs."""
     pairs = frame.merge(frame, on=GROUP, suffixes=("_m", "_n"))
     # m posted before n (by the instant each request went out).
-    pairs = pairs[pairs["sent_n"] > pairs["sent_m"]]
-    sent_n = pairs["sent_n"].to_numpy(dtype=float)
-    accepted_m = pairs["accepted_m"].to_numpy(dtype=float)
+    pairs = pairs[pairs["sent_n"].to_numpy(dtype=float) > pairs["sent_m"].to_numpy(dtype=float)]
     sent_m = pairs["sent_m"].to_numpy(dtype=float)
     first_m = pairs["first_m"].to_numpy(dtype=float)
-    first_n = pairs["first_n"].to_numpy(dtype=float)
-    close = sent_n < accepted_m + apart_s
+    close = (
+        pairs["sent_n"].to_numpy(dtype=float) < pairs["accepted_m"].to_numpy(dtype=float) + apart_s
+    )
     retried = ~close & pairs["retried_m"].to_numpy(dtype=bool)
     in_fault = np.zeros(len(pairs), dtype=bool)
     for window in windows:
         in_fault |= (sent_m < window.stop + settle_s) & (first_m > window.start)
     in_fault &= ~close & ~retried
     judged = ~close & ~retried & ~in_fault
-    inversion = first_m - first_n
+    inversion = first_m - pairs["first_n"].to_numpy(dtype=float)
     inverted = judged & (inversion > slack_s)
     bad = pairs[inverted].assign(inversion_s=inversion[inverted])
-    counts = {
-        "deliveries": len(frame),
-        **{k: int(v) for k, v in excluded.items()},
+    tally = {
         "pairs": len(pairs),
         "close_together": int(close.sum()),
         "earlier_retried": int(retried.sum()),
         "earlier_in_fault": int(in_fault.sum()),
         "pairs_judged": int(judged.sum()),
         "later_delivered_first": int(inverted.sum()),
-        "device_authors_out_of_order": int(len(bad[GROUP].drop_duplicates())),
+        "device_authors_out_of_order": len(bad[GROUP].drop_duplicates()),
         "worst_inversion_ms": int(round(float(bad["inversion_s"].max()) * 1000)) if len(bad) else 0,
     }
-    details: dict[str, Any] = {
-        "apart_s": apart_s,
-        "slack_s": slack_s,
-        "settle_s": settle_s,
-        "fault_windows": len(windows),
-        "examples": [
-            _example(r) for r in bad.sort_values("inversion_s").tail(EXAMPLES).itertuples()
-        ][::-1],
-    }
-    if not counts["pairs_judged"]:
-        why = (
-            "no author had two notifications delivered to one device"
-            if not len(pairs)
-            else "every pair of an author's notifications on one device was excused "
-            "(posted close together, retried, or in a fault window)"
-        )
-        return Verdict(NAME, None, counts, {**details, "unknown": why})
-    return Verdict(NAME, counts["later_delivered_first"] == 0, counts, details)
+    return tally, bad
 
 
 def _example(row: Any) -> dict[str, Any]:
