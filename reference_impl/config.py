@@ -90,6 +90,8 @@ DEFECTS = (
     "followed_cache_kept_at_threshold",  # crossing the threshold drops only new followers' cache
     "reregistered_endpoint_stays_disabled",  # a device registered again: Enabled not set true
     "slow_consumer",  # one push job in ten put back, unacknowledged, for 75 s before its send
+    "dedup_fail_open_on_timeout",  # a dedup store that times out is taken as "not sent": sends
+    "push_reorders_per_author",  # every other post of an author held 20 s: the next overtakes it
 )
 
 

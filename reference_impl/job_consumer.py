@@ -171,6 +171,12 @@ def rounds(keys: Sequence[str]) -> list[list[int]]:
     return out
 
 
+def timed_out(answer: object) -> bool:
+    """Whether a store's answer is a timeout (redis-py's, or a socket's): the store took the
+    command, or never answered, and the client gave up waiting; a refusal is not one."""
+    return isinstance(answer, redis_lib.TimeoutError | TimeoutError)
+
+
 @dataclass(frozen=True)
 class PendingRecord:
     """An audit record waiting for its recipient's key: ``recipient`` (tenant, user), None when
@@ -507,6 +513,10 @@ class JobConsumer:
         if "dedup_fail_open" in self.defects:
             # The defect: send without a dedup decision.
             claims = ["won" if isinstance(c, redis_lib.RedisError) else c for c in claims]
+        if "dedup_fail_open_on_timeout" in self.defects:
+            # The defect: a store that does not answer in time is taken for one that has no
+            # key (send); a refused connection still fails closed.
+            claims = ["won" if timed_out(c) else c for c in claims]
         return claims
 
     def settle_many(self, sent: Sequence[str], released: Sequence[str]) -> dict[str, Exception]:
@@ -523,6 +533,9 @@ class JobConsumer:
                 for k, e in errors.items()
                 if not (k in marks and isinstance(e, redis_lib.RedisError))
             }
+        if "dedup_fail_open_on_timeout" in self.defects:
+            marks = set(sent)  # the defect: a 'sent' mark that timed out taken as written
+            errors = {k: e for k, e in errors.items() if not (k in marks and timed_out(e))}
         return errors
 
     def late_marks(self) -> list[str]:

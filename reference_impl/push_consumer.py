@@ -98,6 +98,9 @@ FEEDBACK_RECEIVES = 5
 MAX_REFUSED_NOTES = 50_000
 # The slow_consumer defect: how long the jobs it holds back wait (past seed 000's 60 s SLA).
 SLOW_CONSUMER_HOLD_SECONDS = 75
+# The push_reorders_per_author defect: how long every other post of an author is held back.
+REORDER_HOLD_SECONDS = 20
+REORDER_MEMORY = 256  # notifications remembered per author (the oldest go first)
 SENT_JOB_FIELDS = (
     "tenant_id", "notification_id", "recipient_user_id", "author_id", "kind", "audit_kid",
 )  # fmt: skip
@@ -105,6 +108,10 @@ SENT_JOB_FIELDS = (
 
 _REFUSED_NOTES: list[Command] = []
 _REFUSED_LOCK = threading.Lock()
+# The push_reorders_per_author defect's memory (per process, shared by its pollers): per
+# (tenant, author), how many of their notifications it has seen, and which it held.
+_AUTHOR_POSTS: dict[tuple[str, str], tuple[int, dict[str, bool]]] = {}
+_AUTHOR_LOCK = threading.Lock()
 
 
 def look_again(record: dict[str, Any], now: float) -> bool:
@@ -522,6 +529,12 @@ class PushConsumer(JobConsumer):
             state.later(SLOW_CONSUMER_HOLD_SECONDS)
             state.finish()
             return
+        if "push_reorders_per_author" in self.defects and due_now and self.held_for_order(job):
+            # The defect: not acknowledged, back in the queue for 20 s, no record; the author's
+            # next post, not held, overtakes it on every device.
+            state.later(REORDER_HOLD_SECONDS)
+            state.finish()
+            return
         if "digest" in job:
             closes = job["digest"]["closes_at_ms"]
             if to_ms(self.clock()) < closes:  # early (a skewed clock): only a closed window counts
@@ -543,6 +556,25 @@ class PushConsumer(JobConsumer):
             and "digest" not in job
             and (zlib.crc32(tag) % 10 == 0)
         )
+
+    def held_for_order(self, job: dict[str, Any]) -> bool:
+        """The push_reorders_per_author defect's jobs: those of every other notification of an
+        author (the first, third, ... this process sees), on their first receive, never a
+        quiet-hours release or a digest (as a consumer that staggers an author's bursts)."""
+        first = self._copies.get(id(job), {}).get("receive_count", 1) == 1
+        if not first or "deferred_until" in job or "digest" in job:
+            return False
+        author = (str(job.get("tenant_id")), str(job.get("author_id")))
+        nid = str(job.get("notification_id"))
+        with _AUTHOR_LOCK:
+            seen, held = _AUTHOR_POSTS.get(author, (0, {}))
+            if nid not in held:
+                held[nid] = seen % 2 == 0
+                seen += 1
+                while len(held) > REORDER_MEMORY:
+                    del held[next(iter(held))]
+            _AUTHOR_POSTS[author] = (seen, held)
+            return held[nid]
 
     def limit_windows(self, states: Sequence[PushJob]) -> None:
         asks: list[tuple[PushJob, WindowRequest | DigestClose]] = []

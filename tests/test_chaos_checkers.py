@@ -13,9 +13,9 @@ from harness.model.history import History
 pytestmark = pytest.mark.usefixtures("engine")
 
 
-def _fault(history, name, start, stop, window="w1"):
+def _fault(history, name, start, stop, window="w1", **record):
     for phase, at in (("start", start), ("stop", stop)):
-        detail = {"window": window, "fault": name, "phase": phase, "params": {}}
+        detail = {"window": window, "fault": name, "phase": phase, "params": {}, **record}
         history.append("fault", time=at, detail=json.dumps(detail))
 
 
@@ -102,6 +102,36 @@ def test_fail_closed_with_fallback_counts_duplicates_across_the_outage():
     verdict = fail_closed.check(history.frame(), fallback=True)
     assert not verdict.valid
     assert verdict.counts["duplicated_across_outage"] == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "record", "outage"),
+    [
+        # What the fault's record says it took away decides, not its name.
+        ("dedup-blackhole", {"unavailable": "dedup"}, True),
+        ("proxy-timeout", {"unavailable": "dedup"}, True),  # the dedup store's proxy
+        ("proxy-down", {"unavailable": "dedup"}, True),
+        ("my-own-partition", {"unavailable": "dedup"}, True),
+        ("proxy-timeout", {"unavailable": "datastore"}, False),  # another dependency
+        ("dedup-slow", {"unavailable": None}, False),  # slow, but it answers
+        ("dedup-outage", {"unavailable": None}, False),
+        # Histories written before faults said so: the catalogue's names then.
+        ("dedup-blackhole", {}, True),
+        ("dedup-crash", {}, True),
+        ("proxy-timeout", {}, False),
+    ],
+)
+def test_fail_closed_judges_every_fault_that_took_the_dedup_store_away(name, record, outage):
+    """A store that black-holes (only the client's timeout ends a call) is an outage as a
+    refusing one is: a consumer failing open on a timeout is caught the same way."""
+    history = History()
+    _fault(history, name, 100.0, 110.0, **record)
+    _inject(history, 102.0, "fresh")
+    _request(history, 102.5, nid="fresh")
+    verdict = fail_closed.check(history.frame(), grace_s=0.5)
+    assert verdict.counts["outage_windows"] == int(outage)
+    assert verdict.counts["decided_during_outage"] == int(outage)
+    assert verdict.valid is False  # caught, or (no outage at all) never a pass
 
 
 def test_fail_closed_without_any_outage_is_not_a_pass():

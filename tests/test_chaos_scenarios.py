@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.wholerun]
 
 CHAOS = (
     "memorydb-outage",
+    "memorydb-timeout",
     "memorydb-outage-fallback",
     "apns-429-storm",
     "sqs-redelivery",
@@ -106,6 +107,27 @@ def test_dedup_fail_open_is_caught_by_fail_closed(tmp_path):
     assert code == 1
     # Notifications injected during the outage were delivered in it: no load explains that.
     assert _failed(summary, "fail_closed")["decided_during_outage"] > 0
+
+
+def test_failing_open_only_on_a_timeout_passes_a_refusing_outage_and_is_caught_by_a_black_hole(
+    tmp_path,
+):
+    """A consumer that fails closed on a refused connection but sends when the store times out:
+    memorydb-outage (the proxy refuses) cannot see it, the class every shipped outage missed;
+    memorydb-timeout (the store black-holes, only the client's 1 s socket timeout ends a call)
+    sees its sends inside the window."""
+    defect = ["dedup_fail_open_on_timeout"]
+    code, summary, output = _run(
+        str(_variant(tmp_path, "memorydb-outage", defect)), tmp_path / "refused"
+    )
+    assert code == 0, output
+    refused = summary["checkers"]["fail_closed"]
+    assert refused["valid"] is True and refused["deliveries_during_outage"] == 0
+    code, summary, _ = _run(str(_variant(tmp_path, "memorydb-timeout", defect)), tmp_path / "hung")
+    assert code == 1
+    hung = _failed(summary, "fail_closed")
+    assert hung["deliveries_during_outage"] > 0
+    assert hung["decided_during_outage"] + hung["backlog_sent_late"] > 0
 
 
 def test_fallback_without_recheck_and_fallback_marks_without_a_ttl_are_both_caught(tmp_path):
@@ -349,6 +371,28 @@ def test_a_deferral_that_is_never_requeued_is_caught_by_quiet_hours(tmp_path):
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     assert _failed(summary, "quiet_hours")["deferred_never_released"] > 0
+
+
+@pytest.mark.parametrize("transport", ["sns", "direct"])
+def test_every_other_post_of_an_author_held_back_is_caught_by_push_order(tmp_path, transport):
+    """A push consumer that holds every other post of an author back for 20 s (put back on
+    the queue, unacknowledged): each push arrives once and in time, each inbox in ULID order,
+    but the author's next post (smoke's probes, 12 s after the burst) reaches every device
+    first. Only push_order, judging what the providers delivered per (device, author), sees
+    it; on both push paths (straight to APNs and FCM, and through SNS)."""
+    path = _variant(tmp_path, "smoke", ["push_reorders_per_author"])
+    data = yaml.safe_load(path.read_text())
+    data["configuration"]["reference"]["push_transport"] = transport
+    path.write_text(yaml.safe_dump(data))
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    order = _failed(summary, "push_order")
+    assert order["later_delivered_first"] > 0 and order["device_authors_out_of_order"] > 0
+    assert order["worst_inversion_ms"] > 1000  # past the slack
+    failing = {name for name, result in summary["checkers"].items() if result["valid"] is False}
+    assert failing == {"push_order"}, failing
+    once = summary["checkers"]["effectively_once"]
+    assert once["lost"] == once["duplicated"] == 0
 
 
 @pytest.mark.parametrize("transport", ["direct", "sns"])

@@ -91,7 +91,10 @@ def test_smoke_run_passes_and_writes_its_run_directory(tmp_path):
     assert once["delivered"] == once["expected"]
     assert once["duplicated"] == once["lost"] == once["unexpected"] == 0
     history = pd.read_parquet(run_dir / "history.parquet")
-    assert (history["kind"] == "inject").sum() == 8
+    # One post per author (8), then the probes: one more of a regular author and a celebrity
+    # per tenant (4), whose devices push_order judges.
+    assert (history["kind"] == "inject").sum() == 12
+    assert summary["checkers"]["push_order"]["pairs_judged"] > 0
     # The reports a release is gated on: one junit test case per checker, all passing.
     junit = ET.parse(run_dir / "junit.xml").getroot()
     cases = junit.findall(".//testcase")

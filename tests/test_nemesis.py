@@ -141,3 +141,43 @@ def test_the_worked_fault_in_extending_md_runs_against_the_real_fault_proxy(tmp_
         stop_process(proc)  # type: ignore[arg-type]
         sys.modules.pop(name, None)
         catalogue.CATALOGUE.pop("dedup-trickle", None)
+
+
+def test_what_a_fault_takes_away_is_a_property_of_the_fault_recorded_with_its_window(monkeypatch):
+    """Every fault that leaves the dedup store unanswering (refused, black-holed until the
+    client's own timeout, killed) records ``unavailable: dedup`` with its window, whatever its
+    name; a proxy fault names what its proxy stands for; a slow store takes nothing away.
+    fail_closed reads its outage windows from this record (harness/checkers/windows.py)."""
+    targets = ChaosTargets(dedup_proxy="memorydb")
+    takes = {
+        ("dedup-outage", None): "dedup",
+        ("dedup-blackhole", None): "dedup",
+        ("dedup-crash", None): "dedup",
+        ("proxy-down", "memorydb"): "dedup",
+        ("proxy-timeout", "memorydb"): "dedup",
+        ("proxy-down", "datastore"): "datastore",
+        ("proxy-timeout", "datastore"): "datastore",
+        ("proxy-latency", "memorydb"): None,
+        ("dedup-slow", None): None,
+        ("consumer-crash", None): None,
+        ("apns-status", None): None,
+    }
+    for (name, proxy), expected in takes.items():
+        params = {"proxy": proxy} if proxy else {}
+        assert catalogue.taken_away(catalogue.CATALOGUE[name], targets, params) == expected, name
+    # Recorded with the window: the undo of a fault that touches nothing here.
+    spec = catalogue.CATALOGUE["proxy-timeout"]
+    monkeypatch.setitem(
+        catalogue.CATALOGUE,
+        "proxy-timeout",
+        FaultSpec(spec.description, lambda t, p: None, spec.required, takes_away=spec.takes_away),
+    )
+    history = History()
+    fault = make_fault("proxy-timeout", {"proxy": "memorydb", "timeout_ms": 0})
+    fault.start(targets, history)
+    fault.stop(targets, history)
+    details = [json.loads(d) for d in history.frame()["detail"]]
+    assert [(d["phase"], d["unavailable"]) for d in details] == [
+        ("start", "dedup"),
+        ("stop", "dedup"),
+    ]

@@ -16,6 +16,7 @@ from harness.model.scenarios import SCENARIO_DIR, ScenarioError, parse
 SHIPPED = (
     "smoke",
     "memorydb-outage",
+    "memorydb-timeout",
     "memorydb-outage-fallback",
     "apns-429-storm",
     "sqs-redelivery",
@@ -39,6 +40,9 @@ def test_every_shipped_scenario_parses():
 
 def test_chaos_scenarios_schedule_the_faults_they_are_named_for():
     assert {f.name for f in scenarios.get("memorydb-outage").faults} == {"dedup-outage"}
+    [blackhole] = scenarios.get("memorydb-timeout").faults
+    assert blackhole.name == "dedup-blackhole" and blackhole.params["timeout_ms"] == 0
+    assert scenarios.get("memorydb-timeout").reference["dedup_fallback"] is False
     assert scenarios.get("memorydb-outage-fallback").reference["dedup_fallback"] is True
     assert "apns-status" in {f.name for f in scenarios.get("apns-429-storm").faults}
     assert {f.name for f in scenarios.get("sns-throttle").faults} == {"sns-throttle"}
@@ -86,6 +90,15 @@ BASE = {
             "a rollback runs at the end; it takes no offset_s",
         ),
         ({"method": [{"type": "locust", "locustfile": "tsunami"}]}, "unknown locustfile 'tsunami'"),
+        (
+            {
+                "method": [
+                    {"type": "load"},
+                    {"type": "action", "name": "post-probes", "params": {"system_minted_ids": 1}},
+                ]
+            },
+            "post-probes: system_minted_ids must be true or false",
+        ),
         (
             {"method": [{"type": "locust", "locustfile": "game_day", "plan": {"duration_s": -1}}]},
             "method[0].plan: duration_s must be positive",

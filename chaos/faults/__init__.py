@@ -21,6 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 DEDUP_PROXY = "dedup"
+# What a fault's window record names as taken away (``unavailable``) when the dependency is the
+# dedup store: the checkers read it from the history (fail_closed's outage windows), by this
+# property of the fault, never by the fault's name.
+DEDUP_STORE = "dedup"
+# ``FaultSpec.takes_away`` of a fault acting on the proxy its ``params.proxy`` names: the
+# dependency is whatever that proxy stands for (the dedup store when it is the target's).
+NAMED_PROXY = "<params.proxy>"
 
 
 class History(Protocol):
@@ -86,6 +93,8 @@ class Fault:
     # names the function in the history's window rows.
     begin: Callable[[ChaosTargets, dict[str, Any]], Callable[[], None] | None] | None = None
     origin: str | None = None
+    # The dependency the window takes away (``FaultSpec.takes_away`` resolved at start).
+    unavailable: str | None = None
 
     def start(self, targets: ChaosTargets, history: History | None) -> None:
         if self.active:
@@ -97,6 +106,7 @@ class Fault:
             if missing:
                 raise FaultError(missing)
             begin = CATALOGUE[self.name].start
+            self.unavailable = taken_away(CATALOGUE[self.name], targets, self.params)
         self._undo = begin(targets, self.params)
         self.active = True
         if history is not None:
@@ -116,6 +126,9 @@ class Fault:
     def _detail(self, phase: str) -> str:
         detail = {"window": self.window_id, "fault": self.name, "phase": phase}
         detail["params"] = self.params
+        # Recorded on every window of a catalogue fault: null when it takes nothing away.
+        if self.begin is None:
+            detail["unavailable"] = self.unavailable
         if self.origin is not None:
             detail["origin"] = self.origin
         return json.dumps(detail, default=str)
@@ -138,6 +151,11 @@ class FaultSpec:
     # pause and resume); a system whose processes do not offer them cannot take the fault.
     part: str | None = None
     actions: tuple[str, ...] = ()
+    # The dependency the fault makes unavailable for its window: no answer comes (connections
+    # refused, black-holed until a client's own timeout, the process killed). ``DEDUP_STORE``
+    # for the dedup store, ``NAMED_PROXY`` for the proxy its params name; None when it only
+    # degrades (latency, errors from a simulator) or acts on something else.
+    takes_away: str | None = None
 
 
 CATALOGUE: dict[str, FaultSpec] = {}
@@ -152,16 +170,30 @@ def fault(
     required: tuple[str, ...] = (),
     part: str | None = None,
     actions: tuple[str, ...] = (),
+    takes_away: str | None = None,
 ) -> Callable[[Start], Start]:
     """Register ``start(targets, params) -> undo`` as the fault ``name`` (a decorator)."""
 
     def register(start: Start) -> Start:
         if name in CATALOGUE and CATALOGUE[name].start is not start:
             raise ValueError(f"two faults named {name!r}")
-        CATALOGUE[name] = FaultSpec(description, start, required, needs, needs_what, part, actions)
+        CATALOGUE[name] = FaultSpec(
+            description, start, required, needs, needs_what, part, actions, takes_away
+        )
         return start
 
     return register
+
+
+def taken_away(spec: FaultSpec, targets: ChaosTargets, params: dict[str, Any]) -> str | None:
+    """The dependency a fault's window takes away on these targets: ``spec.takes_away``, with
+    a named proxy read as the dedup store when it is the target's dedup proxy."""
+    if spec.takes_away != NAMED_PROXY:
+        return spec.takes_away
+    proxy = params.get("proxy")
+    if not isinstance(proxy, str) or not proxy:
+        return None
+    return DEDUP_STORE if proxy == targets.dedup_proxy else proxy
 
 
 def unavailable(name: str, targets: ChaosTargets) -> str | None:

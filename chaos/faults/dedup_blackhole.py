@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chaos.faults import fault
+from chaos.faults import DEDUP_STORE, fault
 from chaos.faults.adapters import dedup_toxic
 
 start = fault(
@@ -10,4 +10,5 @@ start = fault(
     "dedup store black hole: data stops flowing, connections hang (timeout toxic 0)",
     needs="toxiproxy_url",
     needs_what="fault proxy in front of its dedup store (dedup_listen, or toxiproxy_url)",
+    takes_away=DEDUP_STORE,
 )(dedup_toxic("timeout", lambda p: {"timeout": int(p.get("timeout_ms", 0))}))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chaos.faults import fault
+from chaos.faults import DEDUP_STORE, fault
 from chaos.faults.adapters import process_crash
 
 start = fault(
@@ -12,4 +12,5 @@ start = fault(
     needs_what="process hooks (the harness's own stack, or a target's processes: map)",
     part="redis",
     actions=("kill", "start"),
+    takes_away=DEDUP_STORE,
 )(process_crash("redis"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from chaos.faults import ChaosTargets, fault
+from chaos.faults import DEDUP_STORE, ChaosTargets, fault
 from chaos.faults.adapters import toxiproxy_proxy
 
 
@@ -14,6 +14,7 @@ from chaos.faults.adapters import toxiproxy_proxy
     "dedup store unreachable: the fault proxy is disabled (connection refused)",
     needs="toxiproxy_url",
     needs_what="fault proxy in front of its dedup store (dedup_listen, or toxiproxy_url)",
+    takes_away=DEDUP_STORE,
 )
 def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
     proxy = toxiproxy_proxy(targets)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from chaos.faults import ChaosTargets, fault
+from chaos.faults import NAMED_PROXY, ChaosTargets, fault
 from chaos.faults.adapters import named_proxy
 
 
@@ -16,6 +16,7 @@ from chaos.faults.adapters import named_proxy
     needs="toxiproxy_url",
     needs_what="fault proxy (a proxies: map in the target file, or toxiproxy_url)",
     required=("proxy",),
+    takes_away=NAMED_PROXY,
 )
 def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
     proxy = named_proxy(targets, params)

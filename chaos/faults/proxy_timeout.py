@@ -4,7 +4,7 @@ timeout must catch. params: {proxy, timeout_ms}."""
 
 from __future__ import annotations
 
-from chaos.faults import fault
+from chaos.faults import NAMED_PROXY, fault
 from chaos.faults.adapters import proxy_toxic
 
 start = fault(
@@ -13,4 +13,5 @@ start = fault(
     needs="toxiproxy_url",
     needs_what="fault proxy (a proxies: map in the target file, or toxiproxy_url)",
     required=("proxy",),
+    takes_away=NAMED_PROXY,
 )(proxy_toxic("timeout", lambda p: {"timeout": int(p.get("timeout_ms", 0))}))

@@ -7,7 +7,7 @@ author that the reader should see (the reader follows the author) and that was a
 must be in the walk too, when the walk covers ``m``'s place. A system that fans one author's
 posts out of order shows a later post while an earlier one is still missing. Posts whose
 acceptance is unknown are never required. Readers the run erased or registered again are left
-to the ``erasure`` checker.
+to the ``erasure`` checker. What reaches each device, in which order, is ``push_order``'s.
 """
 
 from __future__ import annotations

@@ -1,5 +1,12 @@
 """Fail-closed dedup: no provider delivery without a dedup decision while the store is out.
 
+An outage window is that of any fault whose record says it took the dedup store away (the
+fault's own property, ``unavailable: dedup``, not its name): the proxy refusing connections
+(``dedup-outage``, ``proxy-down`` on the dedup proxy), a black hole that only the client's own
+socket timeout ends (``dedup-blackhole``, ``proxy-timeout`` on it), the store killed
+(``dedup-crash``). A consumer that fails closed on a refused connection and open on a timeout
+is judged by the same rule in both.
+
 With the DynamoDB fallback off, a delivery inside a dedup-store outage window is a violation
 when its decision cannot have been taken before the outage began. The harness never sees a
 decision, only bounds on it: it comes after the notification was injected (the harness's own
@@ -33,9 +40,8 @@ from harness.checkers.keys import joint_keys, member, sorted_unique
 from harness.checkers.registry import checker
 from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
-from harness.checkers.windows import delivery_rows, fault_windows, injection_times
+from harness.checkers.windows import delivery_rows, injection_times, unavailable_windows
 
-OUTAGES = ("dedup-outage", "dedup-blackhole", "dedup-crash")
 KEY = ["tenant_id", "notification_id", "token"]
 # The longest a decision taken before an outage may wait for its send: a batch's sends after
 # its claims, on a machine loaded well past its cores.
@@ -48,7 +54,7 @@ def check(
     fallback: bool = False,
     decision_lag_s: float = DECISION_LAG_S,
 ) -> Verdict:
-    windows = fault_windows(history, OUTAGES)
+    windows = unavailable_windows(history)
     rows = delivery_rows(history)
     times = history["time"].to_numpy(dtype=float, na_value=np.nan)[rows]
     injects = history.loc[history["kind"] == "inject", ["tenant_id", "notification_id", "time"]]
@@ -103,7 +109,7 @@ def check_store(
     """:func:`check` over a history on disk."""
     store.require_decided()
     faults = store.rows(["fault"], ["kind", "time", "detail"])
-    windows = fault_windows(faults, OUTAGES, end=store.end_time)
+    windows = unavailable_windows(faults, end=store.end_time)
     store.register(
         "outage_windows",
         pd.DataFrame(

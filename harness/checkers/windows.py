@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
+
+# The dependency name a fault's window record gives the dedup store (``unavailable``; chaos's
+# ``DEDUP_STORE``: the history is the protocol between them).
+DEDUP_STORE = "dedup"
+# Before faults recorded what they take away, the catalogue's faults that took the dedup store
+# away were these: histories written then are read by name.
+_DEDUP_OUTAGES_BY_NAME = ("dedup-outage", "dedup-blackhole", "dedup-crash")
 
 
 @dataclass(frozen=True)
@@ -21,15 +30,37 @@ def fault_windows(
 ) -> list[Window]:
     """Windows of the named faults; one still open at the end of the history closes there
     (``end``: the history's last instant, when ``history`` holds only some of its rows)."""
+    return _windows(history, lambda record: names is None or record["fault"] in names, end)
+
+
+def unavailable_windows(
+    history: pd.DataFrame, dependency: str = DEDUP_STORE, end: float | None = None
+) -> list[Window]:
+    """Windows of the faults that took ``dependency`` away (no answer from it: connections
+    refused, black-holed until a client's own timeout, its process killed), by what each
+    fault's window record says it took (``unavailable``), whatever the fault's name. A record
+    without that field (a history written before faults said so) is read by the names the
+    catalogue then had for the dedup store."""
+
+    def took(record: dict[str, Any]) -> bool:
+        if "unavailable" in record:
+            return bool(record["unavailable"] == dependency)
+        return dependency == DEDUP_STORE and record["fault"] in _DEDUP_OUTAGES_BY_NAME
+
+    return _windows(history, took, end)
+
+
+def _windows(
+    history: pd.DataFrame, keep: Callable[[dict[str, Any]], bool], end: float | None
+) -> list[Window]:
     rows = history[history["kind"] == "fault"]
     opened: dict[str, tuple[str, float]] = {}
     windows = []
     for row in rows.itertuples(index=False):
         detail = json.loads(row.detail)
-        if names is not None and detail["fault"] not in names:
-            continue
         if detail["phase"] == "start":
-            opened[detail["window"]] = (detail["fault"], row.time)
+            if keep(detail):
+                opened[detail["window"]] = (detail["fault"], row.time)
         elif detail["window"] in opened:
             fault, start = opened.pop(detail["window"])
             windows.append(Window(fault, start, row.time))

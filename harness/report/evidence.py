@@ -12,8 +12,7 @@ import pandas as pd
 from harness.analysis import metrics
 from harness.analysis.metrics import KEY, Run
 from harness.checkers import dead_tokens, registry
-from harness.checkers.fail_closed import OUTAGES
-from harness.checkers.windows import Window, deliveries
+from harness.checkers.windows import Window, deliveries, unavailable_windows
 from harness.model.oracle import Expectation
 from harness.report.document import MAX_EVIDENCE_ROWS, attempts_of, short_token, since
 
@@ -205,7 +204,7 @@ def quiet_hours_evidence(ctx: Context, bound_s: float) -> list[tuple[str, pd.Dat
 
 
 def fail_closed_evidence(ctx: Context, grace_s: float) -> list[tuple[str, pd.DataFrame]]:
-    outages = [w for w in ctx.windows if w.fault in OUTAGES]
+    outages = unavailable_windows(ctx.run.history)
     got = ctx.attempts[ctx.attempts["got"]]
     inside = pd.Series(False, index=got.index)
     for w in outages:

@@ -10,7 +10,8 @@ acknowledged it, so that the oracle knows what should hold from when.
   some get a zone no tz database knows (``unknown_zone``) or a quiet window no clock can read
   (``unreadable_quiet_hours``, 25:00), which only a table write can give (an API refuses
   them), the cases where quiet hours must fail closed;
-* ``post-probes``: one event per chosen author, remembered for ``reregister-users``;
+* ``post-probes``: one event per chosen author, remembered for ``reregister-users``
+  (``system_minted_ids``: the system mints their ids, as ``load.system_minted_ids``);
 * ``erase-users``: erase some followers of the probe authors (retrying while the system cannot
   finish, e.g. with its dedup store cut), each having first read items of their first page one
   by one and then all (read state for the erasure to purge), then read their inbox and unread
@@ -318,12 +319,15 @@ def post_probes(ctx: ActionContext, params: dict[str, Any]) -> str:
     # ``kind``: "post" (push only) or e.g. "mention" (every channel: the erasure must purge the
     # email, in-app and SMS keys too, which a post never sets).
     kind = str(params.get("kind", "post"))
+    # The system mints the ids (no event_id sent), as a load with system_minted_ids does: on a
+    # moved clock an id the harness minted carries the harness's time, not the system's.
+    minted = bool(params.get("system_minted_ids", False))
     with ctx.client() as http:
         for author in authors:
             object_id = f"probe-{author.user_id}-{ctx.seed}"
             nid = post_event(
                 http, ctx.history, author.tenant_id, author.user_id, kind, object_id,
-                driver=ctx.driver,
+                driver=ctx.driver, system_minted=minted,
             )  # fmt: skip
             ctx.probes[(author.tenant_id, author.user_id)] = {
                 "event_id": nid, "kind": kind, "object_id": object_id,
@@ -793,6 +797,8 @@ def validate(name: str, params: dict[str, Any]) -> None:
             )
         if params.get("of", "any") not in ("any", "celebrity", "regular"):
             raise ActionError("of must be any, celebrity or regular (whose followers change)")
+    if name == "post-probes" and not isinstance(params.get("system_minted_ids", False), bool):
+        raise ActionError(f"{name}: system_minted_ids must be true or false")
     if name == "inject-malformed-jobs":
         channels = params.get("channels", ["push"])
         if not isinstance(channels, list) or not all(isinstance(c, str) for c in channels):
