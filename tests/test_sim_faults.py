@@ -21,7 +21,7 @@ import h2.connection
 import hpack
 import httpx
 import pytest
-from aioapns import APNs, NotificationRequest
+from aioapns import APNs, NotificationRequest, PushType
 from aioapns.connection import APNsProductionClientProtocol
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -29,7 +29,7 @@ from h2.errors import ErrorCodes
 from hyperframe.frame import Frame, GoAwayFrame, HeadersFrame
 from pyfcm import FCMNotification
 from pyfcm.errors import FCMServerError
-from sim_process import Sim, needs_h2_server, run_sim
+from sim_process import APNS_TOPIC, SIGNING_KEY, Sim, needs_h2_server, run_sim
 
 from emulators.http_server import Request
 from emulators.providers.fcm import JWT_BEARER_GRANT, FcmSimulator, write_service_account_file
@@ -237,7 +237,7 @@ def test_fault_log_windows(apns: Sim) -> None:
 
 def test_reset_stops_faults(apns: Sim) -> None:
     apns.start_fault("status", {"p": 1, "status": 503})
-    with h2c(apns) as client:
+    with h2c(apns, apns.apns_headers()) as client:
         assert apns_push(client, apns_token()).status_code == 503
         assert client.post("/_sim/reset").status_code == 200
         assert apns_push(client, apns_token()).status_code == 200
@@ -307,7 +307,7 @@ def test_apns_status_p1_then_p0(apns: Sim, status: int, reason: str, retry_after
     if retry_after is not None:
         params["retry_after"] = retry_after
     fault = apns.start_fault("status", params)
-    with h2c(apns) as client:
+    with h2c(apns, apns.apns_headers()) as client:
         answers = [apns_push(client, apns_token()) for _ in range(N)]
         assert {(r.status_code, r.json()["reason"]) for r in answers} == {(status, reason)}
         expected = None if retry_after is None else str(retry_after)
@@ -336,7 +336,7 @@ def run_seeded(sim: Sim, send) -> list[int]:
 
 
 def test_apns_seeded_half_repeats(apns: Sim) -> None:
-    with h2c(apns) as client:
+    with h2c(apns, apns.apns_headers()) as client:
 
         def send() -> int:
             return apns_push(client, apns_token()).status_code
@@ -351,7 +351,7 @@ def test_apns_seeded_half_repeats(apns: Sim) -> None:
 def test_apns_accepted_then_error_is_delivered(apns: Sim) -> None:
     fault = apns.start_fault("accepted_then_error", {"p": 1, "status": 503})
     token = apns_token()
-    with h2c(apns) as client:
+    with h2c(apns, apns.apns_headers()) as client:
         first = apns_push(client, token, "n-dup")
         retry = apns_push(client, token, "n-dup")  # a naive retry
     for r in (first, retry):
@@ -363,7 +363,7 @@ def test_apns_accepted_then_error_is_delivered(apns: Sim) -> None:
     ]
     apns.reset()
     apns.start_fault("accepted_then_error", {"p": 0})
-    with h2c(apns) as client:
+    with h2c(apns, apns.apns_headers()) as client:
         assert {apns_push(client, apns_token()).status_code for _ in range(N)} == {200}
 
 
@@ -371,17 +371,17 @@ def test_apns_first_started_fault_decides(apns: Sim) -> None:
     latency = apns.start_fault("latency", {"ms": 0})
     first = apns.start_fault("status", {"p": 1, "status": 500})
     apns.start_fault("accepted_then_error", {"p": 1})
-    with h2c(apns) as client:
+    with h2c(apns, apns.apns_headers()) as client:
         r = apns_push(client, apns_token())
     assert r.status_code == 500
     [row] = apns.ledger()
     assert (row["fault"], row["delivered"]) == (first["id"], False)
     apns.stop_fault(first["id"])
-    with h2c(apns) as client:
+    with h2c(apns, apns.apns_headers()) as client:
         assert apns_push(client, apns_token()).status_code == 500
         assert apns.ledger(1)[0]["delivered"] is True
     apns.control("DELETE", "/_sim/faults")
-    with h2c(apns) as client:
+    with h2c(apns, apns.apns_headers()) as client:
         assert apns_push(client, apns_token()).status_code == 200
         again = apns.start_fault("latency", {"ms": 0})
         assert apns_push(client, apns_token()).status_code == 200
@@ -392,7 +392,7 @@ def test_apns_first_started_fault_decides(apns: Sim) -> None:
 def test_apns_unregister_tokens_stay_dead(apns: Sim) -> None:
     dead, alive = apns_token(), apns_token()
     fault = apns.start_fault("unregister", {"tokens": [dead]})
-    with h2c(apns) as client:
+    with h2c(apns, apns.apns_headers()) as client:
         r = apns_push(client, dead)
         assert r.status_code == 410 and r.json()["reason"] == "Unregistered"
         assert r.json()["timestamp"] >= int(fault["started_at"] * 1000) - 1
@@ -410,7 +410,7 @@ def test_apns_unregister_tokens_stay_dead(apns: Sim) -> None:
 def test_apns_unregister_probability(apns: Sim) -> None:
     everyone = apns.start_fault("unregister", {"p": 1})
     tokens = [apns_token() for _ in range(N)]
-    with h2c(apns) as client:
+    with h2c(apns, apns.apns_headers()) as client:
         assert {apns_push(client, t).status_code for t in tokens} == {410}
         apns.stop_fault(everyone["id"])
         assert {apns_push(client, t).status_code for t in tokens} == {410}
@@ -431,13 +431,13 @@ def test_apns_unregister_probability(apns: Sim) -> None:
 
 def test_apns_latency_at_least_ms(apns: Sim) -> None:
     fault = apns.start_fault("latency", {"ms": 250, "jitter_ms": 50})
-    with h2c(apns) as client:
+    with h2c(apns, apns.apns_headers()) as client:
         for _ in range(3):
             start = time.perf_counter()
             assert apns_push(client, apns_token()).status_code == 200
             assert time.perf_counter() - start >= 0.25
         # HTTP/1.1 too
-        with httpx.Client(base_url=apns.url, timeout=20) as h1:
+        with httpx.Client(base_url=apns.url, timeout=20, headers=apns.apns_headers()) as h1:
             start = time.perf_counter()
             assert apns_push(h1, apns_token()).status_code == 200
             assert time.perf_counter() - start >= 0.25
@@ -449,7 +449,7 @@ def test_apns_latency_at_least_ms(apns: Sim) -> None:
 
 
 def test_answered_at_is_the_receipt_without_a_delay(apns: Sim) -> None:
-    with h2c(apns) as client:
+    with h2c(apns, apns.apns_headers()) as client:
         assert apns_push(client, apns_token()).status_code == 200
     [row] = apns.ledger()
     assert 0 <= row["answered_at"] - row["received_at"] < 0.1
@@ -460,15 +460,16 @@ def test_apns_latency_does_not_block_other_streams(apns: Sim) -> None:
     fast = [apns_token() for _ in range(20)]
     fault = apns.start_fault("latency", {"ms": 1000, "tokens": [slow]})
     body = json.dumps({"aps": {"alert": "x"}}).encode()
+    auth = apns.apns_headers()
 
     async def go() -> tuple[float, float, bool, list[int], int]:
         conn = await H2ClientConnection.open("127.0.0.1", apns.port)
         try:
             start = time.perf_counter()
-            slow_task = asyncio.ensure_future(conn.request("POST", f"/3/device/{slow}", {}, body))
+            slow_task = asyncio.ensure_future(conn.request("POST", f"/3/device/{slow}", auth, body))
             await asyncio.sleep(0)  # the slow stream goes out first
             answers = await asyncio.wait_for(
-                asyncio.gather(*(conn.request("POST", f"/3/device/{t}", {}, body) for t in fast)),
+                asyncio.gather(*(conn.request("POST", f"/3/device/{t}", auth, body) for t in fast)),
                 10,
             )
             fast_elapsed = time.perf_counter() - start
@@ -497,7 +498,7 @@ def test_apns_latency_does_not_block_other_streams(apns: Sim) -> None:
 def test_apns_goaway_after_streams(apns: Sim) -> None:
     apns.start_fault("goaway", {"after_streams": 3})
     tokens = [apns_token() for _ in range(8)]
-    frames = h2_burst(apns.port, [apns_request(t) for t in tokens])
+    frames = h2_burst(apns.port, [apns_request(t) for t in tokens], headers=apns.apns_headers())
     # streams 1, 3, 5 answered, then GOAWAY(NO_ERROR, last_stream_id=5), then the server closes
     assert frames == [
         ("response", 1, 200),
@@ -507,12 +508,12 @@ def test_apns_goaway_after_streams(apns: Sim) -> None:
     ]
     assert [r["token"] for r in apns.ledger()] == tokens[:3]  # 7..15 not processed
     # the client reconnects and retries only the streams above last_stream_id
-    frames = h2_burst(apns.port, [apns_request(t) for t in tokens[3:]])
+    frames = h2_burst(apns.port, [apns_request(t) for t in tokens[3:]], headers=apns.apns_headers())
     assert frames[-1] == ("goaway", 5, ErrorCodes.NO_ERROR)  # per connection
     assert [f[1] for f in frames if f[0] == "response"] == [1, 3, 5]
     assert [r["token"] for r in apns.ledger(3)] == tokens[3:6]
     apns.control("DELETE", "/_sim/faults")
-    with h2c(apns) as client:
+    with h2c(apns, apns.apns_headers()) as client:
         assert {apns_push(client, t).status_code for t in tokens[6:]} == {200}
     rows = apns.ledger()
     assert sorted(r["token"] for r in rows) == sorted(tokens)  # each exactly once
@@ -525,7 +526,9 @@ def test_apns_goaway_answers_in_flight_streams_then_closes(apns: Sim) -> None:
     apns.start_fault("latency", {"ms": 300, "tokens": [slow]})
     apns.start_fault("goaway", {"after_streams": 2})
     start = time.perf_counter()
-    frames = h2_burst(apns.port, [apns_request(t) for t in [slow, *others]])
+    frames = h2_burst(
+        apns.port, [apns_request(t) for t in [slow, *others]], headers=apns.apns_headers()
+    )
     elapsed = time.perf_counter() - start
     # stream 1 is delayed; stream 3 is the 2nd handled: GOAWAY(last=3) after its answer, stream 1
     # still answered afterwards, 5 and 7 never processed, and only then the connection closes
@@ -541,12 +544,12 @@ def test_apns_goaway_answers_in_flight_streams_then_closes(apns: Sim) -> None:
 @needs_h2_server
 def test_apns_goaway_leaves_http11_alone(apns: Sim) -> None:
     apns.start_fault("goaway", {"after_streams": 1})
-    with httpx.Client(base_url=apns.url, timeout=20) as h1:
+    with httpx.Client(base_url=apns.url, timeout=20, headers=apns.apns_headers()) as h1:
         assert [apns_push(h1, apns_token()).status_code for _ in range(5)] == [200] * 5
 
 
 def test_apns_collapse_id_and_delivered_keys(apns: Sim) -> None:
-    with h2c(apns) as client:
+    with h2c(apns, apns.apns_headers()) as client:
         apns_push(client, apns_token(), **{"apns-collapse-id": "digest-7"})
         apns_push(client, apns_token())
         client.post("/3/device/abc", json={"aps": {}}, headers={"apns-collapse-id": "c"})
@@ -564,10 +567,10 @@ def test_aioapns_sees_429(apns: Sim) -> None:
 
     async def go() -> object:
         client = APNs(
-            key=es256_key(),
-            key_id="ABC123DEFG",
-            team_id="TEAM123456",
-            topic="com.example.app",
+            key=SIGNING_KEY.private_pem,
+            key_id=SIGNING_KEY.key_id,
+            team_id=SIGNING_KEY.team_id,
+            topic=APNS_TOPIC,
         )  # type: ignore[arg-type]
         client.pool.protocol_class = type(
             "SimulatorProtocol",
@@ -575,7 +578,9 @@ def test_aioapns_sees_429(apns: Sim) -> None:
             {"APNS_SERVER": "127.0.0.1", "APNS_PORT": apns.port},
         )
         client.pool.ssl_context = None
-        request = NotificationRequest(device_token=apns_token(), message={"aps": {"alert": "x"}})
+        request = NotificationRequest(
+            device_token=apns_token(), message={"aps": {"alert": "x"}}, push_type=PushType.ALERT
+        )
         try:
             return await asyncio.wait_for(client.send_notification(request), 20)
         finally:
