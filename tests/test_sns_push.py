@@ -58,6 +58,9 @@ def config(stack: Stack) -> Config:
             "fcm_projects": list(PROJECTS),
             "queue_prefix": prefix,
             "sns_application_prefix": prefix,
+            # the stack's signing key, as the reference's APNs application uses it
+            **{k: v for k, v in stack.reference_values().items() if k.startswith("apns_key")},
+            "apns_team_id": stack.reference_values()["apns_team_id"],
         }
     )
 

@@ -14,10 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from sns_topic_helpers import WAIT, attrs, client, drain, error_of, messages, queue, topic
 
+from emulators.providers.apns_keys import new_signing_key
 from harness.stack.supervisor import Stack, wait_until
 
 pytestmark = pytest.mark.integration
@@ -299,25 +298,31 @@ def test_sms_subscriptions_are_texted_through_the_sms_ledger(stack: Stack, sns: 
     ]
 
 
-def p8_key() -> str:
-    key = ec.generate_private_key(ec.SECP256R1())
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
-
-
 def test_platform_endpoints_subscribed_to_a_topic_get_the_push(stack: Stack, sns: Any) -> None:
+    # The application's key and bundle as Apple knows them, its devices bound to the bundle.
+    key = new_signing_key(team_id="TEAM123456", key_id="ABCDE12345")
+    tokens = [uuid.uuid4().hex * 2 for _ in range(2)]
+    tls = ssl.create_default_context(cafile=stack.info.tls_ca)
+    apns = stack.info.url("apns")
+    registered = httpx.put(
+        f"{apns}/_sim/apns/keys", json=key.registration(["com.example.topics"]), verify=tls
+    )
+    bound = httpx.put(
+        f"{apns}/_sim/apns/topics",
+        json={"tokens": dict.fromkeys(tokens, "com.example.topics")},
+        verify=tls,
+    )
+    assert (registered.status_code, bound.status_code) == (200, 200)
     app = sns.create_platform_application(
         Name=f"ios-{uuid.uuid4().hex[:8]}",
         Platform="APNS",
         Attributes={
-            "PlatformCredential": p8_key(),
-            "PlatformPrincipal": "ABCDE12345",
-            "ApplePlatformTeamID": "TEAM123456",
+            "PlatformCredential": key.private_pem,
+            "PlatformPrincipal": key.key_id,
+            "ApplePlatformTeamID": key.team_id,
             "ApplePlatformBundleID": "com.example.topics",
         },
     )["PlatformApplicationArn"]
-    tokens = [uuid.uuid4().hex * 2 for _ in range(2)]
     arn = topic(sns)
     for token in tokens:
         device = sns.create_platform_endpoint(PlatformApplicationArn=app, Token=token)
@@ -333,7 +338,6 @@ def test_platform_endpoints_subscribed_to_a_topic_get_the_push(stack: Stack, sns
         MessageStructure="json",
         Message=json.dumps({"default": "sale", "APNS": json.dumps(payload)}),
     )
-    tls = ssl.create_default_context(cafile=stack.info.tls_ca)
 
     def pushed() -> list[tuple[str, int]]:
         rows = httpx.get(stack.info.url("apns") + "/_sim/ledger", verify=tls).json()["rows"]
@@ -366,7 +370,7 @@ def test_publishing_to_a_disabled_endpoint_answers_endpoint_disabled_first(sns: 
         Name=f"ios-{uuid.uuid4().hex[:8]}",
         Platform="APNS",
         Attributes={
-            "PlatformCredential": p8_key(),
+            "PlatformCredential": new_signing_key().private_pem,
             "PlatformPrincipal": "ABCDE12345",
             "ApplePlatformTeamID": "TEAM123456",
             "ApplePlatformBundleID": "com.example.topics",
