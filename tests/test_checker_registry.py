@@ -24,6 +24,7 @@ BUILT_IN = {
     "dlq_accountability",
     "effectively_once",
     "fail_closed",
+    "push_attributes",
     "quiet_hours",
     "rate_limit",
     "tenant_isolation",
