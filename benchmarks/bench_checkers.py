@@ -482,7 +482,15 @@ class _Sink:
     def add_history(self, columns: dict[str, pa.Array]) -> None:
         n = len(columns["time"])
         columns["seq"] = pa.array(np.arange(self.rows, self.rows + n), pa.int64())
-        table = pa.table({name: columns[name] for name in COLUMNS}).cast(BENCH_SCHEMA)
+        # a column a kind does not fill (the provider rows' push attributes elsewhere): null
+        table = pa.table(
+            {
+                name: columns[name]
+                if name in columns
+                else pa.nulls(n, BENCH_SCHEMA.field(name).type)
+                for name in COLUMNS
+            }
+        ).cast(BENCH_SCHEMA)
         self.rows += n
         if self._history_writer is not None:
             self._history_writer.write_table(table, row_group_size=1_000_000)
@@ -942,6 +950,10 @@ def _provider_columns(
         "collapse_id": _strings(np.where(prov["collapse"] == 1, prov["event"], -1), nids),
         "retry_after": pa.array(prov["retry_after"], pa.float64(), from_pandas=True),
         "detail": nothing,
+        # what a well-behaved sender asks: an alert (APNs' push type; every other header left
+        # to the providers' defaults), with text
+        "push_type": _strings(np.where(fcm, -1, 0), ["alert"]),
+        "text": _strings(np.zeros(n, np.int64), ["New activity"]),
     }
 
 

@@ -39,6 +39,8 @@ _SENDER_ID = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9]{1,11}$")
 DEFECTS = (
     "dedup_fail_open",  # a Redis error sends anyway
     "apns_token_per_push",  # a new APNs provider token signed for every push
+    "apns_background_push_type",  # alerts sent as apns-push-type background at priority 5
+    "apns_expiration_zero",  # apns-expiration 0: deliver once, never kept for an offline device
     "delete_before_send",  # acknowledge the whole batch on receipt
     "skip_dedup",  # no dedup check at all ("send and pray")
     "dedup_window_one_hour",  # 'sent' marks live an hour, not 30 days (EX 3600)

@@ -110,6 +110,10 @@ class ApnsClient:
             # A retried send that the provider had in fact delivered replaces the first one on
             # the device instead of showing twice.
             headers["apns-collapse-id"] = collapse_id
+        if "apns_background_push_type" in self.config.defects:  # the defect: a silent push
+            headers.update({"apns-push-type": "background", "apns-priority": "5"})
+        if "apns_expiration_zero" in self.config.defects:  # the defect: never stored
+            headers["apns-expiration"] = "0"
         if self.token is not None:
             headers["authorization"] = f"bearer {self.token.bearer()}"
         try:

@@ -589,6 +589,10 @@ def test_ledger_and_reset(tmp_path: Path) -> None:
                 "fault",
                 "retry_after",
                 "collapse_id",
+                "push_type",
+                "priority",
+                "expiration",
+                "text",
             }
             assert client.get("/_sim/ledger?since=3").json() == {"rows": [], "next": 3}
             client.post("/_sim/tokens/unregistered", json={"tokens": [token]})
@@ -597,6 +601,37 @@ def test_ledger_and_reset(tmp_path: Path) -> None:
             assert client.get("/_sim/ledger").json() == {"rows": [], "next": 0}
             assert client.post(f"/3/device/{token}", json={"aps": {}}).status_code == 200
             assert client.get("/_sim/ledger").json()["rows"][0]["seq"] == 0
+
+
+def test_every_row_records_the_push_type_priority_expiration_and_alert_as_sent(sim: Sim) -> None:
+    """What push_attributes judges: the headers as sent (null when absent) and the alert's text,
+    on a 200 and on a refusal alike."""
+    token, since = new_token(), sim.next_seq()
+    alert = {"aps": {"alert": {"title": "New activity", "body": "u1 like"}}}
+    sends = [
+        ({"apns-priority": "10", "apns-expiration": "1900000000"}, alert),
+        ({"apns-push-type": "background", "apns-priority": "5", "apns-expiration": "0"},
+         {"aps": {"content-available": 1}}),
+        ({}, {"aps": {"alert": "plain"}}),
+        ({"apns-priority": "10"}, {"aps": {"alert": {"loc-key": "NEW_LIKE"}}}),
+        ({}, {"aps": {"alert": {}}}),
+        ({"apns-priority": "7"}, alert),  # 400 BadPriority: recorded all the same
+    ]  # fmt: skip
+    with h2c(sim) as client:
+        statuses = [
+            client.post(f"/3/device/{token}", json=body, headers=extra).status_code
+            for extra, body in sends
+        ]
+    assert statuses == [200, 200, 200, 200, 200, 400]
+    rows = sim.ledger(since)
+    assert [(r["push_type"], r["priority"], r["expiration"], r["text"]) for r in rows] == [
+        ("alert", "10", "1900000000", "New activity\nu1 like"),
+        ("background", "5", "0", None),
+        ("alert", None, None, "plain"),
+        ("alert", "10", None, "NEW_LIKE"),
+        ("alert", None, None, ""),
+        ("alert", "7", None, "New activity\nu1 like"),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -469,3 +469,25 @@ def test_a_provider_token_signed_for_every_push_is_refused_as_apple_does(tmp_pat
     assert code == 1
     once = _failed(summary, "effectively_once")
     assert once["lost"] > 0
+
+
+def test_alerts_sent_as_silent_deliver_once_pushes_are_caught(tmp_path):
+    """Two well-formed wrong header values the simulators accept: every iOS alert sent as
+    apns-push-type background at priority 5 (iOS may drop or delay it), and with apns-expiration
+    0 (never stored for an offline device). Every push still arrives, so only push_attributes
+    sees them, each by a count of its own; the FCM pushes are judged and pass."""
+    defects = ["apns_background_push_type", "apns_expiration_zero"]
+    path = _variant(tmp_path, "smoke", defects)
+    data = yaml.safe_load(path.read_text())
+    data["configuration"]["reference"]["push_transport"] = "direct"  # the reference's own client
+    path.write_text(yaml.safe_dump(data))
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    result = _failed(summary, "push_attributes")
+    assert result["judged_apns"] > 0 and result["judged_fcm"] > 0
+    assert result["wrong_push_type"] == result["judged_apns"]
+    assert result["wrong_priority"] == result["judged_apns"]  # the FCM pushes' high passes
+    assert result["not_stored"] == result["judged_apns"]
+    assert result["empty_text"] == 0
+    assert {e["provider"] for e in result["examples"]} == {"apns"}
+    assert summary["checkers"]["effectively_once"]["valid"] is True

@@ -25,6 +25,7 @@ BUILT_IN = {
     "effectively_once",
     "fail_closed",
     "push_order",
+    "push_attributes",
     "quiet_hours",
     "rate_limit",
     "tenant_isolation",

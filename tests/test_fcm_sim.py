@@ -131,6 +131,7 @@ def test_pyfcm_send_records_ledger_row(sim: Sim, tmp_path: Path) -> None:
         "notif-1",
         None,
     )
+    assert (row["priority"], row["expiration"], row["text"]) == (None, None, "Hello\nWorld")
 
 
 def test_pyfcm_unregistered_and_invalid(sim: Sim, tmp_path: Path) -> None:
@@ -209,6 +210,36 @@ def test_h2c_send_and_error_shapes(sim: Sim) -> None:
             "details": [{"@type": FCM_ERROR, "errorCode": "UNREGISTERED"}],
         }
     }
+
+
+def test_every_row_records_the_priority_ttl_and_notification_as_sent(sim: Sim) -> None:
+    """What push_attributes judges: Android's priority and ttl as written (else the APNs headers
+    FCM forwards to an iOS device), and the notification's text; null when absent; on a 200
+    and on a refusal alike."""
+    token, since = new_token(), sim.next_seq()
+    shown = {"title": "New activity", "body": "u1 like"}
+    messages = [
+        {"notification": shown, "android": {"priority": "HIGH", "ttl": "86400s"}},
+        {"data": {"a": "b"}, "android": {"priority": "normal", "ttl": "0s"}},
+        {"android": {"notification": {"body_loc_key": "NEW_LIKE"}}},
+        {"notification": {}, "apns": {"headers": {"apns-push-type": "alert",
+                                                  "apns-priority": "5", "apns-expiration": "0"}}},
+        {"notification": shown, "android": {"priority": "high"}, "data": {"n": 1}},  # a 400
+    ]  # fmt: skip
+    with httpx.Client(http1=False, http2=True, headers=bearer(sim), timeout=20) as client:
+        statuses = [
+            client.post(send_url(sim), json={"message": {"token": token, **m}}).status_code
+            for m in messages
+        ]
+    assert statuses == [200, 200, 200, 200, 400]
+    rows = sim.ledger(since)
+    assert [(r["push_type"], r["priority"], r["expiration"], r["text"]) for r in rows] == [
+        (None, "HIGH", "86400s", "New activity\nu1 like"),
+        (None, "normal", "0s", None),
+        (None, None, None, "NEW_LIKE"),
+        ("alert", "5", "0", ""),
+        (None, "high", None, "New activity\nu1 like"),
+    ]
 
 
 @pytest.mark.parametrize(

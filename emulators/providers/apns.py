@@ -18,6 +18,10 @@ BadDeviceToken for tokens the control API marked so).
 Faults (:mod:`emulators.providers.faults`, ``/_sim/faults``) act on requests that pass those
 checks: ``status`` (429 TooManyRequests / 500 InternalServerError / 503 ServiceUnavailable) comes
 before the 410 check, ``accepted_then_error`` (delivered, then 500/503) after it.
+
+Every request's ledger row (errors included) carries its ``apns-push-type``, ``apns-priority``
+and ``apns-expiration`` as sent and the alert's text (:func:`alert_text`; the columns:
+:mod:`emulators.providers.ledger`).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import Any
 from emulators.http_server import Request, Response, json_response
 from emulators.providers.apns_auth import ApnsAuth, parse_key, parse_strict, parse_topics
 from emulators.providers.faults import Outcome, finish
-from emulators.providers.ledger import ProviderState, control
+from emulators.providers.ledger import TEXT_LIMIT, ProviderState, control
 from emulators.providers.serving import ServeOptions, add_serving_arguments, serve
 
 PROVIDER = "apns"
@@ -126,6 +130,40 @@ def parse_json_body(body: bytes) -> Any:
         return None
 
 
+def joined_text(parts: dict[str, Any], first: str, second: str, loc: tuple[str, str]) -> str:
+    """``parts[first]`` and ``parts[second]`` (strings; a title and a body) joined by a newline,
+    either alone when the other is missing or empty; without both, the same of the keys in
+    ``loc`` (a localised alert's); at most ``TEXT_LIMIT`` characters. Written out: it runs for
+    every request the simulators answer."""
+    a, b = parts.get(first), parts.get(second)
+    if a.__class__ is not str:
+        a = ""
+    if b.__class__ is not str:
+        b = ""
+    if not (a or b):
+        a, b = parts.get(loc[0]), parts.get(loc[1])
+        a, b = a if a.__class__ is str else "", b if b.__class__ is str else ""
+    text = f"{a}\n{b}" if a and b else a or b
+    return text if len(text) <= TEXT_LIMIT else text[:TEXT_LIMIT]
+
+
+_ALERT_LOC_KEYS = ("title-loc-key", "loc-key")
+
+
+def alert_text(payload: Any) -> str | None:
+    """The alert a person sees (the ledger's ``text``): ``aps.alert`` as a string, or its
+    title and body; "" for an alert with nothing in it; None without one."""
+    aps = payload.get("aps") if payload.__class__ is dict else None
+    alert = aps.get("alert") if aps.__class__ is dict else None
+    if alert is None:
+        return None
+    if alert.__class__ is dict:
+        return joined_text(alert, "title", "body", _ALERT_LOC_KEYS)
+    if alert.__class__ is str:
+        return alert if len(alert) <= TEXT_LIMIT else alert[:TEXT_LIMIT]
+    return ""  # a number, a list: nothing a device shows
+
+
 def _may_alert(push_type: str | None, payload: dict[str, Any]) -> bool:
     """Whether priority 10 fits: Apple calls it an error for a background push, and for a
     payload with content-available alone (no alert, sound or badge)."""
@@ -209,6 +247,7 @@ class ApnsSimulator:
         answer_delay: float = 0.0,
     ) -> Response:
         """The ledger row of one request, and its answer."""
+        headers = request.headers
         self.state.ledger.append_row(
             (
                 PROVIDER,
@@ -224,7 +263,11 @@ class ApnsSimulator:
                 status == 200 if delivered is None else delivered,
                 fault,
                 retry_after,
-                request.headers.get("apns-collapse-id"),
+                headers.get("apns-collapse-id"),
+                headers.get("apns-push-type"),
+                headers.get("apns-priority"),
+                headers.get("apns-expiration"),
+                alert_text(payload),
             )
         )
         if reason is None:

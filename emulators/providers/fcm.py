@@ -58,7 +58,8 @@ server only; see :meth:`FcmSimulator.cap_streams`).
 The ledger row's tenant_id / notification_id come from ``message.data`` (or wherever a system
 said its pushes carry them: ``PUT /_sim/payload-ids``, dotted paths into the request body);
 ``reason`` is the FCM errorCode (or the status when Google sends none), ``COLLAPSIBLE_THROTTLED``
-or ``VALIDATE_ONLY``.
+or ``VALIDATE_ONLY``; ``push_type``, ``priority``, ``expiration`` and ``text`` what the message
+asked and showed (:func:`push_attributes`; the columns: :mod:`emulators.providers.ledger`).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ import h2.connection
 import h2.settings
 
 from emulators.http_server import Request, Response, json_response
-from emulators.providers.apns import looks_like_jwt, parse_json_body
+from emulators.providers.apns import joined_text, looks_like_jwt, parse_json_body
 from emulators.providers.faults import Fault, Outcome, finish
 from emulators.providers.fcm_limits import (
     COLLAPSIBLE_THROTTLED,
@@ -282,6 +283,48 @@ def _collapse_id(message: dict[str, Any]) -> str | None:
     if isinstance(headers, dict) and isinstance(headers.get("apns-collapse-id"), str):
         return headers["apns-collapse-id"]
     return None
+
+
+_NOTIFICATION_LOC_KEYS = ("title_loc_key", "body_loc_key")
+_NO_LOC_KEYS = ("", "")
+_NO_ATTRIBUTES = (None, None, None, None)
+_NOTHING: dict[str, Any] = {}  # read only
+
+
+def push_attributes(message: Any) -> tuple[str | None, str | None, str | None, str | None]:
+    """The ledger's (push_type, priority, expiration, text) of a message (``ledger.py``'s module
+    doc): the Android settings, else the APNs headers FCM forwards to an iOS device."""
+    if message.__class__ is not dict:
+        return _NO_ATTRIBUTES
+    android = message.get("android")
+    if android.__class__ is not dict:
+        android = _NOTHING
+    apns = message.get("apns")
+    headers = apns.get("headers") if apns.__class__ is dict else None
+    if headers.__class__ is not dict:
+        headers = _NOTHING
+    priority = android.get("priority")
+    if priority is None:
+        priority = headers.get("apns-priority")
+    expiration = android.get("ttl")
+    if expiration is None:
+        expiration = headers.get("apns-expiration")
+    text = None
+    notification = message.get("notification")
+    if notification.__class__ is dict:
+        text = joined_text(notification, "title", "body", _NO_LOC_KEYS)
+    shown = android.get("notification")
+    if not text and shown.__class__ is dict:
+        text = joined_text(shown, "title", "body", _NOTIFICATION_LOC_KEYS)
+    push_type = headers.get("apns-push-type")
+    # as strings (a number written where Google wants a string is recorded as written)
+    if push_type is not None and push_type.__class__ is not str:
+        push_type = str(push_type)
+    if priority is not None and priority.__class__ is not str:
+        priority = str(priority)
+    if expiration is not None and expiration.__class__ is not str:
+        expiration = str(expiration)
+    return push_type, priority, expiration, text
 
 
 def _collapsible(message: dict[str, Any]) -> bool:
@@ -593,6 +636,7 @@ class FcmSimulator:
             answer_delay: float = 0.0,
         ) -> None:
             message = body.get("message") if isinstance(body, dict) else None
+            push_type, priority, expiration, text = push_attributes(message)
             self.state.ledger.append_row(
                 (
                     PROVIDER,
@@ -609,6 +653,10 @@ class FcmSimulator:
                     fault,
                     retry_after,
                     _collapse_id(message) if isinstance(message, dict) else None,
+                    push_type,
+                    priority,
+                    expiration,
+                    text,
                 )
             )
 

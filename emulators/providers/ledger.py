@@ -10,6 +10,24 @@ and ``delivered`` (the device got it: a 200, or an accepted_then_error fault's
 ``retry_after`` (the Retry-After sent, else null), ``collapse_id`` (APNs ``apns-collapse-id``;
 FCM ``android.collapse_key`` or ``apns.headers["apns-collapse-id"]``; else null).
 
+What the push asked of the provider and what it showed, as sent (strings; null when absent, so
+a provider's default applies), on every row, errors included:
+
+* ``push_type``: APNs ``apns-push-type``; FCM the ``apns-push-type`` of ``message.apns.headers``
+  (what FCM forwards to an iOS device; Android has no push type).
+* ``priority``: APNs ``apns-priority`` (``"10"``, ``"5"``, ``"1"``; absent is 10 for Apple);
+  FCM ``message.android.priority`` as written (``"HIGH"``, ``"normal"``, ...), else the
+  ``apns-priority`` of ``message.apns.headers`` (a number: told apart by its form).
+* ``expiration``: APNs ``apns-expiration`` (UNIX epoch seconds; ``"0"``: deliver once, never
+  stored); FCM ``message.android.ttl`` (a duration, ``"3600s"``), else the ``apns-expiration``
+  of ``message.apns.headers``. Raw, not normalised: an epoch and a duration are told apart by
+  their form, and the reader relates an epoch to ``received_at``.
+* ``text``: the alert a person sees: APNs ``aps.alert`` (a string, or the alert dictionary's
+  ``title`` and ``body`` joined by a newline, else its ``title-loc-key`` / ``loc-key``); FCM
+  ``message.notification``'s title and body, else ``message.android.notification``'s (title,
+  body, else their ``_loc_key``). ``""``: an alert or notification with nothing in it; null: a
+  push without one (a background / data message). At most :data:`TEXT_LIMIT` characters.
+
 Two ledgers: :class:`Ledger` in memory (a state made in-process, the SES and in-app simulators)
 and :class:`FileLedger`, what the APNs and FCM simulators' command lines use: Arrow files in a
 state directory shared by their serving processes (:mod:`emulators.providers.serving`), read
@@ -99,7 +117,14 @@ ROW_KEYS = (
     "fault",
     "retry_after",
     "collapse_id",
+    "push_type",
+    "priority",
+    "expiration",
+    "text",
 )
+#: the longest ``text`` a ledger row keeps (a 4 KB alert in every row of a 300k-row ledger
+#: would be a gigabyte; what is judged is whether there is one)
+TEXT_LIMIT = 256
 
 
 class Ledger:
@@ -129,6 +154,10 @@ class Ledger:
         fault: str | None = None,
         retry_after: float | None = None,
         collapse_id: str | None = None,
+        push_type: str | None = None,
+        priority: str | None = None,
+        expiration: str | None = None,
+        text: str | None = None,
     ) -> dict[str, Any]:
         """Record one request; returns a copy of the stored row (with its ``seq``).
 
@@ -152,6 +181,10 @@ class Ledger:
                 "fault": fault,
                 "retry_after": retry_after,
                 "collapse_id": collapse_id,
+                "push_type": push_type,
+                "priority": priority,
+                "expiration": expiration,
+                "text": text,
             }
             self._rows.append(row)
             return dict(row)
@@ -218,6 +251,10 @@ class FileLedger:
         fault: str | None = None,
         retry_after: float | None = None,
         collapse_id: str | None = None,
+        push_type: str | None = None,
+        priority: str | None = None,
+        expiration: str | None = None,
+        text: str | None = None,
     ) -> None:
         now = time.time()
         self._buffer_append(
@@ -236,6 +273,10 @@ class FileLedger:
                 fault,
                 None if retry_after is None else int(retry_after),
                 collapse_id,
+                push_type,
+                priority,
+                expiration,
+                text,
             )
         )
 

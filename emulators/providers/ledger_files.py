@@ -48,6 +48,12 @@ SCHEMA = pa.schema(
         ("fault", pa.string()),
         ("retry_after", pa.int64()),
         ("collapse_id", pa.string()),
+        # what the push asked of the provider and showed (ledger.py's module doc says where
+        # each is read): as sent, null when absent
+        ("push_type", pa.string()),
+        ("priority", pa.string()),
+        ("expiration", pa.string()),
+        ("text", pa.string()),
     ]
 )
 #: the columns of a buffered row (everything but ``seq``), in order

@@ -43,6 +43,14 @@ COLUMNS = {
     "collapse_id": "string",
     "retry_after": "float64",
     "detail": "string",
+    # Provider rows: what the push asked of the provider and showed, as the simulator's ledger
+    # recorded it (emulators/providers/ledger.py): APNs apns-push-type / apns-priority /
+    # apns-expiration, FCM android.priority / android.ttl (else the APNs headers it forwards),
+    # and the alert's text; null when absent (``text`` null: no alert at all).
+    "push_type": "string",
+    "priority": "string",
+    "expiration": "string",
+    "text": "string",
 }
 
 
@@ -143,6 +151,10 @@ class History:
                 delivered=row.get("delivered", row.get("status") == 200),
                 collapse_id=row.get("collapse_id"),
                 retry_after=row.get("retry_after"),
+                push_type=row.get("push_type"),
+                priority=row.get("priority"),
+                expiration=row.get("expiration"),
+                text=row.get("text"),
             )
 
     def __len__(self) -> int:

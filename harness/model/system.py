@@ -49,6 +49,20 @@ class SystemPolicy:
     # Seed 000: a post reaches its followers' devices within a 60 s SLA: the bound on the time
     # from an event's acceptance (or a quiet window's end) to the push that delivered it.
     delivery_bound_s: float = 60.0
+    # What each push asks of its provider (push_attributes). No seed names a header value; the
+    # design's pushes are alerts a person sees ("a generic body when locked"), sent when the
+    # system decides (quiet hours defer in the system, not on the device) and kept by the
+    # provider for a device that is offline. These defaults say so; a target states its own,
+    # null: that attribute is not judged. APNs apns-push-type; apns-priority (absent: 10);
+    # FCM android.priority (absent: high for a notification message, normal for data);
+    # the least time the provider may keep a push for an offline device (APNs apns-expiration
+    # from its arrival, FCM android.ttl; 0 is deliver-once: stating 0 accepts it); and an
+    # alert with text.
+    apns_push_type: str | None = "alert"
+    apns_priority: int | None = 10
+    fcm_priority: str | None = "high"
+    push_min_ttl_s: float | None = 1.0
+    push_text_required: bool = True
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> SystemPolicy:
@@ -72,6 +86,7 @@ class SystemPolicy:
                     f"delivery_bound_s must be a positive number of seconds: {bound!r}"
                 )
             data["delivery_bound_s"] = float(bound)
+        data.update(_push_attribute_policy(data))
         policy = cls(**data)
         # A mapping that cannot be evaluated is refused with the target file, before any load.
         project_function(policy.fcm_mapping, policy.fcm_projects or ("p",))
@@ -92,4 +107,47 @@ class SystemPolicy:
             "dedup_key_pattern": self.dedup_key_pattern,
             "inbox_ttl_seconds": self.inbox_ttl_seconds,
             "delivery_bound_s": self.delivery_bound_s,
+            "apns_push_type": self.apns_push_type,
+            "apns_priority": self.apns_priority,
+            "fcm_priority": self.fcm_priority,
+            "push_min_ttl_s": self.push_min_ttl_s,
+            "push_text_required": self.push_text_required,
         }
+
+
+APNS_PRIORITIES = (1, 5, 10)
+FCM_PRIORITIES = ("high", "normal")
+
+
+def _push_attribute_policy(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The push attribute keys of ``data``, checked and normalised (ValueError naming the key)."""
+    out: dict[str, Any] = {}
+    if "apns_push_type" in data:
+        value = data["apns_push_type"]
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ValueError(f"apns_push_type must be an APNs push type or null: {value!r}")
+        out["apns_push_type"] = value
+    if "apns_priority" in data:
+        value = data["apns_priority"]
+        if value is not None and (isinstance(value, bool) or value not in APNS_PRIORITIES):
+            raise ValueError(f"apns_priority must be one of 1, 5, 10 or null: {value!r}")
+        out["apns_priority"] = None if value is None else int(value)
+    if "fcm_priority" in data:
+        value = data["fcm_priority"]
+        if value is not None and (
+            not isinstance(value, str) or value.lower() not in FCM_PRIORITIES
+        ):
+            raise ValueError(f"fcm_priority must be high, normal or null: {value!r}")
+        out["fcm_priority"] = None if value is None else value.lower()
+    if "push_min_ttl_s" in data:
+        value = data["push_min_ttl_s"]
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0
+        ):
+            raise ValueError(f"push_min_ttl_s must be a number of seconds >= 0 or null: {value!r}")
+        out["push_min_ttl_s"] = None if value is None else float(value)
+    if "push_text_required" in data and not isinstance(data["push_text_required"], bool):
+        raise ValueError(
+            f"push_text_required must be true or false: {data['push_text_required']!r}"
+        )
+    return out
