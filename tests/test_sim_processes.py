@@ -273,7 +273,10 @@ def test_sigterm_stops_every_process_and_frees_the_port(tmp_path: Path, server: 
 
 # -- the ledger files, in one process ----------------------------------------------------------
 def _row(i: int) -> tuple:
-    return ("apns", 1.0, 2.0, "t", f"n{i}", "tok", None, 200, None, "id", True, None, None, None)
+    # ... collapse_id, then what the push asked of its provider: push type, priority,
+    # expiration, text
+    return ("apns", 1.0, 2.0, "t", f"n{i}", "tok", None, 200, None, "id", True, None, None,
+            None, "alert", "10", None, "hi")  # fmt: skip
 
 
 def test_reader_takes_only_whole_batches(tmp_path: Path) -> None:
