@@ -80,18 +80,16 @@ def h2c(sim: Sim, headers: dict[str, str] | None = None) -> httpx.Client:
 
 
 # a JWT-bearer grant's assertion as google-auth sends it (the simulator does not check its
-# signature)
+# signature), for the in-process simulator below
 ASSERTION = base64.urlsafe_b64encode(b'{"alg":"RS256"}').rstrip(b"=").decode() + ".e30.c2ln"
-_access_tokens: dict[str, str] = {}
+_access_tokens: dict[str, dict[str, str]] = {}
 
 
 def fcm_auth(sim: Sim) -> dict[str, str]:
     """The Authorization header of a send to the FCM simulator (one token per simulator)."""
     if sim.url not in _access_tokens:
-        form = {"grant_type": JWT_BEARER_GRANT, "assertion": ASSERTION}
-        r = httpx.post(f"{sim.url}/token", data=form, timeout=10)
-        _access_tokens[sim.url] = r.json()["access_token"]
-    return {"authorization": f"Bearer {_access_tokens[sim.url]}"}
+        _access_tokens[sim.url] = sim.fcm_headers()
+    return _access_tokens[sim.url]
 
 
 def fcm_h2c(sim: Sim) -> httpx.Client:

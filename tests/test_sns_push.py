@@ -59,8 +59,11 @@ def config(stack: Stack) -> Config:
             "queue_prefix": prefix,
             "sns_application_prefix": prefix,
             # the stack's signing key, as the reference's APNs application uses it
-            **{k: v for k, v in stack.reference_values().items() if k.startswith("apns_key")},
-            "apns_team_id": stack.reference_values()["apns_team_id"],
+            **{
+                k: v
+                for k, v in stack.reference_values().items()
+                if k in ("apns_key_file", "apns_key_id", "apns_team_id")
+            },
         }
     )
 
