@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -263,7 +264,7 @@ def run_pollers(
     for thread in threads:
         thread.start()
     if ready_file:
-        Path(ready_file).write_text(json.dumps({"name": name, "threads": len(threads)}))
+        write_whole(ready_file, json.dumps({"name": name, "threads": len(threads)}))
     print(f"{name} running with {len(threads)} poller thread(s)", flush=True)
     while not stop.wait(0.5):
         pass
@@ -276,3 +277,11 @@ def run_pollers(
             log.exception("%s: shutdown hook failed", name)
             return 1
     return 0
+
+
+def write_whole(path: str, text: str) -> None:
+    """Write ``text`` under a temporary name, then rename: a reader polling for the file sees it
+    whole or not at all (a ready file read between creation and write read as empty)."""
+    partial = f"{path}.partial-{os.getpid()}"
+    Path(partial).write_text(text)
+    os.replace(partial, path)

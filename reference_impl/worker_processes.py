@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from reference_impl.event_source import write_whole
+
 log = logging.getLogger("reference_impl.worker_processes")
 STOP_GRACE_SECONDS = 20.0
 MIN_UPTIME_SECONDS = 5.0
@@ -91,8 +93,9 @@ def serve_forked(
     code = 0
     stop_deadline: float | None = None
     while workers:
-        if ready_paths and all(p.exists() for p in ready_paths):
-            _write_ready(str(ready_file), ready_paths, name)
+        threads = _ready_threads(ready_paths)
+        if threads is not None:
+            _write_ready(str(ready_file), ready_paths, name, threads)
             ready_paths = []
         if stopping and stop_deadline is None:
             stop_deadline = time.monotonic() + STOP_GRACE_SECONDS
@@ -123,15 +126,22 @@ def serve_forked(
     return code
 
 
-def _write_ready(ready_file: str, paths: list[Path], name: str) -> None:
-    """The part's ready file, once every worker wrote its own (``<ready_file>.<index>``)."""
+def _ready_threads(paths: list[Path]) -> int | None:
+    """The workers' threads summed once every worker's ready file (``<ready_file>.<index>``) is
+    whole, else None: a file seen between its creation and its write is not ready yet."""
+    if not paths:
+        return None
     threads = 0
     for path in paths:
         try:
             threads += int(json.loads(path.read_text()).get("threads", 0))
         except (OSError, ValueError):
-            pass
+            return None
+    return threads
+
+
+def _write_ready(ready_file: str, paths: list[Path], name: str, threads: int) -> None:
+    """The part's ready file, once every worker wrote its own."""
+    for path in paths:
         path.unlink(missing_ok=True)
-    Path(ready_file).write_text(
-        json.dumps({"name": name, "processes": len(paths), "threads": threads})
-    )
+    write_whole(ready_file, json.dumps({"name": name, "processes": len(paths), "threads": threads}))

@@ -126,3 +126,14 @@ def test_kill_of_the_group_takes_every_worker(tmp_path: Path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+def test_a_worker_ready_file_seen_before_its_write_is_not_ready_yet(tmp_path: Path):
+    from reference_impl.worker_processes import _ready_threads
+
+    first, second = tmp_path / "part.ready.0", tmp_path / "part.ready.1"
+    first.write_text(json.dumps({"threads": 2}))
+    second.write_text("")  # created, not yet written: what CI once read as 0 threads
+    assert _ready_threads([first, second]) is None
+    second.write_text(json.dumps({"threads": 2}))
+    assert _ready_threads([first, second]) == 4
