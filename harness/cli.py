@@ -222,6 +222,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         from dataclasses import replace
 
         scenario = replace(scenario, timeout_seconds=args.timeout)
+    if args.stop_on:
+        from dataclasses import replace
+
+        from harness.live.stop import StopConditionError, parse_stop_condition
+
+        try:
+            extra = tuple(parse_stop_condition(text) for text in args.stop_on)
+        except StopConditionError as exc:
+            return _error(f"--stop-on: {exc}")
+        scenario = replace(scenario, stop_conditions=scenario.stop_conditions + extra)
+    if not 0 <= args.metrics_port <= 65535:
+        return _error(
+            f"--metrics-port must be a port number (0: a free one), not {args.metrics_port}"
+        )
     problem = _unwritable(Path(args.out))
     if problem:
         return _error(f"--out {args.out}: {problem}")
@@ -245,6 +259,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         locust_workers=args.locust_workers,
         target=target,
         reports=not args.no_report,
+        metrics_port=args.metrics_port,
     )
     print(verdict_table(result.summary))
     print(f"run directory: {result.run_dir}")
@@ -385,6 +400,21 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["sns", "direct"],
         help="how the reference sends pushes (its push_transport; default: the scenario's, else "
         "the stack's default)",
+    )
+    run.add_argument(
+        "--stop-on",
+        action="append",
+        metavar="CONDITION",
+        help="end the drill when a live count passes a threshold, e.g. 'duplicates > 0' "
+        "(repeatable; added to the scenario's configuration.stop_conditions); verdict aborted, "
+        "exit code 4",
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="serve the live Prometheus metrics on 127.0.0.1:PORT (default: a free port, printed "
+        "and written to the run directory's live.json)",
     )
     run.add_argument(
         "--no-report",

@@ -49,7 +49,7 @@ if [ ! -f "$py_stamp" ]; then
     echo "setup: error: pip install failed (full log: .venv/pip.log)" >&2
     exit 1
   fi
-  .venv/bin/python -c 'import harness, reference_impl, libfaketime, locust, boto3, ulid, redis, pandas, matplotlib, moto, h2, jwt, aioapns, pyfcm, uvicorn, uvloop, httptools, schemathesis, granian' \
+  .venv/bin/python -c 'import harness, reference_impl, prometheus_client, libfaketime, locust, boto3, ulid, redis, pandas, matplotlib, moto, h2, jwt, aioapns, pyfcm, uvicorn, uvloop, httptools, schemathesis, granian' \
     || { echo "setup: error: python packages failed to install" >&2; exit 1; }
   rm -f .venv/.installed-*
   touch "$py_stamp"

@@ -8,7 +8,7 @@ Locust monkey-patches the interpreter with gevent; the harness's runner stays a 
 
 It writes into ``--out``: ``injected.jsonl`` (the oracle's input), Locust's CSV stats and stats
 history (``locust_stats.csv``, ``locust_stats_history.csv``, ...), ``locust_report.html`` and
-``locust_summary.json``. Exit codes: 0 the plan ran to its end; 1 it was cut short (timeout, a
+``locust_summary.json``. Exit codes: 0 the plan ran to its end (or ``--stop-file`` appeared); 1 it was cut short (timeout, a
 worker that never connected); 2 bad input.
 """
 
@@ -181,6 +181,9 @@ def run(args: argparse.Namespace) -> int:
             if now > deadline:
                 outcome = "timeout"
                 break
+            if args.stop_file is not None and args.stop_file.exists():
+                outcome = "stopped"  # the harness's stop condition fired
+                break
             if now - last >= args.progress_s:
                 last = now
                 total = runner.stats.total
@@ -236,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"locust: error: a user raised {e['msg']} ({e['count']}x)", flush=True)
     if summary["exceptions"]:
         return 1
-    return 0 if outcome == "complete" else 1
+    return 0 if outcome in ("complete", "stopped") else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -253,6 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--driver", default="", help="the system's driver, package.module:Class")
     parser.add_argument("--driver-options", default="{}", help="the driver's options, JSON")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--stop-file",
+        type=Path,
+        help="stop the load (exit 0, outcome 'stopped') when this file appears",
+    )
     parser.add_argument("--progress-s", type=float, default=5.0)
     return parser
 

@@ -23,7 +23,8 @@ import pyarrow as pa
 COLUMNS = {
     "seq": "int64",
     # inject | inject_info | provider | fault | action | dlq | phase | sample | alarm | audit |
-    # receive | read | change | channel | dedup_sample | queue_policy
+    # receive | read | change | channel | dedup_sample | queue_policy | live (a promise seen
+    # broken while the run went, or the stop condition that ended it: harness.live)
     "kind": "string",
     "time": "float64",
     # When the operation completed (its answer came back): inject, read and change rows.
@@ -159,6 +160,11 @@ class History:
 
     def __len__(self) -> int:
         return len(self._rows)
+
+    def rows_since(self, position: int) -> list[dict[str, Any]]:
+        """The rows appended from ``position`` on (a live reader's cursor), in order."""
+        with self._lock:
+            return self._rows[position:]
 
     def frame(self) -> pd.DataFrame:
         with self._lock:

@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
+from harness.live.stop import StopCondition, StopConditionError, parse_stop_condition
 from harness.model.population import PopulationSpec
 from harness.model.python_provider import ProviderError, PythonProvider
 from harness.model.tolerance import (
@@ -32,7 +33,15 @@ from harness.model.tolerance import (
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 CONFIGURATION_KEYS = frozenset(
-    {"clock", "durable_redis", "population", "preference_bound_s", "reference", "timeout_s"}
+    {
+        "clock",
+        "durable_redis",
+        "population",
+        "preference_bound_s",
+        "reference",
+        "stop_conditions",
+        "timeout_s",
+    }
 )
 
 
@@ -156,6 +165,8 @@ class Scenario:
     preference_bound_s: float = 5.0
     # A day boundary inside the load (the system's clock moved), or None.
     clock: ClockStep | None = None
+    # Live counts that end the drill (``configuration.stop_conditions``; harness.live.stop).
+    stop_conditions: tuple[StopCondition, ...] = ()
 
     @property
     def regular_posts(self) -> int:
@@ -329,7 +340,20 @@ def parse(data: Any, name: str) -> Scenario:
         timeout_seconds=float(timeout),
         preference_bound_s=_number(config, "preference_bound_s", "configuration", 5.0),
         clock=_clock(config.get("clock")),
+        stop_conditions=_stop_conditions(config.get("stop_conditions")),
     )
+
+
+def _stop_conditions(value: Any) -> tuple[StopCondition, ...]:
+    """``configuration.stop_conditions``: a list of ``<live check> > <number>``."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ScenarioError("configuration.stop_conditions must be a list, e.g. ['duplicates > 0']")
+    try:
+        return tuple(parse_stop_condition(item) for item in value)
+    except StopConditionError as exc:
+        raise ScenarioError(f"configuration.stop_conditions: {exc}") from None
 
 
 # -- Chaos Toolkit activities -----------------------------------------------------------------

@@ -41,6 +41,9 @@ from harness.contract.clock import (
 from harness.contract.clock import summary as clock_summary
 from harness.contract.driver import Driver
 from harness.contract.system import Queues, SystemContract
+from harness.live.metrics import LiveMetrics
+from harness.live.online import OnlineChecks
+from harness.live.view import LiveView, Stop
 from harness.load.loader import load_population, post_event
 from harness.load.loadgen import ROOT
 from harness.load.record import (
@@ -79,6 +82,9 @@ from harness.stack.target import Target
 Clock = Callable[[], datetime]
 # Exit code of a run stopped before its verdict (SIGINT, SIGTERM): neither a pass nor a fail.
 EXIT_INCOMPLETE = 3
+# A stop condition ended the drill (harness.live.stop): the load stopped, the faults rolled back.
+EXIT_ABORTED = 4
+ABORTED = "aborted"
 # How long past the last quiet window the wait still expects a delayed (deferred) job back.
 DEFERRAL_GRACE_S = 10.0
 # The phase row (and summary key) saying what earlier runs left that this run ignored.
@@ -122,7 +128,8 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        return {"pass": 0, "incomplete": EXIT_INCOMPLETE}.get(self.summary["verdict"], 1)
+        codes = {"pass": 0, "incomplete": EXIT_INCOMPLETE, ABORTED: EXIT_ABORTED}
+        return codes.get(self.summary["verdict"], 1)
 
 
 def overall_verdict(verdicts: list[Verdict], error: str | None) -> str:
@@ -173,6 +180,10 @@ def verdict_table(summary: dict[str, Any]) -> str:
             lines.append(f"          {why}")
     if summary.get("error"):
         lines.append(f"  ERROR {summary['error']}")
+    stopped = summary.get("stopped")
+    if stopped:
+        first = ", ".join(f"{k}={v}" for k, v in stopped["first_evidence"].items())
+        lines.append(f"  STOPPED by {stopped['condition']} (first evidence: {first})")
     left = {k: v for k, v in (summary.get(LEFTOVERS) or {}).items() if v}
     if left:
         lines.append(
@@ -701,8 +712,11 @@ def _inject(
     api_url: str,
     seed: int,
     driver: Driver | None = None,
+    stop: threading.Event | None = None,
 ) -> None:
-    """Post the scenario's events, spread evenly over ``load.spread_s`` (a paced, bounded loop)."""
+    """Post the scenario's events, spread evenly over ``load.spread_s`` (a paced, bounded loop);
+    ``stop``: set, no more posts (a stop condition fired)."""
+    stop = stop or threading.Event()
     rng = random.Random(seed)
     posts = []
     for author in population.authors:
@@ -714,8 +728,8 @@ def _inject(
     with httpx.Client(base_url=api_url, timeout=10) as http:
         for i, (author, n) in enumerate(posts):
             delay = t0 + i * gap - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+            if stop.wait(max(0.0, delay)):
+                return
             event_id = None
             if scenario.load.shared_event_ids:
                 event_id = shared_ids.setdefault((author.user_id, n), str(ULID()))
@@ -767,6 +781,7 @@ def _inject_with_locust(
         "--workers", str(workers),
         "--seed", str(seed),
         "--timeout", str(plan.duration_s + 60),
+        "--stop-file", str(out / LOAD_STOP_FILE),
         *driver_args,
     ]  # fmt: skip
     started = False
@@ -894,6 +909,10 @@ class RunState:
     # (epoch) at which it shows the scenario's midnight (configuration.clock), if it does.
     clock_offset_s: int = 0
     boundary: float | None = None
+    # The live view (metrics, online checks, stop conditions), and the event that stops the
+    # load when a stop condition fires.
+    live: LiveView | None = None
+    load_stop: threading.Event = field(default_factory=threading.Event)
 
 
 def execute(
@@ -906,6 +925,7 @@ def execute(
     locust_workers: int | None = None,
     target: Target | None = None,
     history: History | None = None,
+    live: LiveView | None = None,
 ) -> tuple[History, Population | None, list[Verdict], str | None]:
     """The run's phases in order: bring up, load the population, inject (faults on their
     schedule), await the outcome, collect, judge; the stack always comes down."""
@@ -932,8 +952,12 @@ def execute(
     )  # fmt: skip
     errors = state.errors
     interrupted = False
+    if live is not None:
+        state.live = live
+        live.on_stop = lambda stop: _abort(state, stop)
     try:
         _bring_up(state)
+        _arm_live(state)
         _move_clock(state)
         _load_population(state)
         _inject_load(state)
@@ -985,6 +1009,31 @@ def _bring_up(state: RunState) -> None:
     progress(
         "stack", f"ready ({len(info.parts)} parts, logs in {state.run_dir / 'stack' / 'logs'})"
     )
+
+
+def _arm_live(state: RunState) -> None:
+    """The online checks judge by the system's stated policy and the scenario's tolerances."""
+    if state.live is None or state.contract is None:
+        return
+    checks = state.live.checks
+    checks.fallback = state.contract.policy.dedup_fallback
+    for probe in state.scenario.probes:
+        if probe.name == "fail_closed" and isinstance(probe.tolerance, dict):
+            checks.grace_s = float(probe.tolerance.get("grace_s", checks.grace_s))
+
+
+def _abort(state: RunState, stop: Stop) -> None:
+    """A stop condition fired (from the live view's thread): stop the load, roll every fault
+    back; the run then drains what was accepted, judges it and ends ``aborted``."""
+    state.load_stop.set()
+    locust_dir = state.run_dir / "locust"
+    if locust_dir.is_dir():
+        (locust_dir / LOAD_STOP_FILE).write_text(json.dumps(stop.to_dict()))
+    state.progress("stop", f"{stop.condition}: stopping the load and rolling back the faults")
+    if state.nemesis is not None:
+        undone = state.nemesis.rollback(hurry=True)
+        if undone:
+            state.progress("rollback", f"undid {', '.join(undone)}")
 
 
 def _move_clock(state: RunState) -> None:
@@ -1118,7 +1167,7 @@ def _inject_load(state: RunState) -> None:
         nemesis.start()
         _inject(
             scenario, state.population, state.history, contract.api_url, state.seed,
-            contract.driver,
+            contract.driver, state.load_stop,
         )  # fmt: skip
     state.channel_urls = {p: info.url(p) for p in ("ses", "inapp") if p in info.parts}
     state.channels = ChannelLedgers.for_stack(
@@ -1148,6 +1197,8 @@ def _await_outcome(state: RunState) -> None:
         )
     )
     progress("inject", f"{len(injected)} events accepted, {len(expected)} deliveries expected")
+    if state.live is not None:
+        state.live.metrics.expected.set(len(expected))
     last_window_end = expectation.deliveries["quiet_until"].max()
     release_by = (0.0 if pd.isna(last_window_end) else float(last_window_end)) + 1.0
     # With a rate-limit window stated, the held notifications' digests go out when it closes.
@@ -1314,8 +1365,15 @@ def run(
     locust_workers: int | None = None,
     target: Target | None = None,
     reports: bool = True,
+    metrics_port: int = 0,
 ) -> RunResult:
     """``reports``: False writes junit.xml only (no charts, no html/md): for CI loops.
+    ``metrics_port``: where the live metrics are served on 127.0.0.1 (0: a free port, printed
+    and written to ``live.json``).
+
+    The scenario's stop conditions are watched live: when one fires, the load stops, every
+    fault is rolled back, what was accepted drains and is judged, and the verdict is
+    ``aborted`` (exit code 4), naming the condition and its first evidence.
 
     From its first second a run leaves a record that a crash cannot take: ``summary.json`` says
     ``incomplete`` until the run has a verdict, and the history streams to ``history.arrows``.
@@ -1344,11 +1402,24 @@ def run(
     reap_orphans()  # what an earlier run killed with -9 may have left
     history = History()
     history.stream_to(run_dir / STREAM_FILE)
-    with interruptible():
-        _history, _population, verdicts, error = execute(
-            scenario, seed, run_dir, progress, clock, stack_factory, locust_workers, target,
-            history,
-        )  # fmt: skip
+    live = LiveView(
+        history,
+        run_dir,
+        LiveMetrics(run_id, scenario.name, seed),
+        OnlineChecks(),
+        scenario.stop_conditions,
+        say=lambda line: progress("live", line),
+        port=metrics_port,
+    )
+    progress("live", f"metrics at {live.start()}")
+    try:
+        with interruptible():
+            _history, _population, verdicts, error = execute(
+                scenario, seed, run_dir, progress, clock, stack_factory, locust_workers, target,
+                history, live,
+            )  # fmt: skip
+    finally:
+        live.finish()
     history.close_stream()
     history.write(run_dir / "history.parquet")
     (run_dir / STREAM_FILE).unlink(missing_ok=True)
@@ -1359,11 +1430,21 @@ def run(
     leftovers = _leftovers(history)
     if leftovers is not None:
         summary[LEFTOVERS] = leftovers
+    summary["live"] = {
+        "metrics_url": live.url,
+        "stop_conditions": [str(c) for c in scenario.stop_conditions],
+        "violations": dict(live.checks.counts),
+        "first_seen": {k: {"at": v.time, **v.evidence} for k, v in live.checks.first.items()},
+    }
+    if live.stopped is not None:
+        summary["stopped"] = live.stopped.to_dict()
     summary.update(
         verdict="incomplete"
         if interrupted
         else "unknown"
         if error is not None and error.startswith(DOES_NOT_FIT)
+        else ABORTED
+        if live.stopped is not None
         else overall_verdict(verdicts, error),
         checkers={v.name: v.to_dict() for v in verdicts},
         history_rows=len(history),
@@ -1394,6 +1475,8 @@ def _leftovers(history: History) -> dict[str, int] | None:
 
 
 INTERRUPTED = "interrupted by "
+# The file whose appearance stops the Locust load (harness.load.loadgen --stop-file).
+LOAD_STOP_FILE = "stop"
 
 
 class RunInterrupted(BaseException):

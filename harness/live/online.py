@@ -1,0 +1,225 @@
+"""Promises judged while the run goes: each check reads the history's rows in order, once, and
+names a violation the moment its evidence is in.
+
+Only what the final checkers would also count is reported live: a live violation is one the
+full checker cannot excuse afterwards (``tests/test_live_online.py`` holds every live violation
+of a recorded history against the final verdict). Where the final checker excuses a case from
+evidence that may still be on its way (a consumer killed, the dedup store crashed, a provider
+that accepted then failed), the live check stays silent for that case: it reports late or never,
+not wrongly.
+
+* ``duplicates`` (effectively_once): a device got a notification again, and none of the
+  causes the design admits is in sight (:mod:`harness.checkers.duplicate_causes`: an earlier
+  request accepted then answered an error, any consumer kill or dedup-store crash before it, a
+  30-day-old first delivery). The checker fails on any such duplicate, collapse id or not.
+* ``visible_duplicates``: those of them a user sees, with no collapse id shared with the first
+  delivery (the device shows the rest as one).
+* ``decided_during_outage`` (fail_closed): a delivery inside a window in which the dedup store
+  was unavailable, of a notification injected after the window opened (plus the checker's
+  ``grace_s``): its dedup decision was taken with the store out. Off when the system states a
+  fallback store (then such deliveries are allowed). Judged :data:`INJECT_SETTLE_S` after the
+  delivery: an injection is recorded when its answer comes back, and the earliest post of a
+  shared event id may still be on its way (the checker takes the earliest).
+
+Written by hand: no library checks these promises incrementally; the rules are the final
+checkers', read one row at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.checkers.duplicate_causes import DEDUP_WINDOW_S
+from harness.checkers.windows import DEDUP_STORE
+from harness.live.stop import LIVE_CHECKS as CHECKS
+
+# The faults whose windows excuse a duplicate (duplicate_causes reads them by these names).
+_EXCUSING_FAULTS = ("consumer-crash", "dedup-crash")
+# How long after a delivery its injections are all in the history: the injector's request
+# timeout (10 s) and a second for the row's append.
+INJECT_SETTLE_S = 11.0
+
+
+@dataclass(frozen=True)
+class LiveViolation:
+    """A broken promise seen live: the check, the instant of its evidence (epoch seconds, the
+    provider's receive time) and that evidence."""
+
+    check: str
+    time: float
+    evidence: dict[str, Any]
+
+    def describe(self) -> str:
+        what = ", ".join(f"{k}={v}" for k, v in self.evidence.items())
+        return f"{self.check}: {what}"
+
+
+@dataclass
+class _Delivered:
+    time: float
+    collapse_id: str | None
+
+
+@dataclass
+class _Outage:
+    start: float
+    stop: float | None = None
+
+
+@dataclass
+class OnlineChecks:
+    """The live checks over one run's rows, fed in history order (:meth:`feed`).
+
+    ``fallback``: the system states a fallback dedup store (``decided_during_outage`` off);
+    ``grace_s``: fail_closed's grace after a window opens."""
+
+    fallback: bool = False
+    grace_s: float = 0.5
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHECKS, 0))
+    first: dict[str, LiveViolation] = field(default_factory=dict)
+    _delivered: dict[tuple[str, str, str], _Delivered] = field(default_factory=dict)
+    _accepted_then_error: set[tuple[str, str, str]] = field(default_factory=set)
+    _excusing_since: float | None = None
+    _outages: dict[str, _Outage] = field(default_factory=dict)
+    _injected_at: dict[tuple[str, str], float] = field(default_factory=dict)
+    # Deliveries inside an outage, judged once their injections are surely in.
+    _pending: list[tuple[float, tuple[str, str], str]] = field(default_factory=list)
+    _latest: float = 0.0
+
+    def feed(self, rows: Iterable[Mapping[str, Any]]) -> list[LiveViolation]:
+        """Take the next rows of the history; return the violations they reveal."""
+        found: list[LiveViolation] = []
+        for row in rows:
+            kind = row.get("kind")
+            if kind == "fault":
+                self._fault(row)
+            elif kind == "inject":
+                self._inject(row)
+            elif kind == "provider":
+                found += self._provider(row)
+            time = row.get("time")
+            if isinstance(time, float | int) and time == time:
+                self._latest = max(self._latest, float(time))
+        found += self._settle(self._latest - INJECT_SETTLE_S)
+        for violation in found:
+            self.counts[violation.check] += 1
+            self.first.setdefault(violation.check, violation)
+        return found
+
+    # -- rows -----------------------------------------------------------------------------------
+
+    def _fault(self, row: Mapping[str, Any]) -> None:
+        try:
+            detail = json.loads(row.get("detail") or "")
+        except ValueError:
+            return
+        if not isinstance(detail, dict) or "window" not in detail:
+            return
+        start = detail.get("phase") == "start"
+        if start and detail.get("fault") in _EXCUSING_FAULTS and self._excusing_since is None:
+            self._excusing_since = float(row["time"])
+        if start and detail.get("unavailable") == DEDUP_STORE:
+            self._outages[str(detail["window"])] = _Outage(float(row["time"]))
+        elif not start and str(detail["window"]) in self._outages:
+            self._outages[str(detail["window"])].stop = float(row["time"])
+
+    def _inject(self, row: Mapping[str, Any]) -> None:
+        key = (str(row.get("tenant_id")), str(row.get("notification_id")))
+        at = float(row["time"])
+        self._injected_at[key] = min(at, self._injected_at.get(key, at))
+
+    def finish(self) -> list[LiveViolation]:
+        """The history is whole (the run ended): judge what still waited to be."""
+        found = self._settle(float("inf"))
+        for violation in found:
+            self.counts[violation.check] += 1
+            self.first.setdefault(violation.check, violation)
+        return found
+
+    def _settle(self, until: float) -> list[LiveViolation]:
+        ready = [p for p in self._pending if p[0] <= until]
+        if not ready:
+            return []
+        self._pending = [p for p in self._pending if p[0] > until]
+        found = []
+        for at, key, token in ready:
+            injected = self._injected_at.get(key)
+            if injected is None:  # not injected by us: the checker counts it as before
+                continue
+            if (violation := self._judge_outage(key, token, at, injected)) is not None:
+                found.append(violation)
+        return found
+
+    def _provider(self, row: Mapping[str, Any]) -> list[LiveViolation]:
+        status = row.get("status")
+        delivered = row.get("delivered")
+        if delivered is None:
+            delivered = status == 200
+        if not delivered:
+            return []
+        key = (str(row.get("tenant_id")), str(row.get("notification_id")), str(row.get("token")))
+        at = float(row["time"])
+        found = self._duplicate(key, at, row.get("collapse_id"), status)
+        if not self.fallback and self._inside_outage(at):
+            self._pending.append((at, key[:2], key[2]))
+        return found
+
+    # -- the rules ------------------------------------------------------------------------------
+
+    def _duplicate(
+        self, key: tuple[str, str, str], at: float, collapse_id: Any, status: Any
+    ) -> list[LiveViolation]:
+        first = self._delivered.get(key)
+        if status != 200:
+            self._accepted_then_error.add(key)
+        if first is None:
+            self._delivered[key] = _Delivered(at, collapse_id if collapse_id else None)
+            return []
+        excused = (
+            key in self._accepted_then_error
+            or (self._excusing_since is not None and self._excusing_since <= at)
+            or at - first.time > DEDUP_WINDOW_S
+        )
+        if excused:
+            return []
+        tenant, notification, token = key
+        collapsed = first.collapse_id is not None and first.collapse_id == collapse_id
+        evidence = {
+            "tenant_id": tenant,
+            "notification_id": notification,
+            "token": token,
+            "first_delivered_at": round(first.time, 3),
+            "collapsed": collapsed,
+        }
+        found = [LiveViolation("duplicates", at, evidence)]
+        if not collapsed:
+            found.append(LiveViolation("visible_duplicates", at, evidence))
+        return found
+
+    def _inside_outage(self, at: float) -> bool:
+        return any(
+            at > o.start + self.grace_s and (o.stop is None or at < o.stop)
+            for o in self._outages.values()
+        )
+
+    def _judge_outage(
+        self, key: tuple[str, str], token: str, at: float, injected: float
+    ) -> LiveViolation | None:
+        for outage in self._outages.values():
+            inside = at > outage.start + self.grace_s and (outage.stop is None or at < outage.stop)
+            if inside and injected > outage.start + self.grace_s:
+                return LiveViolation(
+                    "decided_during_outage",
+                    at,
+                    {
+                        "tenant_id": key[0],
+                        "notification_id": key[1],
+                        "token": token,
+                        "outage_began_at": round(outage.start, 3),
+                        "injected_at": round(injected, 3),
+                    },
+                )
+        return None

@@ -1,0 +1,201 @@
+"""The live checks (harness.live.online) and stop conditions (harness.live.stop) over hand-made
+histories: each violation they name, the cases the final checkers excuse, and the promise that
+every live violation is also a final one (hypothesis over random histories)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.checkers import duplicate_causes, fail_closed
+from harness.live.online import INJECT_SETTLE_S, OnlineChecks
+from harness.live.stop import StopConditionError, first_fired, parse_stop_condition
+from harness.model.history import History
+
+
+def _fault(history: History, name: str, start: float, stop: float | None, **record) -> None:
+    phases = [("start", start)] + ([("stop", stop)] if stop is not None else [])
+    for phase, at in phases:
+        detail = {"window": f"{name}-{start}", "fault": name, "phase": phase, **record}
+        history.append("fault", time=at, detail=json.dumps(detail))
+
+
+def _send(history: History, at: float, nid: str = "n1", token: str = "t1", status: int = 200,
+          collapse: str | None = None) -> None:  # fmt: skip
+    history.extend_provider(
+        [
+            {
+                "received_at": at,
+                "tenant_id": "acme",
+                "notification_id": nid,
+                "token": token,
+                "provider": "apns",
+                "status": status,
+                "delivered": status in (200, 500),
+                "collapse_id": collapse,
+            }
+        ]
+    )
+
+
+def _inject(history: History, at: float, nid: str) -> None:
+    history.append("inject", time=at, tenant_id="acme", author_id="a", notification_id=nid)
+
+
+def _live(history: History, **options) -> OnlineChecks:
+    checks = OnlineChecks(**options)
+    checks.feed(history.frame().to_dict("records"))
+    checks.finish()
+    return checks
+
+
+def test_a_second_delivery_to_a_device_is_a_live_duplicate_visible_unless_collapsed():
+    history = History()
+    _send(history, 10.0, nid="plain")
+    _send(history, 11.0, nid="plain")
+    _send(history, 10.0, nid="collapsed", collapse="c1")
+    _send(history, 12.0, nid="collapsed", collapse="c1")
+    _send(history, 10.0, nid="other-device", token="t2")
+    _send(history, 10.5, nid="other-device", token="t3")  # two devices, once each: fine
+    checks = _live(history)
+    assert checks.counts["duplicates"] == 2
+    assert checks.counts["visible_duplicates"] == 1
+    first = checks.first["visible_duplicates"]
+    assert first.evidence["notification_id"] == "plain" and first.time == 11.0
+
+
+def test_a_duplicate_the_design_admits_is_not_a_live_one():
+    history = History()
+    _send(history, 10.0, nid="accepted-then-error", status=500)
+    _send(history, 11.0, nid="accepted-then-error")
+    _send(history, 20.0, nid="across-a-kill")
+    _fault(history, "consumer-crash", 21.0, 22.0)
+    _send(history, 23.0, nid="across-a-kill")
+    checks = _live(history)
+    assert checks.counts["duplicates"] == 0
+
+
+def test_a_delivery_decided_during_a_dedup_outage_is_seen_once_its_injection_is_in():
+    history = History()
+    _fault(history, "dedup-outage", 100.0, None, unavailable="dedup")
+    _inject(history, 98.0, "before")
+    _send(history, 100.8, nid="before")  # decided before the cut: no violation
+    _send(history, 102.5, nid="fresh")  # its injection's row comes after (written on the answer)
+    _inject(history, 102.0, "fresh")
+    checks = OnlineChecks()
+    rows = history.frame().to_dict("records")
+    assert checks.feed(rows) == []  # not judged before every injection can be in
+    checks.feed([{"kind": "phase", "time": 102.5 + INJECT_SETTLE_S}])
+    assert checks.counts["decided_during_outage"] == 1
+    assert checks.first["decided_during_outage"].evidence["notification_id"] == "fresh"
+    # With a fallback store stated, deliveries during the outage are allowed.
+    assert _live(history, fallback=True).counts["decided_during_outage"] == 0
+
+
+def test_an_outage_by_another_dependency_or_after_it_ended_is_not_judged():
+    history = History()
+    _fault(history, "proxy-down", 100.0, 105.0, unavailable="kinesis")
+    _fault(history, "dedup-outage", 200.0, 205.0, unavailable="dedup")
+    _inject(history, 101.0, "kinesis")
+    _send(history, 102.0, nid="kinesis")
+    _inject(history, 203.0, "after")
+    _send(history, 206.0, nid="after")
+    assert _live(history).counts["decided_during_outage"] == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "counts", "fires"),
+    [
+        ("duplicates > 0", {"duplicates": 1}, True),
+        ("duplicates > 0", {"duplicates": 0}, False),
+        ("decided_during_outage >= 3", {"decided_during_outage": 3}, True),
+        ("visible_duplicates>2", {"visible_duplicates": 2}, False),
+    ],
+)
+def test_a_stop_condition_fires_past_its_threshold(text, counts, fires):
+    condition = parse_stop_condition(text)
+    assert (first_fired([condition], counts) is condition) is fires
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("lost > 0", "no live check 'lost'"),
+        ("duplicates", "write it as"),
+        ("duplicates < 3", "write it as"),
+        ("duplicates > -1", "write it as"),
+    ],
+)
+def test_an_unreadable_stop_condition_says_what_is_wrong(text, message):
+    with pytest.raises(StopConditionError, match=message):
+        parse_stop_condition(text)
+
+
+# -- every live violation is a final one --------------------------------------------------------
+
+_deliveries = st.lists(
+    st.tuples(
+        st.sampled_from(["n1", "n2", "n3"]),
+        st.sampled_from(["t1", "t2"]),
+        st.floats(0, 40, allow_nan=False),
+        st.sampled_from([200, 200, 200, 500, 429]),
+        st.sampled_from([None, "c"]),
+        st.floats(0.01, 1.5, allow_nan=False),  # until the collector's poll read it
+    ),
+    min_size=3,
+    max_size=25,
+)
+_faults = st.lists(
+    st.tuples(
+        st.sampled_from(["consumer-crash", "dedup-outage", "dedup-crash"]),
+        st.floats(0, 30, allow_nan=False),
+        st.floats(0.5, 20, allow_nan=False),
+    ),
+    min_size=1,
+    max_size=3,
+)
+_injects = st.fixed_dictionaries(
+    {
+        nid: st.tuples(st.floats(0, 40, allow_nan=False), st.floats(0, 3, allow_nan=False))
+        for nid in ("n1", "n2", "n3")
+    }
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_deliveries, _faults, _injects)
+def test_every_live_violation_is_also_a_final_one(deliveries, faults, injects):
+    """Rows in the order a run writes them (a fault's at its instant, a provider's when the
+    collector's next poll reads it, an injection when its answer came back), fed to the live
+    checks; what they report is never more than the final checkers find."""
+    events: list[tuple[float, str, tuple]] = []
+    for nid, token, at, status, collapse, read_after in deliveries:
+        events.append((at + read_after, "send", (at, nid, token, status, collapse)))
+    for name, start, length in faults:
+        record = {"unavailable": "dedup"} if name != "consumer-crash" else {}
+        events.append((start, "fault", (name, "start", f"w{start}", record)))
+        events.append((start + length, "fault", (name, "stop", f"w{start}", record)))
+    for nid, (at, answered_after) in injects.items():
+        events.append((at + answered_after, "inject", (nid, at)))
+    history = History()
+    for at, kind, data in sorted(events, key=lambda e: e[0]):
+        if kind == "send":
+            sent, nid, token, status, collapse = data
+            _send(history, sent, nid=nid, token=token, status=status, collapse=collapse)
+        elif kind == "fault":
+            name, phase, window, record = data
+            detail = {"window": window, "fault": name, "phase": phase, **record}
+            history.append("fault", time=at, detail=json.dumps(detail))
+        else:
+            _inject(history, data[1], data[0])
+    frame = history.frame()
+    live = _live(history)
+    causes = duplicate_causes.attribute(frame, durable=True)
+    unattributed = causes[causes["cause"] == duplicate_causes.UNATTRIBUTED]
+    assert live.counts["duplicates"] <= len(unattributed)
+    assert live.counts["visible_duplicates"] <= live.counts["duplicates"]
+    final = fail_closed.check(frame, grace_s=live.grace_s)
+    assert live.counts["decided_during_outage"] <= final.counts["decided_during_outage"]
