@@ -115,7 +115,8 @@ def test_failing_open_only_on_a_timeout_passes_a_refusing_outage_and_is_caught_b
     """A consumer that fails closed on a refused connection but sends when the store times out:
     memorydb-outage (the proxy refuses) cannot see it, the class every shipped outage missed;
     memorydb-timeout (the store black-holes, only the client's 1 s socket timeout ends a call)
-    sees its sends inside the window."""
+    sees its sends inside the window. memorydb-outage publishes through SNS, memorydb-timeout
+    straight to APNs and FCM: fail_closed catches a consumer failing open on both paths."""
     defect = ["dedup_fail_open_on_timeout"]
     code, summary, output = _run(
         str(_variant(tmp_path, "memorydb-outage", defect)), tmp_path / "refused"
@@ -153,13 +154,33 @@ def test_ignoring_retry_after_is_caught_by_backpressure(tmp_path):
     assert _failed(summary, "backpressure")["requests_inside_retry_after"] > 0
 
 
+def test_ignoring_retry_after_through_sns_is_caught_by_backpressure(tmp_path):
+    """The same defect on the other push path: sns-throttle publishes through SNS, and APNs
+    throttles behind it; the SNS endpoint answers the publisher Throttling with the provider's
+    Retry-After, which a publisher that never pauses its scope ignores (the APNs simulator's
+    ledger shows its requests inside)."""
+    path = _variant(tmp_path, "sns-throttle", ["ignore_retry_after"])
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    result = _failed(summary, "backpressure")
+    assert result["throttle_answers"] > 0 and result["requests_inside_retry_after"] > 0
+
+
 def test_no_collapse_id_and_sent_records_written_before_the_answer_are_both_caught(tmp_path):
     # Not in one run with the defect above: ignoring Retry-After ends the load before the
     # accepted-then-5xx window opens, and nothing is resent. The second defect only writes the
     # trail ('sent' for an attempt answered 429 or 5xx), which no count of the first reads. The
     # third (red team 3) only stamps the trail with the event's acceptance time: its records'
     # times, which sent_beyond_acceptance does not read, precede the requests they report.
-    defects = ["no_collapse_id", "audit_sent_before_answer", "audit_at_event_time"]
+    # The fourth picks each FCM project by notification, not by user: straight to FCM (the
+    # project in the request's URL is the consumer's own choice), which only fcm_stickiness
+    # reads (read-side proves it through SNS, where it is the platform application's).
+    defects = [
+        "no_collapse_id",
+        "audit_sent_before_answer",
+        "audit_at_event_time",
+        "fcm_project_random",
+    ]
     path = _variant(tmp_path, "apns-429-storm", defects)
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
@@ -167,6 +188,8 @@ def test_no_collapse_id_and_sent_records_written_before_the_answer_are_both_caug
     outcomes = _failed(summary, "audit_outcomes")
     assert outcomes["sent_beyond_acceptance"] > 0
     assert outcomes["sent_before_request"] > 0
+    sticky = _failed(summary, "fcm_stickiness")
+    assert sticky["users_on_several_projects"] > 0 and sticky["wrong_project"] > 0
 
 
 def test_skipping_dedup_and_dropping_failed_batch_entries_are_caught_under_sqs_redelivery(

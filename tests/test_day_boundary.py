@@ -106,3 +106,16 @@ def test_smoke_on_a_moved_clock_passes(tmp_path):
     quiet = summary["checkers"]["quiet_hours"]
     assert quiet["deferred_expected"] > 0 and quiet["deferred_delivered"] > 0
     assert summary["checkers"]["audit_fields"]["deferrals"] > 0
+
+
+def test_an_author_s_likes_held_back_are_caught_by_push_order_on_the_direct_path(tmp_path):
+    """day-boundary ships direct (straight to APNs and FCM) and judges push_order there, the
+    path no other shipped scenario judges it on: a consumer that holds every other post of an
+    author back for 20 s reaches devices with the later one first; nothing else sees it."""
+    path = _variant(tmp_path, "day-boundary", ["push_reorders_per_author"])
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    order = summary["checkers"]["push_order"]
+    assert order["valid"] is False and order["later_delivered_first"] > 0
+    failing = {name for name, result in summary["checkers"].items() if result["valid"] is False}
+    assert failing == {"push_order"}, failing
