@@ -94,7 +94,9 @@ def test_a_restart_stops_the_part_gracefully_and_an_invalidator_stop_kills_its_p
             wait_until(lambda first=first: _state(first) in ("gone", "Z"), 5, f"{part} gone")
             # Stopped (its batch drained) or killed (nothing run on the way out).
             drained = part == "push-consumer"
-            wait_until(lambda out=out, d=drained: out.exists() == d, 5, f"{part} drained: {drained}")
+            wait_until(
+                lambda out=out, d=drained: out.exists() == d, 5, f"{part} drained: {drained}"
+            )
             pid.unlink()
             fault.stop(targets, None)
             second = _pid(pid)
