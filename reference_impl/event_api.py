@@ -422,6 +422,8 @@ class EventApi:
 
     def _invalidate(self, keys: list[str]) -> bool:
         """Write-through invalidation: a withdrawn consent takes effect on the next job."""
+        if "no_write_through" in self.config.defects:
+            return False  # the defect: only the table's stream invalidates
         try:
             self.cache.delete(*keys)
             return True

@@ -253,8 +253,8 @@ class PushConsumer(JobConsumer):
 
     def deactivate(self, tenant_id: str, user_id: str, device_id: str) -> None:
         """Mark the device dead in its user's record; a device erased meanwhile stays gone."""
-        if "dead_token_kept" in self.defects:
-            return
+        if "dead_token_kept" in self.defects or "dead_token_registry_not_updated" in self.defects:
+            return  # the defects: the record keeps the device active
         try:
             self.ddb.update_item(
                 TableName=self.config.table("preferences"),

@@ -30,6 +30,8 @@ CHAOS = (
     "tenant-collision",
     "game-day",
     "sns-throttle",
+    "preference-stream-stop",
+    "dead-token-restart",
 )
 
 
@@ -436,6 +438,46 @@ def test_a_dead_token_never_deactivated_is_tried_again(tmp_path, transport):
         # SNS turned the endpoint off and never sends to it again: the publisher, told so by
         # EndpointDisabled, still publishes to it, which SNS's own ledger shows.
         assert failed["sends_after_dead"] == 0 and failed["publishes_to_disabled"] > 0
+
+
+def test_a_write_through_that_never_happens_is_caught_only_with_the_stream_stopped(tmp_path):
+    """Two mechanisms behind one promise: the Event API's write-through and the stream
+    invalidator, which sees the API's changes too. An API that leaves the cache alone passes
+    preference-changes whole (the stream covers it: why the fault is needed); with the
+    invalidator killed (preference-stream-stop) its API changes keep the old preferences past
+    the bound: withdrawals sent anyway, grants missed."""
+    path = _variant(tmp_path, "preference-changes", ["no_write_through"])
+    code, summary, output = _run(str(path), tmp_path / "without-fault")
+    assert code == 0 and summary["verdict"] == "pass", output
+    assert summary["checkers"]["preference_changes"]["violations"] == 0
+    path = _variant(tmp_path, "preference-stream-stop", ["no_write_through"])
+    code, summary, _ = _run(str(path), tmp_path / "with-fault")
+    assert code == 1
+    changes = _failed(summary, "preference_changes")
+    assert changes["api_changes_while_stream_stopped"] > 0
+    assert changes["violations"] + changes["missed"] > 0
+
+
+def test_a_dead_token_remembered_but_never_deactivated_is_caught_once_the_workers_restart(
+    tmp_path,
+):
+    """Two mechanisms behind one promise: the workers' shared memory of dead answers (a
+    minute) and the deactivated device in the user's record. A consumer that only remembers
+    passes smoke, whose second posts come 12 s after the first (the memory covers them: why
+    the fault is needed); restarted as a deploy does (dead-token-restart), it has forgotten,
+    and the record it never updated sends the probes to the dead tokens again."""
+    path = _variant(tmp_path, "smoke", ["dead_token_registry_not_updated"])
+    data = yaml.safe_load(path.read_text())
+    data["configuration"].setdefault("reference", {})["push_transport"] = "direct"
+    path.write_text(yaml.safe_dump(data))
+    code, summary, output = _run(str(path), tmp_path / "without-fault")
+    dead = summary["checkers"]["dead_tokens"]
+    assert dead["valid"] is True and dead["dead_tokens"] > 0, output
+    path = _variant(tmp_path, "dead-token-restart", ["dead_token_registry_not_updated"])
+    code, summary, _ = _run(str(path), tmp_path / "with-fault")
+    assert code == 1
+    failed = _failed(summary, "dead_tokens")
+    assert failed["sends_after_dead"] > 0 and failed["dead_tokens"] > 0
 
 
 def test_a_mention_reaches_push_email_in_app_and_sms_each_checked_against_the_oracle(tmp_path):

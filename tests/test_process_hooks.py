@@ -63,6 +63,49 @@ def test_process_faults_act_through_a_targets_shell_hooks(tmp_path):
         subprocess.run(["sh", "-c", f"kill -9 $(cat {pid_file})"], check=False)
 
 
+def test_a_restart_stops_the_part_gracefully_and_an_invalidator_stop_kills_its_part(tmp_path):
+    """consumer-restart asks the part to stop (the ``stop`` hook: SIGTERM, as a deploy does; a
+    part that traps it finishes first) and starts it at the fault's stop; invalidator-stop
+    kills the stream invalidator and starts it again."""
+    files = {part: (tmp_path / f"{part}.pid", tmp_path / f"{part}.out")
+             for part in ("push-consumer", "stream-invalidator")}  # fmt: skip
+    # A process that, told to stop, writes that it finished its batch and exits.
+    starts = {
+        part: f'nohup sh -c \'trap "echo drained > {out}; exit 0" TERM; '
+        f"while true; do sleep 0.1; done' >/dev/null 2>&1 & echo $! > {pid}"
+        for part, (pid, out) in files.items()
+    }
+    hooks = ShellProcesses(
+        {
+            part: {"kill": f"kill -9 $(cat {pid})", "stop": f"kill -TERM $(cat {pid})",
+                   "start": starts[part]}
+            for part, (pid, _) in files.items()
+        }
+    )  # fmt: skip
+    targets = ChaosTargets(processes=hooks)
+    try:
+        for part, (pid, out) in files.items():
+            subprocess.run(["sh", "-c", starts[part]], check=True)
+            first = _pid(pid)
+            fault = make_fault(
+                "consumer-restart" if part == "push-consumer" else "invalidator-stop"
+            )
+            fault.start(targets, None)
+            wait_until(lambda first=first: _state(first) in ("gone", "Z"), 5, f"{part} gone")
+            # Stopped (its batch drained) or killed (nothing run on the way out).
+            drained = part == "push-consumer"
+            wait_until(
+                lambda out=out, d=drained: out.exists() == d, 5, f"{part} drained: {drained}"
+            )
+            pid.unlink()
+            fault.stop(targets, None)
+            second = _pid(pid)
+            assert second != first and _state(second) not in ("gone", "Z", "T")
+    finally:
+        for pid, _ in files.values():
+            subprocess.run(["sh", "-c", f"kill -9 $(cat {pid})"], check=False)
+
+
 def test_a_fault_whose_hooks_a_target_lacks_is_named_before_the_run():
     pause_only = ChaosTargets(
         processes=ShellProcesses({"push-consumer": {"pause": "true", "resume": "true"}})
@@ -72,6 +115,8 @@ def test_a_fault_whose_hooks_a_target_lacks_is_named_before_the_run():
     assert unavailable("consumer-pause", pause_only) is None
     assert "no kill and start hook for redis" in (unavailable("dedup-crash", pause_only) or "")
     assert "has no process hooks" in (unavailable("consumer-crash", ChaosTargets()) or "")
+    why = unavailable("consumer-restart", pause_only)
+    assert why is not None and "no stop and start hook for push-consumer" in why
 
 
 def test_a_failing_hook_is_the_faults_failure_with_its_exit_code():

@@ -24,6 +24,7 @@ from harness.model.population import (
     generate,
     preferences_body,
 )
+from harness.model.system import SystemPolicy
 from harness.model.timeline import from_history
 from harness.run.actions import (
     UNKNOWN_ZONE,
@@ -193,6 +194,100 @@ def test_a_consent_given_again_after_a_withdrawal_makes_later_notifications_due(
     _inject(history, author, "after", T0 + 30)
     verdict = preference_changes.check(evidence_from(population, history.frame(), bound_s=5))
     assert not verdict.valid and verdict.counts["missed"] >= 1
+
+
+# -- the stream stopped: write-through alone for API changes, the cache's TTL for table writes --
+
+
+def _stream_stopped(history, start, stop, unavailable="preferences_stream"):
+    """A fault window as the nemesis records it: what it took away is in its rows."""
+    for phase, at in (("start", start), ("stop", stop)):
+        detail = {"window": "w1", "fault": "invalidator-stop", "phase": phase, "params": {},
+                  "unavailable": unavailable}  # fmt: skip
+        history.append("fault", time=at, detail=json.dumps(detail))
+
+
+def _withdrawn_in_window(via, window=(T0 + 5, T0 + 60), unavailable="preferences_stream"):
+    population, author, user, device = _scene()
+    history = History()
+    if window is not None:
+        _stream_stopped(history, *window, unavailable=unavailable)
+    withdrawn = {**preferences_body(user), "push_consent": None}
+    _change(history, user, T0 + 10, T0 + 10.1, change="preferences", via=via,
+            preferences=withdrawn)  # fmt: skip
+    _inject(history, author, "after", T0 + 30)
+    _deliver(history, device, "after", T0 + 31)  # 21 s after the acknowledgement
+    return population, history
+
+
+def test_an_api_change_while_the_stream_is_stopped_must_take_effect_within_the_bound():
+    """Write-through alone holds the promise for an API change: the stream being stopped
+    excuses nothing."""
+    population, history = _withdrawn_in_window("api")
+    verdict = preference_changes.check(evidence_from(population, history.frame(), bound_s=5))
+    assert not verdict.valid and verdict.counts["after_withdrawal"] == 1
+    assert verdict.counts["api_changes_while_stream_stopped"] == 1
+    assert verdict.counts["ttl_bounded_changes"] == 0
+    assert verdict.details["stream_stopped"] == [[T0 + 5, T0 + 60]]
+
+
+def test_a_table_change_while_the_stream_is_stopped_is_bounded_by_the_cache_ttl():
+    """Only the stream could tell the system of a table write: stopped, the cache's TTL bounds
+    it. The same delivery with the stream at work, or with a window that took something else
+    away, is a violation."""
+    population, history = _withdrawn_in_window("table")
+    verdict = preference_changes.check(evidence_from(population, history.frame(), bound_s=5))
+    assert verdict.valid, verdict
+    assert verdict.counts["ttl_bounded_changes"] == 1 and verdict.counts["deliveries_judged"] == 1
+    assert verdict.details["cache_ttl_s"] == 300.0
+    for window, unavailable in [(None, None), ((T0 + 5, T0 + 60), "dedup")]:
+        population, history = _withdrawn_in_window("table", window, unavailable)
+        verdict = preference_changes.check(evidence_from(population, history.frame(), bound_s=5))
+        assert not verdict.valid and verdict.counts["after_withdrawal"] == 1
+        assert verdict.counts["ttl_bounded_changes"] == 0
+
+
+@pytest.mark.parametrize(
+    ("window", "bounded"),
+    [
+        ((T0 + 12, T0 + 20), True),  # stopped inside the bound after the acknowledgement
+        ((T0 + 1, T0 + 10.05), True),  # stopped until just after it was sent
+        ((T0 + 15.2, T0 + 20), False),  # stopped after the stream had its bound to deliver it
+        ((T0 + 1, T0 + 9.9), False),  # back before the change was sent
+    ],
+)
+def test_a_table_change_is_ttl_bounded_only_when_the_stream_could_have_been_stopped_for_it(
+    window, bounded
+):
+    population, history = _withdrawn_in_window("table", window)
+    verdict = preference_changes.check(evidence_from(population, history.frame(), bound_s=5))
+    assert verdict.valid is bounded
+    assert verdict.counts["ttl_bounded_changes"] == int(bounded)
+
+
+def test_the_ttl_bound_is_the_systems_stated_one_and_it_ends():
+    population, history = _withdrawn_in_window("table")
+    short = SystemPolicy(preferences_cache_ttl_s=15.0)  # the delivery came 21 s after: too late
+    verdict = preference_changes.check(evidence_from(population, history.frame(), short, 5))
+    assert not verdict.valid and verdict.counts["after_withdrawal"] == 1
+    _, author, _, device = _scene()
+    _inject(history, author, "much-later", T0 + 400)
+    _deliver(history, device, "much-later", T0 + 401)  # past the default 300 s and the bound
+    verdict = preference_changes.check(evidence_from(population, history.frame(), bound_s=5))
+    assert not verdict.valid and verdict.counts["after_withdrawal"] == 1
+
+
+@pytest.mark.parametrize(("via", "missed"), [("api", 1), ("table", 0)])
+def test_a_grant_written_while_the_stream_is_stopped_is_due_only_through_the_api(via, missed):
+    population, author, user = _celebrity_follower_without_consent()
+    granted = {**preferences_body(user), "push_consent": {"granted_at": "x", "version": "1"}}
+    history = History()
+    _stream_stopped(history, T0 + 5, T0 + 60)
+    _change(history, user, T0 + 10, T0 + 10.1, change="preferences", via=via,
+            preferences=granted)  # fmt: skip
+    _inject(history, author, "after", T0 + 30)
+    verdict = preference_changes.check(evidence_from(population, history.frame(), bound_s=5))
+    assert verdict.valid is (missed == 0) and verdict.counts["missed"] == missed
 
 
 @pytest.mark.parametrize(

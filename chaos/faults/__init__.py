@@ -25,6 +25,11 @@ DEDUP_PROXY = "dedup"
 # dedup store: the checkers read it from the history (fail_closed's outage windows), by this
 # property of the fault, never by the fault's name.
 DEDUP_STORE = "dedup"
+# The preferences table's change stream as the cache invalidator reads it: a fault that stops its
+# delivery (the invalidator stopped) records this, and preference_changes then bounds a change
+# written straight to the table by the cache's TTL alone (only the stream could have told the
+# system), while a change made through the API must still take effect within the bound.
+PREFERENCES_STREAM = "preferences_stream"
 # ``FaultSpec.takes_away`` of a fault acting on the proxy its ``params.proxy`` names: the
 # dependency is whatever that proxy stands for (the dedup store when it is the target's).
 NAMED_PROXY = "<params.proxy>"
@@ -42,15 +47,17 @@ class FaultError(ValueError):
 
 
 class ProcessControl(Protocol):
-    """What process faults need: kill a part (a role: ``push-consumer``, ``redis`` ...), start
-    it again, pause and resume it; the harness's own stack does it with signals, a team's
-    system through the shell hooks its target file names."""
+    """What process faults need: kill a part (a role: ``push-consumer``, ``redis`` ...), stop it
+    gracefully, start it again, pause and resume it; the harness's own stack does it with
+    signals, a team's system through the shell hooks its target file names."""
 
     def offers(self, part: str, action: str) -> bool:
-        """Whether ``action`` (kill, start, pause, resume) can be done to ``part``."""
+        """Whether ``action`` (kill, stop, start, pause, resume) can be done to ``part``."""
         ...
 
     def kill_part(self, part: str) -> None: ...
+
+    def stop_part(self, part: str) -> Any: ...
 
     def start_part(self, part: str) -> Any: ...
 

@@ -125,6 +125,20 @@ def process_crash(part: str) -> Callable[..., Callable[[], None]]:
     return start
 
 
+def process_restart(part: str) -> Callable[..., Callable[[], None]]:
+    """Stop ``part`` as a deploy does (SIGTERM: it finishes its batches and exits) at start,
+    start it at stop: whatever it kept only in memory is gone, nothing is cut mid-send."""
+
+    def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
+        processes = targets.processes
+        if processes is None:
+            raise FaultError("this target has no process hooks")
+        processes.stop_part(part)
+        return lambda: processes.start_part(part)
+
+    return start
+
+
 def process_pause(part: str) -> Callable[..., Callable[[], None]]:
     def start(targets: ChaosTargets, params: dict[str, Any]) -> Callable[[], None]:
         processes = targets.processes

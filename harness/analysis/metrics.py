@@ -29,13 +29,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.checkers.evidence import expectation_from
+from harness.checkers.evidence import expectation_from, timeline_from
 from harness.checkers.windows import Window, deliveries, fault_windows
 from harness.model.history import STREAM_FILE, read_partial
 from harness.model.history import read as read_history
 from harness.model.oracle import Expectation
 from harness.model.population import Population
-from harness.model.timeline import DEFAULT_BOUND_S, from_history
+from harness.model.timeline import DEFAULT_BOUND_S
 
 KEY = ["tenant_id", "notification_id", "token"]
 NO_FAULT = "no fault"
@@ -272,7 +272,7 @@ def oracle(run: Run) -> Expectation | None:
         return None
     bound = float(run.summary.get("preference_bound_s") or DEFAULT_BOUND_S)
     try:
-        timeline = from_history(run.population, run.history, bound)
+        timeline = timeline_from(run.population, run.history, None, bound)
         return expectation_from(run.population, run.history, timeline)
     except KeyError:
         # An injected author the saved population does not know: do not guess.

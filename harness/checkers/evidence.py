@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from harness.checkers.limited import exempt_limited
+from harness.checkers.windows import PREFERENCES_STREAM, unavailable_windows
 from harness.model.oracle import Expectation, expected_deliveries
 from harness.model.population import Population
 from harness.model.system import SystemPolicy
@@ -51,14 +52,27 @@ def expectation_from(
     return expectation
 
 
+def timeline_from(
+    population: Population,
+    history: pd.DataFrame,
+    policy: SystemPolicy | None = None,
+    bound_s: float = DEFAULT_BOUND_S,
+) -> Timeline:
+    """The run's timeline, with the windows in which a fault stopped the preferences table's
+    change stream (from the history's fault rows) and the system's stated cache TTL."""
+    policy = policy or SystemPolicy()
+    stops = [(w.start, w.stop) for w in unavailable_windows(history, PREFERENCES_STREAM)]
+    return from_history(population, history, bound_s, stops, policy.preferences_cache_ttl_s)
+
+
 def evidence_from(
     population: Population,
     history: pd.DataFrame,
     policy: SystemPolicy | None = None,
     bound_s: float = DEFAULT_BOUND_S,
 ) -> Evidence:
-    timeline = from_history(population, history, bound_s)
     policy = policy or SystemPolicy()
+    timeline = timeline_from(population, history, policy, bound_s)
     expectation = exempt_limited(expectation_from(population, history, timeline), history, policy)
     return Evidence(
         population, expectation, history, policy, timeline,

@@ -12,6 +12,13 @@ acknowledged. A delivery no such state allows is a violation, by reason (``after
 whether the consent was removed or kept with a ``revoked_at``; ``after_push_switched_off``, the
 user turned push off with consent kept; ``inside_quiet_hours``). A notification a granted consent makes due is required as any other:
 ``missed`` counts those never delivered.
+
+Two mechanisms stand behind the promise in a system like the seed's: the API's own write-through
+invalidation and the table's change stream. While a fault stopped the stream (a window whose
+record says it took ``preferences_stream`` away), an API change must still take effect within
+``bound_s`` (``api_changes_while_stream_stopped`` were judged so: write-through alone), and a
+change written straight to the table is bounded by the system's stated cache TTL alone
+(``ttl_bounded_changes``; :mod:`harness.model.timeline`).
 """
 
 from __future__ import annotations
@@ -124,6 +131,8 @@ def check(evidence: Evidence) -> Verdict:
     )
     counts = {
         **changes,
+        "api_changes_while_stream_stopped": len(timeline.api_while_stream_stopped),
+        "ttl_bounded_changes": len(timeline.ttl_bounded),
         "deliveries_judged": judged,
         "required_after_change": int(len(mine)),
         "missed": int(missed),
@@ -131,9 +140,11 @@ def check(evidence: Evidence) -> Verdict:
         **{k: int(v) for k, v in sorted(violations.items())},
     }
     valid = not violations and missed == 0
-    return Verdict(
-        "preference_changes", valid, counts, {"bound_s": timeline.bound_s, "examples": examples}
-    )
+    details: dict[str, Any] = {"bound_s": timeline.bound_s, "examples": examples}
+    if timeline.stream_stops:
+        details["stream_stopped"] = [[a, b] for a, b in timeline.stream_stops]
+        details["cache_ttl_s"] = timeline.cache_ttl_s
+    return Verdict("preference_changes", valid, counts, details)
 
 
 @checker(

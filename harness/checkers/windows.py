@@ -13,6 +13,9 @@ import pandas as pd
 # The dependency name a fault's window record gives the dedup store (``unavailable``; chaos's
 # ``DEDUP_STORE``: the history is the protocol between them).
 DEDUP_STORE = "dedup"
+# What a window records when it stopped the preferences table's change stream on its way to the
+# cache invalidator (chaos's ``PREFERENCES_STREAM``).
+PREFERENCES_STREAM = "preferences_stream"
 # Before faults recorded what they take away, the catalogue's faults that took the dedup store
 # away were these: histories written then are read by name.
 _DEDUP_OUTAGES_BY_NAME = ("dedup-outage", "dedup-blackhole", "dedup-crash")

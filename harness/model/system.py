@@ -49,6 +49,10 @@ class SystemPolicy:
     # Seed 000: a post reaches its followers' devices within a 60 s SLA: the bound on the time
     # from an event's acceptance (or a quiet window's end) to the push that delivered it.
     delivery_bound_s: float = 60.0
+    # Seed 000: cached preferences live 5 minutes at most, "only a backstop": the bound on a
+    # change written straight to the preferences table while its change stream delivered nothing
+    # (an invalidator-stop window; preference_changes).
+    preferences_cache_ttl_s: float = 300.0
     # What each push asks of its provider (push_attributes). No seed names a header value; the
     # design's pushes are alerts a person sees ("a generic body when locked"), sent when the
     # system decides (quiet hours defer in the system, not on the device) and kept by the
@@ -79,13 +83,12 @@ class SystemPolicy:
             }
         if "fcm_projects" in data:
             data["fcm_projects"] = tuple(data["fcm_projects"])
-        if "delivery_bound_s" in data:
-            bound = data["delivery_bound_s"]
-            if isinstance(bound, bool) or not isinstance(bound, int | float) or not bound > 0:
-                raise ValueError(
-                    f"delivery_bound_s must be a positive number of seconds: {bound!r}"
-                )
-            data["delivery_bound_s"] = float(bound)
+        for key in ("delivery_bound_s", "preferences_cache_ttl_s"):
+            if key in data:
+                bound = data[key]
+                if isinstance(bound, bool) or not isinstance(bound, int | float) or not bound > 0:
+                    raise ValueError(f"{key} must be a positive number of seconds: {bound!r}")
+                data[key] = float(bound)
         data.update(_push_attribute_policy(data))
         policy = cls(**data)
         # A mapping that cannot be evaluated is refused with the target file, before any load.
@@ -107,6 +110,7 @@ class SystemPolicy:
             "dedup_key_pattern": self.dedup_key_pattern,
             "inbox_ttl_seconds": self.inbox_ttl_seconds,
             "delivery_bound_s": self.delivery_bound_s,
+            "preferences_cache_ttl_s": self.preferences_cache_ttl_s,
             "apns_push_type": self.apns_push_type,
             "apns_priority": self.apns_priority,
             "fcm_priority": self.fcm_priority,

@@ -15,6 +15,15 @@ injected at ``t``, the states it may be judged by at any later processing time. 
 ``preference_changes`` and ``erasure`` checkers judge each delivery by the states possible at its
 instant.
 
+A change written straight to the preferences table reaches a correct system only through the
+table's change stream. While a fault stopped that stream's delivery (a window whose record says
+it took the ``preferences_stream`` away), such a change is bounded by the cache's TTL alone: the
+state before it may be acted on until ``cache_ttl_s`` (the system's stated
+``preferences_cache_ttl_s``) plus ``bound_s`` after its acknowledgement, when the stream could
+have been stopped anywhere between its sending and ``bound_s`` after its acknowledgement. A
+change made through the API is judged by ``bound_s`` whatever the stream did: the API's own
+write-through holds the promise alone.
+
 Windows of changed users are evaluated with :mod:`harness.model.local_time` at the injection
 instant: the harness draws changes whose windows neither start nor end during the run.
 """
@@ -34,6 +43,8 @@ from harness.model import local_time
 from harness.model.population import Device, Population, QuietState, User, consent_stands
 
 DEFAULT_BOUND_S = 5.0
+# Seed 000: "the 5-minute TTL is only a backstop".
+DEFAULT_CACHE_TTL_S = 300.0
 # A deferral that ends later than this after the population's start is not released in a run.
 PENDING_AFTER_S = 3600.0
 
@@ -61,6 +72,9 @@ class State:
     push_off: bool = False
     # Dead tokens of the user's devices an app installed again brought back and registered.
     revived: frozenset[str] = frozenset()
+    # How long after ``until`` it may still be acted on; None: the timeline's ``bound_s``. Set
+    # when the change that ended it was written to the table while the stream was stopped.
+    grace_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,14 @@ class Timeline:
     reinstalls: dict[tuple[str, str, str], float] = field(default_factory=dict)
     # How far the system's clock ran ahead of real time: windows are the system's wall clock.
     clock_offset_s: float = 0.0
+    # (start, stop) of the windows in which the preferences table's change stream was stopped,
+    # and the cache TTL that alone bounds a table write's staleness in them.
+    stream_stops: tuple[tuple[float, float], ...] = ()
+    cache_ttl_s: float = DEFAULT_CACHE_TTL_S
+    # The changes judged by the TTL (written to the table while the stream was stopped), and
+    # those made through the API in such a window (judged by ``bound_s``: write-through alone).
+    ttl_bounded: list[Change] = field(default_factory=list)
+    api_while_stream_stopped: list[Change] = field(default_factory=list)
 
     @property
     def horizon(self) -> float:
@@ -102,15 +124,27 @@ class Timeline:
     def changed_users(self) -> set[UserKey]:
         return set(self.states)
 
+    def grace(self, state: State) -> float:
+        """How long after ``state.until`` a correct system may still act on it."""
+        return self.bound_s if state.grace_s is None else state.grace_s
+
+    def in_stream_stop(self, change: Change) -> bool:
+        """Whether the stream may have been stopped while it had ``change`` to deliver: from its
+        sending to ``bound_s`` after its acknowledgement."""
+        return any(
+            change.sent <= stop and change.acked + self.bound_s >= start
+            for start, stop in self.stream_stops
+        )
+
     def seen_at(self, tenant: str, user: str, instant: float) -> list[State]:
         """States a correct system may act on at ``instant``."""
         return [
-            s for s in self.states[(tenant, user)] if s.since <= instant <= s.until + self.bound_s
+            s for s in self.states[(tenant, user)] if s.since <= instant <= s.until + self.grace(s)
         ]
 
     def seen_from(self, tenant: str, user: str, instant: float) -> list[State]:
         """States a correct system may act on at ``instant`` or any time after."""
-        return [s for s in self.states[(tenant, user)] if instant <= s.until + self.bound_s]
+        return [s for s in self.states[(tenant, user)] if instant <= s.until + self.grace(s)]
 
     def decision(
         self, state: State, author: UserKey, device: Device | None, instant: float
@@ -185,7 +219,7 @@ def initial_state(user: User) -> State:
 
 
 def _next_state(previous: State, change: Change, original: User) -> State:
-    base = replace(previous, since=change.sent, until=math.inf)
+    base = replace(previous, since=change.sent, until=math.inf, grace_s=None)
     if change.kind == "erasure":
         return replace(base, erased=True, follows=frozenset())
     if change.kind == "registration":
@@ -215,16 +249,32 @@ def build(
     changes: Iterable[Change],
     bound_s: float = DEFAULT_BOUND_S,
     clock_offset_s: float = 0.0,
+    stream_stops: Iterable[tuple[float, float]] = (),
+    cache_ttl_s: float = DEFAULT_CACHE_TTL_S,
 ) -> Timeline:
-    """The timeline of every changed user; ``changes`` in any order, failed ones left out."""
-    timeline = Timeline(population, bound_s, clock_offset_s=clock_offset_s)
+    """The timeline of every changed user; ``changes`` in any order, failed ones left out.
+    ``stream_stops``: the windows in which the preferences table's change stream was stopped."""
+    timeline = Timeline(
+        population,
+        bound_s,
+        clock_offset_s=clock_offset_s,
+        stream_stops=tuple((float(a), float(b)) for a, b in stream_stops),
+        cache_ttl_s=cache_ttl_s,
+    )
     ordered = sorted(changes, key=lambda c: (c.sent, c.acked))
     for change in ordered:
         key = (change.tenant_id, change.user_id)
         original = population.user(*key)
         states = timeline.states.setdefault(key, [initial_state(original)])
         previous = states[-1]
-        states[-1] = replace(previous, until=change.acked)
+        grace = None
+        if change.kind == "preferences" and timeline.in_stream_stop(change):
+            if change.via == "api":
+                timeline.api_while_stream_stopped.append(change)
+            else:  # only the stream could have told the system: the cache's TTL bounds it
+                timeline.ttl_bounded.append(change)
+                grace = cache_ttl_s + bound_s
+        states[-1] = replace(previous, until=change.acked, grace_s=grace)
         states.append(_next_state(previous, change, original))
         if change.kind == "erasure":
             timeline.erasures.setdefault(key, change)
@@ -263,6 +313,17 @@ def changes_from_history(history: pd.DataFrame) -> list[Change]:
 
 
 def from_history(
-    population: Population, history: pd.DataFrame, bound_s: float = DEFAULT_BOUND_S
+    population: Population,
+    history: pd.DataFrame,
+    bound_s: float = DEFAULT_BOUND_S,
+    stream_stops: Iterable[tuple[float, float]] = (),
+    cache_ttl_s: float = DEFAULT_CACHE_TTL_S,
 ) -> Timeline:
-    return build(population, changes_from_history(history), bound_s, offset_of(history))
+    return build(
+        population,
+        changes_from_history(history),
+        bound_s,
+        offset_of(history),
+        stream_stops,
+        cache_ttl_s,
+    )

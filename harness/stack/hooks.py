@@ -1,6 +1,6 @@
 """A team's process hooks: the shell commands its target file names per role (``processes:``),
 as Jepsen gives every database kill, start and pause. The process faults (consumer-crash,
-dedup-crash, consumer-pause) act through them as they act on the harness's own stack.
+dedup-crash, consumer-pause, consumer-restart, invalidator-stop) act through them as they act on the harness's own stack.
 
 Each command runs with ``sh -c`` on this machine, bounded in time; a command that fails is the
 fault's failure, said with its exit code and the end of its output (the run records it)."""
@@ -50,6 +50,9 @@ class ShellProcesses:
 
     def kill_part(self, part: str) -> None:
         self._run(part, "kill")
+
+    def stop_part(self, part: str) -> None:
+        self._run(part, "stop")
 
     def start_part(self, part: str) -> None:
         self._run(part, "start")

@@ -27,7 +27,7 @@ from harness.contract.system import (
 from harness.model.fcm_mapping import DIGITS_MOD
 from harness.model.system import SystemPolicy
 from reference_impl.config import CHANNELS, PAGES_QUEUE, Config, ConfigError
-from reference_impl.ids import user_key
+from reference_impl.ids import PREFERENCES_CACHE_SECONDS, user_key
 
 # Worker part -> the reference module it runs (and its extra arguments).
 WORKERS: dict[str, tuple[str, ...]] = {
@@ -142,6 +142,7 @@ def policy(config: Config, durable: bool) -> SystemPolicy:
         durable_dedup_store=durable,
         fcm_projects=tuple(config.fcm_projects),
         fcm_mapping=DIGITS_MOD,  # the consumer routes by recipient_user_id mod K
+        preferences_cache_ttl_s=float(PREFERENCES_CACHE_SECONDS),
     )
 
 

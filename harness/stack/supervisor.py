@@ -763,8 +763,8 @@ class Stack:
         return [part for part, proc in named if proc in killed]
 
     def offers(self, part: str, action: str) -> bool:
-        """Every part this stack runs can be killed, started, paused and resumed."""
-        return part in self.selected and action in ("kill", "start", "pause", "resume")
+        """Every part this stack runs can be killed, stopped, started, paused and resumed."""
+        return part in self.selected and action in ("kill", "stop", "start", "pause", "resume")
 
     def pause_part(self, part: str) -> None:
         """SIGSTOP one part's process group: alive, connections open, nothing answered."""

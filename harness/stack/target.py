@@ -387,7 +387,7 @@ def _check_job_schema(data: dict[str, Any], where: str) -> None:
         raise TargetError(f"{where}: job_template platforms maps apns and fcm to its own words")
 
 
-PROCESS_HOOKS = ("kill", "start", "pause", "resume")
+PROCESS_HOOKS = ("kill", "stop", "start", "pause", "resume")
 HOOKS = ("audit_trail", "table_writer", "erasure_done")
 
 
