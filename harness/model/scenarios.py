@@ -32,8 +32,18 @@ from harness.model.tolerance import (
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 CONFIGURATION_KEYS = frozenset(
-    {"clock", "durable_redis", "population", "preference_bound_s", "reference", "timeout_s"}
+    {
+        "clock",
+        "durable_redis",
+        "population",
+        "preference_bound_s",
+        "providers",
+        "reference",
+        "timeout_s",
+    }
 )
+# ``configuration.providers``: the providers' limits the run sets (and records) before its load.
+PROVIDER_KEYS = frozenset({"fcm_project_quota_per_minute"})
 
 
 class ScenarioError(ValueError):
@@ -156,6 +166,10 @@ class Scenario:
     preference_bound_s: float = 5.0
     # A day boundary inside the load (the system's clock moved), or None.
     clock: ClockStep | None = None
+    # The FCM project quota (messages per project per minute) the run sets on the simulator
+    # (``configuration.providers.fcm_project_quota_per_minute``); None: the simulator's own
+    # (Google's 600,000). Either way the run records the quota in force in its history.
+    fcm_project_quota: int | None = None
 
     @property
     def regular_posts(self) -> int:
@@ -180,6 +194,15 @@ def scaled(scenario: Scenario, factor: float) -> Scenario:
         users_per_tenant=max(population.users_per_tenant, population.celebrity_followers + 1),
     )
     locust = scenario.locust
+    quota = scenario.fcm_project_quota
+    if quota is not None:
+        # The backlog grows with the population: so does the quota it is bled out at.
+        scenario = replace(scenario, fcm_project_quota=max(1, round(quota * factor)))
+    known = scenario.reference.get("fcm_quota_per_minute")
+    if isinstance(known, int) and not isinstance(known, bool):
+        # What the reference is told of its quota scales with the quota.
+        reference = {**scenario.reference, "fcm_quota_per_minute": max(1, round(known * factor))}
+        scenario = replace(scenario, reference=reference)
     if locust is not None:
         plan = dict(locust.plan)
         for key, default in (("background_users", 8), ("celebrities", 1)):
@@ -329,7 +352,22 @@ def parse(data: Any, name: str) -> Scenario:
         timeout_seconds=float(timeout),
         preference_bound_s=_number(config, "preference_bound_s", "configuration", 5.0),
         clock=_clock(config.get("clock")),
+        fcm_project_quota=_fcm_quota(config.get("providers")),
     )
+
+
+def _fcm_quota(value: Any) -> int | None:
+    where = "configuration.providers"
+    providers = _mapping(value, where)
+    unknown = sorted(set(providers) - PROVIDER_KEYS)
+    if unknown:
+        raise ScenarioError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(PROVIDER_KEYS))}"
+        )
+    quota = providers.get("fcm_project_quota_per_minute")
+    if quota is not None and (isinstance(quota, bool) or not isinstance(quota, int) or quota < 1):
+        raise ScenarioError(f"{where}: fcm_project_quota_per_minute must be a whole number >= 1")
+    return quota
 
 
 # -- Chaos Toolkit activities -----------------------------------------------------------------
