@@ -97,6 +97,8 @@ DEFECTS = (
     # Two mechanisms behind one promise, each shown alone by a fault that takes the other away:
     "no_write_through",  # the Event API leaves the preferences cache alone: the stream alone
     "dead_token_registry_not_updated",  # a dead answer remembered, the user's record left active
+    "fcm_quota_unpaced",  # the FCM quota known, sends not paced to it: bursts the project refuses
+    "fcm_quota_per_hour",  # the FCM quota read as per hour: a backlog paced at 1/60 of it
 )
 
 
@@ -205,6 +207,11 @@ class Config:
     # optional send-rate cap, and the longest retry delay set on a failed job.
     provider_max_in_flight: int = 32
     provider_max_rate_per_s: float | None = None
+    # The FCM quota of each sender project (messages a minute; Google's default 600,000): the
+    # push consumer paces each project's sends to it, all its processes together, so that a
+    # backlog is bled out at the rate FCM takes rather than sent in bursts it answers 429 to.
+    # None: not known, not paced.
+    fcm_quota_per_minute: int | None = None
     retry_backoff_max_seconds: int = 30
     consumer_threads: int = 4
     # Push consumer processes (Lambda's concurrent instances), each with consumer_threads
@@ -286,6 +293,11 @@ class Config:
             raise ConfigError("celebrity_threshold must be at least 1")
         if config.max_receive_count < 1:
             raise ConfigError("max_receive_count must be at least 1")
+        quota = config.fcm_quota_per_minute
+        if quota is not None and (
+            isinstance(quota, bool) or not isinstance(quota, int) or quota < 1
+        ):
+            raise ConfigError("fcm_quota_per_minute must be null or an integer >= 1")
         for name in ("rate_limit_per_window", "daily_limit_per_device_type"):
             value = getattr(config, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -243,6 +243,22 @@ class FcmClient:
         self.http.close()
 
 
+#: Of an FCM project's quota, the share a consumer paces its sends to: the provider's minutes
+#: are not aligned to ours, and a send can arrive a little later than it left.
+FCM_QUOTA_HEADROOM = 0.95
+
+
+def fcm_send_interval(quota_per_minute: int | None, defects: tuple[str, ...] = ()) -> float | None:
+    """Seconds between two sends to one FCM project to stay within its quota (None: no quota
+    known, not paced)."""
+    if not quota_per_minute or "fcm_quota_unpaced" in defects:
+        return None  # the defect: the quota known, the sends not paced to it
+    per_minute = quota_per_minute * FCM_QUOTA_HEADROOM
+    if "fcm_quota_per_hour" in defects:
+        per_minute /= 60  # the defect: the quota read as per hour
+    return 60.0 / per_minute
+
+
 class ProviderGate:
     """Shared by a consumer process's threads: honours Retry-After per provider scope (APNs, or
     one FCM project), caps requests in flight, and optionally paces the send rate. ``pauses``:
@@ -255,11 +271,15 @@ class ProviderGate:
         max_rate_per_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         pauses: SharedDeadlines | None = None,
+        fcm_quota_per_minute: int | None = None,
+        defects: tuple[str, ...] = (),
     ) -> None:
         self.max_in_flight = max_in_flight
         self.max_rate_per_s = max_rate_per_s
         self.clock = clock
         self.pauses = pauses or SharedDeadlines(slots=1024, clock=clock)
+        # Seconds between two sends to one FCM project, consumer-wide (None: not paced).
+        self.fcm_interval = fcm_send_interval(fcm_quota_per_minute, defects)
         self._lock = threading.Lock()
         self._slots: dict[str, threading.BoundedSemaphore] = {}
         self._next_send: dict[str, float] = {}
@@ -277,6 +297,13 @@ class ProviderGate:
                 scope, threading.BoundedSemaphore(self.max_in_flight)
             )
         with semaphore:
+            if self.fcm_interval is not None and scope.startswith("fcm/"):
+                # The project's quota, shared by every process (the pauses' table): a backlog
+                # goes out at the rate the provider takes, not in bursts it refuses.
+                at = self.pauses.reserve(f"pace:{scope}", self.fcm_interval)
+                wait = at - self.clock()
+                if wait > 0:
+                    time.sleep(wait)  # pacing to the project's quota, not waiting on a result
             if self.max_rate_per_s:
                 with self._lock:
                     now = self.clock()

@@ -793,7 +793,13 @@ def serve_process(
     if rate:
         rate = rate / config.push_consumer_processes
     # One consumer per poller thread: its HTTP/2 connections are not shared across threads.
-    gate = ProviderGate(config.provider_max_in_flight, rate, pauses=pauses)
+    gate = ProviderGate(
+        config.provider_max_in_flight,
+        rate,
+        pauses=pauses,
+        fcm_quota_per_minute=config.fcm_quota_per_minute,
+        defects=config.defects,
+    )
     sink = AuditSink.from_config(config, PushConsumer.component)
     dead_tokens = dead_tokens or DeadTokens()
     consumers = [

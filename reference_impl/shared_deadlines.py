@@ -63,6 +63,30 @@ class SharedDeadlines:
             struct.pack_into("<d", self._map, target * _SLOT.size + 8, deadline)
             struct.pack_into("<Q", self._map, target * _SLOT.size, fp)
 
+    def reserve(self, key: str, interval: float) -> float:
+        """The next free instant of a pace kept under ``key``: now, or the instant the last
+        reservation left free if that is later; the one after is ``interval`` later. Every
+        thread and process of the consumer draws from the same pace, so that together they
+        keep to one rate (a provider's quota is the consumer's, not each process's)."""
+        fp = fingerprint(key)
+        now = self.clock()
+        with self._lock:
+            target, earliest, at = -1, float("inf"), now
+            for probe in range(PROBES):
+                slot = (fp + probe) % self.slots
+                found, until = _SLOT.unpack_from(self._map, slot * _SLOT.size)
+                if found == fp:
+                    target, at = slot, max(now, until)
+                    break
+                if found == 0 or until <= now:
+                    target = slot
+                    break
+                if until < earliest:
+                    target, earliest = slot, until
+            struct.pack_into("<d", self._map, target * _SLOT.size + 8, at + interval)
+            struct.pack_into("<Q", self._map, target * _SLOT.size, fp)
+            return at
+
     def deadline(self, key: str) -> float:
         """``key``'s deadline; 0.0 when it has none."""
         fp = fingerprint(key)

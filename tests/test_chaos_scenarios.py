@@ -32,6 +32,7 @@ CHAOS = (
     "sns-throttle",
     "preference-stream-stop",
     "dead-token-restart",
+    "fcm-backlog",
 )
 
 
@@ -90,6 +91,11 @@ def test_shipped_scenario_passes_on_the_reference(scenario, tmp_path):
     assert once["duplicates_per_million"] == pytest.approx(
         once["duplicated"] / once["delivered"] * 1_000_000, abs=0.1
     )
+    if scenario == "fcm-backlog":  # the backlog judged against the quota the run stated
+        rate = summary["checkers"]["sustained_rate"]
+        assert rate["backlog_windows"] > 0 and rate["requests_over_quota"] == 0
+        assert rate["achieved_fraction"] >= 0.5
+        assert summary["provider_limits"]["fcm"]["project_quota"] == 160
     per_copy = summary["checkers"].get("audit_per_copy")
     if per_copy is not None:  # every copy SQS handed out is in the trail, once per subject
         assert per_copy["copies"] > 0 and per_copy["double_outcomes"] == 0
@@ -556,3 +562,18 @@ def test_alerts_sent_as_silent_deliver_once_pushes_are_caught(tmp_path):
     assert result["empty_text"] == 0
     assert {e["provider"] for e in result["examples"]} == {"apns"}
     assert summary["checkers"]["effectively_once"]["valid"] is True
+
+
+def test_sends_not_paced_to_the_fcm_quota_are_caught_by_sustained_rate(tmp_path):
+    """A push consumer that knows each FCM project's quota and does not pace to it: the backlog
+    goes out in a burst, the project's minute fills in seconds and FCM refuses the rest (429,
+    no Retry-After) until it ends; at seed 7, 234 requests over the quota of 160, the retried
+    jobs dead-lettered after three receives (effectively_once: 78 lost)."""
+    path = _variant(tmp_path, "fcm-backlog", ["fcm_quota_unpaced"])
+    code, summary, _ = _run(str(path), tmp_path / "out")
+    assert code == 1
+    rate = _failed(summary, "sustained_rate")
+    assert rate["windows_over_quota"] >= 1 and rate["requests_over_quota"] > 0
+    assert rate["quota_refusals"] > 0
+    assert rate["over_limit_examples"][0]["requests"] > 160
+    assert summary["provider_limits"]["fcm"]["project_quota"] == 160

@@ -5,9 +5,12 @@ pauses (ProviderGate over reference_impl/shared_deadlines.py)."""
 from __future__ import annotations
 
 import multiprocessing
+import time
+
+import pytest
 
 from reference_impl.dead_tokens import DeadTokens
-from reference_impl.providers import ProviderGate
+from reference_impl.providers import ProviderGate, fcm_send_interval
 from reference_impl.shared_deadlines import SharedDeadlines
 
 
@@ -78,3 +81,41 @@ def test_a_deadline_table_keeps_the_latest_and_forgets_what_passed():
     assert table.left("k39") == 129.0
     now[0] = 500.0
     assert table.left("k39") == 0.0
+
+
+def _sends_in_child(gate: ProviderGate, times, n: int) -> None:
+    for _ in range(n):
+        with gate.slot("fcm/fanout-sender-0"):
+            times.append(time.monotonic())
+
+
+def test_every_worker_process_paces_one_fcm_project_to_its_quota_together():
+    """The FCM quota is the consumer's, not each process's: two forked processes sending to one
+    project as fast as they can keep, together, to 95% of it (a quota of 600 a minute: one
+    send each 1/9.5 s); APNs states no quota and is not paced."""
+    pauses = SharedDeadlines(slots=1024)
+    gates = [ProviderGate(32, pauses=pauses, fcm_quota_per_minute=600) for _ in range(2)]
+    with multiprocessing.get_context("fork").Manager() as manager:
+        times = manager.list()
+        children = [
+            multiprocessing.get_context("fork").Process(
+                target=_sends_in_child, args=(gate, times, 5)
+            )
+            for gate in gates
+        ]
+        for child in children:
+            child.start()
+        for child in children:
+            child.join(30)
+            assert child.exitcode == 0
+        sent = sorted(times)
+    assert len(sent) == 10
+    # Ten sends at one each 60 / 570 s: at least nine gaps apart (a late wake-up may bring two
+    # recorded instants closer, never the whole run shorter than the pace allows).
+    assert sent[-1] - sent[0] >= 9 * 60 / (600 * 0.95) - 0.1
+    with gates[0].slot("apns"):
+        pass
+    assert pauses.deadline("pace:apns") == 0.0  # only FCM projects are paced
+    assert pauses.deadline("pace:fcm/fanout-sender-0") > 0.0
+    assert fcm_send_interval(600, ("fcm_quota_unpaced",)) is None
+    assert fcm_send_interval(600, ("fcm_quota_per_hour",)) == pytest.approx(60 * 60 / 570)

@@ -119,6 +119,30 @@ def test_mistakes_are_named(change, message):
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("providers", "message"),
+    [
+        ({"apns_quota": 5}, "configuration.providers: unknown key(s) apns_quota"),
+        ({"fcm_project_quota_per_minute": 0}, "must be a whole number >= 1"),
+        ({"fcm_project_quota_per_minute": 1.5}, "must be a whole number >= 1"),
+    ],
+)
+def test_provider_limit_mistakes_are_named(providers, message):
+    with pytest.raises(ScenarioError) as info:
+        parse({**BASE, "configuration": {"providers": providers}}, "t")
+    assert message in str(info.value)
+
+
+def test_the_fcm_quota_a_scenario_sets_scales_with_the_run():
+    from harness.model.scenarios import get, scaled
+
+    base = get("fcm-backlog")
+    assert base.fcm_project_quota == 160 and get("smoke").fcm_project_quota is None
+    big = scaled(base, 2)
+    assert big.fcm_project_quota == 320
+    assert big.reference["fcm_quota_per_minute"] == 320  # what the system is told scales too
+
+
 def test_a_bad_scenario_file_is_a_clear_cli_error(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text(
@@ -592,10 +616,12 @@ def test_every_promise_judgeable_on_both_push_transports_is_judged_on_both():
     assert set(table) == set(registry.known())
     probed = _probed_by_transport()
     for checker, row in table.items():
-        assert row["can"] in ("both", "either"), (checker, row["can"])
+        assert row["can"] in ("both", "either", *TRANSPORTS), (checker, row["can"])
         on = probed.get(checker, {t: [] for t in TRANSPORTS})
         missing = [t for t in TRANSPORTS if not on[t]]
-        if row["can"] == "either":
+        if row["can"] in TRANSPORTS:  # only that path meets what it judges (the why says so)
+            assert on[row["can"]], f"{checker}: not probed on {row['can']}, the one path it has"
+        elif row["can"] == "either":
             assert len(missing) < 2, f"{checker}: no shipped scenario probes it"
         elif checker in TRANSPORT_GAPS:
             assert missing, f"{checker} is judged on both now: drop it from TRANSPORT_GAPS"

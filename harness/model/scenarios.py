@@ -38,11 +38,14 @@ CONFIGURATION_KEYS = frozenset(
         "durable_redis",
         "population",
         "preference_bound_s",
+        "providers",
         "reference",
         "stop_conditions",
         "timeout_s",
     }
 )
+# ``configuration.providers``: the providers' limits the run sets (and records) before its load.
+PROVIDER_KEYS = frozenset({"fcm_project_quota_per_minute"})
 
 
 class ScenarioError(ValueError):
@@ -167,6 +170,10 @@ class Scenario:
     clock: ClockStep | None = None
     # Live counts that end the drill (``configuration.stop_conditions``; harness.live.stop).
     stop_conditions: tuple[StopCondition, ...] = ()
+    # The FCM project quota (messages per project per minute) the run sets on the simulator
+    # (``configuration.providers.fcm_project_quota_per_minute``); None: the simulator's own
+    # (Google's 600,000). Either way the run records the quota in force in its history.
+    fcm_project_quota: int | None = None
 
     @property
     def regular_posts(self) -> int:
@@ -191,6 +198,15 @@ def scaled(scenario: Scenario, factor: float) -> Scenario:
         users_per_tenant=max(population.users_per_tenant, population.celebrity_followers + 1),
     )
     locust = scenario.locust
+    quota = scenario.fcm_project_quota
+    if quota is not None:
+        # The backlog grows with the population: so does the quota it is bled out at.
+        scenario = replace(scenario, fcm_project_quota=max(1, round(quota * factor)))
+    known = scenario.reference.get("fcm_quota_per_minute")
+    if isinstance(known, int) and not isinstance(known, bool):
+        # What the reference is told of its quota scales with the quota.
+        reference = {**scenario.reference, "fcm_quota_per_minute": max(1, round(known * factor))}
+        scenario = replace(scenario, reference=reference)
     if locust is not None:
         plan = dict(locust.plan)
         for key, default in (("background_users", 8), ("celebrities", 1)):
@@ -341,6 +357,7 @@ def parse(data: Any, name: str) -> Scenario:
         preference_bound_s=_number(config, "preference_bound_s", "configuration", 5.0),
         clock=_clock(config.get("clock")),
         stop_conditions=_stop_conditions(config.get("stop_conditions")),
+        fcm_project_quota=_fcm_quota(config.get("providers")),
     )
 
 
@@ -354,6 +371,20 @@ def _stop_conditions(value: Any) -> tuple[StopCondition, ...]:
         return tuple(parse_stop_condition(item) for item in value)
     except StopConditionError as exc:
         raise ScenarioError(f"configuration.stop_conditions: {exc}") from None
+
+
+def _fcm_quota(value: Any) -> int | None:
+    where = "configuration.providers"
+    providers = _mapping(value, where)
+    unknown = sorted(set(providers) - PROVIDER_KEYS)
+    if unknown:
+        raise ScenarioError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(PROVIDER_KEYS))}"
+        )
+    quota = providers.get("fcm_project_quota_per_minute")
+    if quota is not None and (isinstance(quota, bool) or not isinstance(quota, int) or quota < 1):
+        raise ScenarioError(f"{where}: fcm_project_quota_per_minute must be a whole number >= 1")
+    return quota
 
 
 # -- Chaos Toolkit activities -----------------------------------------------------------------

@@ -14,6 +14,7 @@ from harness.analysis import metrics
 from harness.analysis.metrics import KEY, Run
 from harness.checkers.verdict import STATUS_WORDS, SWITCHED_OFF, result_status
 from harness.checkers.windows import Window
+from harness.model.provider_limits import sentence as limits_sentence
 
 MAX_EVIDENCE_ROWS = 10
 
@@ -75,6 +76,7 @@ def verdict_sentence(summary: dict[str, Any]) -> str:
         else ""
     )
     off_text += clock_sentence(summary)
+    off_text += limits_sentence(summary.get("provider_limits"))
     if summary.get("verdict") == "incomplete":
         return (
             f"The run did not finish: {summary.get('error') or 'it was stopped'}. There is "

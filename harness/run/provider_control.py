@@ -53,6 +53,21 @@ class SimulatorControl:
         response.raise_for_status()
         return int(response.json()["revived"])
 
+    def project_quota(self, per_minute: int | None = None) -> int:
+        """The FCM simulator's project quota (messages per project per minute), after setting
+        it to ``per_minute`` when given (until the simulator's next reset)."""
+        if per_minute is not None:
+            self.http.put("/_sim/project-quota", json={"per_minute": per_minute}).raise_for_status()
+        response = self.http.get("/_sim/project-quota")
+        response.raise_for_status()
+        return int(response.json()["per_minute"])
+
+    def strict(self) -> bool:
+        """Whether the FCM simulator enforces credentials and limits."""
+        response = self.http.get("/_sim/strict")
+        response.raise_for_status()
+        return bool(response.json()["enabled"])
+
     def ledger_files(self) -> LedgerReader | None:
         """A reader of the simulator's ledger files, when they are on this machine."""
         if not self._source_known:

@@ -29,6 +29,8 @@ from ulid import ULID
 from chaos.faults import DEDUP_PROXY, ChaosTargets
 from chaos.faults import unavailable as fault_unavailable
 from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
+from emulators.providers.fcm_limits import DEVICE_PER_HOUR, DEVICE_PER_MINUTE
+from emulators.providers.fcm_limits import MINUTE as FCM_QUOTA_WINDOW_S
 from harness.checkers.evidence import evidence_from
 from harness.checkers.store import out_of_core_if_large
 from harness.checkers.verdict import STATUS_WORDS, SWITCHED_OFF, Verdict, result_status
@@ -55,6 +57,9 @@ from harness.model import history as history_mod
 from harness.model.history import STREAM_FILE, History
 from harness.model.oracle import expected_channel_deliveries
 from harness.model.population import Population, bad_device_tokens, generate, of_another_run
+from harness.model.provider_limits import KIND as LIMITS_KIND
+from harness.model.provider_limits import ProviderLimits
+from harness.model.provider_limits import summary as limits_summary
 from harness.model.scenarios import Scenario
 from harness.run.actions import ActionContext, malformed_id_in
 from harness.run.actions import unavailable as action_unavailable
@@ -958,6 +963,7 @@ def execute(
     try:
         _bring_up(state)
         _arm_live(state)
+        _state_provider_limits(state)
         _move_clock(state)
         _load_population(state)
         _inject_load(state)
@@ -1034,6 +1040,38 @@ def _abort(state: RunState, stop: Stop) -> None:
         undone = state.nemesis.rollback(hurry=True)
         if undone:
             state.progress("rollback", f"undid {', '.join(undone)}")
+
+
+def _state_provider_limits(state: RunState) -> None:
+    """The FCM project quota the scenario asks for set on the simulator, and the limits in
+    force read back from it and recorded (a ``provider_limits`` row): the quota is always on,
+    and the checkers judge the rate against what this run had."""
+    assert state.info is not None
+    if "fcm" not in state.info.parts:
+        return
+    fcm = SimulatorControl(state.info.url("fcm"))
+    try:
+        wanted = state.scenario.fcm_project_quota
+        quota = fcm.project_quota(wanted)
+        strict = fcm.strict()
+    finally:
+        fcm.close()
+    limits = ProviderLimits(
+        "fcm",
+        project_quota=quota if strict else None,
+        device_per_minute=DEVICE_PER_MINUTE if strict else None,
+        device_per_hour=DEVICE_PER_HOUR if strict else None,
+        window_s=FCM_QUOTA_WINDOW_S,
+        enforced=strict,
+        set_by="scenario" if wanted is not None else "provider",
+    )
+    state.history.append(LIMITS_KIND, detail=limits.to_detail())
+    state.progress(
+        "stack",
+        f"FCM project quota {quota:,}/min per project"
+        + (" (set by the scenario)" if wanted is not None else "")
+        + ("" if strict else ": not enforced (the simulator runs lenient)"),
+    )
 
 
 def _move_clock(state: RunState) -> None:
@@ -1427,6 +1465,9 @@ def run(
     moved = clock_summary(history.frame())
     if moved is not None:
         summary["clock"] = moved
+    limits = limits_summary(history.frame())
+    if limits is not None:
+        summary["provider_limits"] = limits
     leftovers = _leftovers(history)
     if leftovers is not None:
         summary[LEFTOVERS] = leftovers
