@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from conftest import run_cli
@@ -213,6 +214,48 @@ def test_skipping_dedup_and_dropping_failed_batch_entries_are_caught_under_sqs_r
     once = _failed(summary, "effectively_once")
     assert once["duplicated"] > 0
     assert once["lost"] > 0
+
+
+def test_a_stop_condition_ends_a_drill_at_its_first_duplicate_with_every_fault_rolled_back(
+    tmp_path,
+):
+    """Issue 22: with dedup skipped under SQS redelivery and ``--stop-on 'duplicates > 0'``, the
+    live view sees the first duplicate within seconds, the load stops, every fault is rolled
+    back, what was accepted drains and is judged, and the run ends ``aborted`` (exit 4) naming
+    the condition and its first evidence; the final checker agrees with what was seen live."""
+    path = _variant(tmp_path, "sqs-redelivery", ["skip_dedup"])
+    result = run_cli(
+        "run", str(path), "--seed", "7", "--out", str(tmp_path / "out"), "--no-report",
+        "--stop-on", "duplicates > 0", timeout=400,
+    )  # fmt: skip
+    (run_dir,) = [p for p in (tmp_path / "out").iterdir() if p.is_dir()]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert summary["verdict"] == "aborted"
+    stopped = summary["stopped"]
+    assert stopped["condition"] == "duplicates > 0"
+    assert stopped["first_evidence"]["notification_id"]
+    assert "STOPPED by duplicates > 0" in result.stdout
+    history = pd.read_parquet(run_dir / "history.parquet")
+    live = history[history["kind"] == "live"]
+    stop_row = live[live["reason"] == "stop"]
+    assert len(stop_row) == 1
+    # Seen within a few seconds of the duplicate's delivery (the live view reads every 0.5 s,
+    # the collector every second).
+    assert float(stop_row["time"].iloc[0]) - stopped["at"] < 5.0
+    # Every fault window opened was closed, none after the stop by the schedule.
+    faults = [json.loads(d) for d in history.loc[history["kind"] == "fault", "detail"]]
+    opened = {f["window"] for f in faults if f["phase"] == "start"}
+    closed = {f["window"] for f in faults if f["phase"] == "stop"}
+    assert opened and opened == closed
+    started_after = history[
+        (history["kind"] == "fault") & (history["time"] > float(stop_row["time"].iloc[0]))
+    ]
+    assert all(json.loads(d)["phase"] == "stop" for d in started_after["detail"])
+    # What was seen live is a final violation too.
+    once = summary["checkers"]["effectively_once"]
+    assert once["valid"] is False and once["unattributed_duplicates"] > 0
+    assert summary["live"]["violations"]["duplicates"] > 0
 
 
 def test_auditing_only_the_first_copy_is_caught_under_sqs_redelivery(tmp_path):

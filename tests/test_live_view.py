@@ -1,0 +1,122 @@
+"""The live view over a history written by hand: its metrics served over HTTP in Prometheus's
+text format (read back with prometheus_client's own parser), a violation recorded as a ``live``
+row once, and a stop condition calling for the drill's end with its first evidence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from harness.live.metrics import METRIC_NAMES, LiveMetrics
+from harness.live.online import OnlineChecks
+from harness.live.stop import parse_stop_condition
+from harness.live.view import LIVE_FILE, LiveView, Stop
+from harness.model.history import History
+
+
+def _samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = httpx.get(url, timeout=5).text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _send(history: History, at: float, nid: str, token: str = "t1", status: int = 200) -> None:
+    history.extend_provider(
+        [
+            {
+                "received_at": at,
+                "tenant_id": "acme",
+                "notification_id": nid,
+                "token": token,
+                "provider": "fcm",
+                "status": status,
+            }
+        ]
+    )
+
+
+def _fault(history: History, phase: str, at: float) -> None:
+    detail = {"window": "w1", "fault": "dedup-outage", "phase": phase, "unavailable": "dedup"}
+    history.append("fault", time=at, detail=json.dumps(detail))
+
+
+def test_the_metrics_are_served_as_the_history_grows(tmp_path: Path):
+    history = History()
+    view = LiveView(history, tmp_path, LiveMetrics("r1", "smoke", 7), OnlineChecks(), say=print)
+    url = view.start()
+    try:
+        assert json.loads((tmp_path / LIVE_FILE).read_text())["metrics_url"] == url
+        history.append("inject", time=100.0, tenant_id="acme", notification_id="n1")
+        history.append("inject_info", time=100.5, tenant_id="acme")
+        _send(history, 101.5, "n1")
+        _send(history, 101.6, "n1", token="t2", status=429)
+        _fault(history, "start", 102.0)
+        history.append("sample", detail=json.dumps({"queue": "push", "depth": 42}))
+        view.step()
+        samples = _samples(url)
+        assert samples[("fanout_events_injected_total", (("outcome", "accepted"),))] == 1
+        assert samples[("fanout_events_injected_total", (("outcome", "unknown"),))] == 1
+        assert samples[("fanout_deliveries_total", (("provider", "fcm"),))] == 1
+        requests = "fanout_provider_requests_total"
+        assert samples[(requests, (("provider", "fcm"), ("status", "429")))] == 1
+        assert samples[("fanout_fault_active", (("fault", "dedup-outage"),))] == 1
+        assert samples[("fanout_queue_depth", (("queue", "push"),))] == 42
+        assert samples[("fanout_delivery_latency_seconds_count", ())] == 1
+        assert samples[("fanout_delivery_latency_seconds_sum", ())] == 1.5
+        _fault(history, "stop", 110.0)
+        view.step()
+        assert _samples(url)[("fanout_fault_active", (("fault", "dedup-outage"),))] == 0
+        served = {name for name, _ in _samples(url)}
+        for name in METRIC_NAMES:  # every documented metric is served (the Grafana board's)
+            if name == "fanout_stop_condition_fired":
+                continue  # labelled by a condition: no sample until one fires
+            assert any(s == name or s.startswith(name + "_") for s in served), name
+    finally:
+        view.finish()
+    try:
+        httpx.get(url, timeout=2)
+        raise AssertionError("the metrics server outlived the run")
+    except httpx.HTTPError:
+        pass
+
+
+def test_a_violation_is_recorded_once_and_a_stop_condition_ends_the_drill(tmp_path: Path):
+    history = History()
+    stops: list[Stop] = []
+    view = LiveView(
+        history,
+        tmp_path,
+        LiveMetrics(),
+        OnlineChecks(),
+        [parse_stop_condition("duplicates > 1")],
+        on_stop=stops.append,
+        say=print,
+    )
+    url = view.start()
+    try:
+        _send(history, 10.0, "n1")
+        _send(history, 11.0, "n1")
+        view.step()
+        assert stops == []  # one duplicate: not past the threshold
+        live = history.frame().query("kind == 'live'")
+        assert list(live["reason"]) == ["duplicates", "visible_duplicates"]
+        _send(history, 12.0, "n1")
+        view.step()
+        view.step()
+        assert len(stops) == 1
+        assert stops[0].condition == "duplicates > 1"
+        assert stops[0].at == 11.0 and stops[0].evidence["notification_id"] == "n1"
+        samples = _samples(url)
+        assert samples[("fanout_live_violations_total", (("check", "duplicates"),))] == 2
+        assert samples[("fanout_stop_condition_fired", (("condition", "duplicates > 1"),))] == 1
+        live = history.frame().query("kind == 'live'")
+        assert list(live["reason"]).count("duplicates") == 1  # the first only, then the stop
+        assert list(live["reason"])[-1] == "stop"
+    finally:
+        view.finish()
