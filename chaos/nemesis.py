@@ -108,6 +108,8 @@ class Nemesis:
             name = item.fault.name
             try:
                 with self._lock:
+                    if verb == "start" and self._stop.is_set():
+                        return  # rolled back while this step waited for the lock
                     if verb == "start":
                         item.fault.start(self.targets, self.history)
                     else:

@@ -25,6 +25,8 @@ python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 # PyPI's libfaketime builds its C library on install (the clock the harness moves).
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v make >/dev/null 2>&1 || need_apt+=(make)
+# tests/test_live_prometheus.py: a real Prometheus scrapes a run's live metrics.
+command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 # make bench only: wrk drives benchmarks/bench_event_api.py; h2load (nghttp2-client) drives
 # benchmarks/bench_simulators.py against the simulators and nghttpd (nghttp2-server).
 if [ "${SETUP_BENCH:-}" = 1 ]; then

@@ -242,16 +242,17 @@ def test_a_stop_condition_ends_a_drill_at_its_first_duplicate_with_every_fault_r
     assert len(stop_row) == 1
     # Seen within a few seconds of the duplicate's delivery (the live view reads every 0.5 s,
     # the collector every second).
-    assert float(stop_row["time"].iloc[0]) - stopped["at"] < 5.0
+    stopped_at = float(stop_row["time"].iloc[0])
+    assert stopped_at - stopped["at"] < 5.0
     # Every fault window opened was closed, none after the stop by the schedule.
     faults = [json.loads(d) for d in history.loc[history["kind"] == "fault", "detail"]]
     opened = {f["window"] for f in faults if f["phase"] == "start"}
     closed = {f["window"] for f in faults if f["phase"] == "stop"}
     assert opened and opened == closed
-    started_after = history[
-        (history["kind"] == "fault") & (history["time"] > float(stop_row["time"].iloc[0]))
-    ]
-    assert all(json.loads(d)["phase"] == "stop" for d in started_after["detail"])
+    # No fault starts once the stop is under way (one already starting may finish its start
+    # and is then rolled back: closed above).
+    late = history[(history["kind"] == "fault") & (history["time"] > stopped_at + 2.0)]
+    assert all(json.loads(d)["phase"] == "stop" for d in late["detail"])
     # What was seen live is a final violation too.
     once = summary["checkers"]["effectively_once"]
     assert once["valid"] is False and once["unattributed_duplicates"] > 0

@@ -120,3 +120,22 @@ def test_a_violation_is_recorded_once_and_a_stop_condition_ends_the_drill(tmp_pa
         assert list(live["reason"])[-1] == "stop"
     finally:
         view.finish()
+
+
+def test_the_grafana_dashboard_queries_only_metrics_the_harness_serves():
+    """dashboards/fanout-drill.json: valid JSON, and every metric its panels and annotations
+    query is one the live view serves (a histogram's by its _bucket/_sum/_count series)."""
+    import re
+
+    board = json.loads(
+        (Path(__file__).parent.parent / "dashboards" / "fanout-drill.json").read_text()
+    )
+    exprs = [t["expr"] for p in board["panels"] for t in p["targets"]]
+    exprs += [a["expr"] for a in board["annotations"]["list"]]
+    assert len(exprs) >= 8
+    served = set(METRIC_NAMES)
+    served |= {f"{n}_{s}" for n in METRIC_NAMES for s in ("bucket", "sum", "count")}
+    named = {m for e in exprs for m in re.findall(r"\bfanout_[a-z_]+", e)}
+    assert named and named <= served, named - served
+    titles = {p["title"] for p in board["panels"]}
+    assert {"Throughput", "Queue depth", "Live violations", "Fault windows"} <= titles
