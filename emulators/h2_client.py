@@ -7,7 +7,9 @@ simulators, so its client must not be what limits a run. :class:`H2ClientConnect
 prior knowledge, or TLS with ALPN ``h2``), honours flow control both ways, batches writes within
 one loop iteration and handles GOAWAY as RFC 9113 §6.8 says: streams above the peer's last
 stream id were never processed (:class:`H2StreamRefused`, safe to send again elsewhere); streams
-at or below it still complete.
+at or below it still complete. A request waits for a free stream while the peer's
+``SETTINGS_MAX_CONCURRENT_STREAMS`` are all in use (APNs allows one until a valid provider
+token, then raises it).
 
 :class:`H2Pool` keeps up to N connections to one origin, opens them lazily, never exceeds the
 peer's ``SETTINGS_MAX_CONCURRENT_STREAMS`` on any of them, replaces a connection that closed or
@@ -90,6 +92,7 @@ class H2ClientConnection(asyncio.Protocol):
         self.pending: dict[int, _Pending] = {}
         self.settled = asyncio.Event()  # the server's first SETTINGS arrived
         self.window_opened = asyncio.Event()
+        self.stream_freed = asyncio.Event()  # a stream closed, or the peer's limit changed
         self.closed: BaseException | None = None
         # set by GOAWAY: no new streams; streams at or below last_stream_id still complete
         self.going_away = False
@@ -150,6 +153,11 @@ class H2ClientConnection(asyncio.Protocol):
                 self.transport.close()
             return
         for event in events:
+            if isinstance(
+                event,
+                (h2.events.StreamEnded, h2.events.StreamReset, h2.events.RemoteSettingsChanged),
+            ):
+                self.stream_freed.set()
             if isinstance(event, h2.events.ResponseReceived):
                 entry = self.pending.get(event.stream_id)
                 if entry is not None:
@@ -201,6 +209,13 @@ class H2ClientConnection(asyncio.Protocol):
             raise H2ClientError(f"connection closed: {self.closed!r}")
         if self.going_away:
             raise H2StreamRefused("connection is going away (GOAWAY received)")
+        while self.conn.open_outbound_streams >= self.conn.remote_settings.max_concurrent_streams:
+            self.stream_freed.clear()
+            await self.stream_freed.wait()  # the peer's limit: wait for one of ours to close
+            if self.closed is not None:
+                raise H2ClientError(f"connection closed: {self.closed!r}")
+            if self.going_away:
+                raise H2StreamRefused("connection is going away (GOAWAY received)")
         sid = self.conn.get_next_available_stream_id()
         hdrs = [
             (":method", method),
@@ -263,6 +278,7 @@ class H2ClientConnection(asyncio.Protocol):
 
     def _go_away(self, last_stream_id: int | None, error_code: object) -> None:
         self.going_away = True
+        self.stream_freed.set()
         last = last_stream_id if last_stream_id is not None else 0
         refused = [sid for sid in self.pending if sid > last]
         for sid in refused:
@@ -278,6 +294,7 @@ class H2ClientConnection(asyncio.Protocol):
         self.closed = exc
         self.settled.set()
         self.window_opened.set()
+        self.stream_freed.set()
         for entry in self.pending.values():
             if not entry.future.done():
                 entry.future.set_exception(

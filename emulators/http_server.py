@@ -13,9 +13,17 @@ One listening port accepts:
   and certificate checks (the generated certificate covers api.push.apple.com etc.).
 
 Every complete request goes to ``async def handler(Request) -> Response``, run eagerly (no Task
-unless it suspends). Each HTTP/2 stream is answered independently (up to 1000 concurrent
-streams per connection), with outbound flow control honoured for large responses and inbound
-data acknowledged as it is buffered.
+unless it suspends). Each HTTP/2 stream is answered independently, with outbound flow control
+honoured for large responses and inbound data acknowledged as it is buffered.
+
+Concurrent streams: a connection's first SETTINGS frame advertises ``max_concurrent_streams``
+(:func:`start_server`; 1000 unless told), and a handler may raise it for its own connection
+(:meth:`H2ServerConnection.set_max_concurrent_streams`: a new SETTINGS frame; the APNs
+simulator does so once a provider token verifies). A stream the client opens beyond the limit is
+refused alone with ``RST_STREAM`` ``REFUSED_STREAM`` (RFC 9113 §5.1.2 and §8.7: never processed,
+so the client may send it again), not by ending the whole connection as the ``h2`` library would
+on its own (``TooManyStreamsError``, GOAWAY ``PROTOCOL_ERROR``): the server counts the streams
+itself (:class:`_LocalSettings`).
 
 Fault injection hooks (later): every request carries ``request.connection`` (the live
 connection's mode object); :meth:`H2ServerConnection.goaway` sends GOAWAY (``drain=True``: the
@@ -55,6 +63,9 @@ log = logging.getLogger(__name__)
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DEFAULT_MAX_CONCURRENT_STREAMS = 1000
+# what h2 is told the limit is (the server enforces the advertised one itself)
+UNLIMITED_STREAMS = 2**31 - 1
+_MAX_STREAMS = h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS
 DEFAULT_MAX_BODY_SIZE = 16 * 1024 * 1024
 MAX_H1_HEADER_BYTES = 64 * 1024
 # Large receive windows: the server buffers whole bodies anyway, so let clients stream freely.
@@ -391,6 +402,23 @@ async def _call_handler(options: _Options, request: Request) -> Response:
         return json_response(500, {"error": f"internal error: {exc!r}"})
 
 
+class _LocalSettings(h2.settings.Settings):
+    """The server's own settings, ``SETTINGS_MAX_CONCURRENT_STREAMS`` advertised as given but
+    not enforced by ``h2``: its check of a new stream (``local_settings.max_concurrent_streams``,
+    the one place h2 reads this property) would end the whole connection on one stream too
+    many. :class:`H2ServerConnection` counts its open streams and refuses the excess ones itself.
+    Reading the setting as a mapping (``settings[code]``, what the SETTINGS frames are made
+    from) gives the advertised value."""
+
+    @property
+    def max_concurrent_streams(self) -> int:
+        return UNLIMITED_STREAMS
+
+    @max_concurrent_streams.setter
+    def max_concurrent_streams(self, value: int) -> None:
+        self[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] = value
+
+
 class _Stream:
     __slots__ = ("raw_headers", "body", "too_large")
 
@@ -415,16 +443,22 @@ class H2ServerConnection:
             normalize_outbound_headers=False,
         )
         self.conn = h2.connection.H2Connection(config=config)
-        self.conn.local_settings = h2.settings.Settings(
+        self.conn.local_settings = _LocalSettings(
             client=False,
             initial_values={
-                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: (
-                    self.options.max_concurrent_streams
-                ),
+                _MAX_STREAMS: self.options.max_concurrent_streams,
                 h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 65536,
                 h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
             },
         )
+        #: the SETTINGS_MAX_CONCURRENT_STREAMS last advertised, and the limit enforced: a lower
+        #: one once the client acknowledged it, a higher one at once
+        self.max_concurrent_streams = self.options.max_concurrent_streams
+        self.stream_limit = self.max_concurrent_streams
+        #: streams taken and not yet closed (answered in full, or reset)
+        self.open_streams: set[int] = set()
+        #: streams refused with REFUSED_STREAM for being over the limit
+        self.refused_streams = 0
         self.streams: dict[int, _Stream] = {}
         # stream id -> (body, offset) still to send, blocked on flow control
         self.pending: dict[int, tuple[bytes, int]] = {}
@@ -442,6 +476,20 @@ class H2ServerConnection:
         self.conn.initiate_connection()
         self.conn.increment_flow_control_window(CONNECTION_WINDOW - 65535)
         self.flush()
+
+    def set_max_concurrent_streams(self, value: int) -> None:
+        """Advertise ``value`` as this connection's SETTINGS_MAX_CONCURRENT_STREAMS (a new
+        SETTINGS frame, written with the next flush). A higher limit holds at once; a lower one
+        once the client acknowledged the frame (until then the client may rightly use the old)."""
+        if value == self.max_concurrent_streams or self.proto.closed:
+            return
+        self.max_concurrent_streams = value
+        self.stream_limit = max(self.stream_limit, value)
+        try:
+            self.conn.update_settings({_MAX_STREAMS: value})
+        except h2.exceptions.ProtocolError:
+            return  # the connection is closing
+        self.schedule_flush()
 
     # -- fault-injection hooks ---------------------------------------------------------------
     def goaway(
@@ -518,6 +566,9 @@ class H2ServerConnection:
             elif isinstance(event, h2.events.StreamReset):
                 self.streams.pop(event.stream_id, None)
                 self.pending.pop(event.stream_id, None)
+                self.open_streams.discard(event.stream_id)
+            elif isinstance(event, h2.events.SettingsAcknowledged):
+                self.stream_limit = self.conn.local_settings[_MAX_STREAMS]
             elif isinstance(event, h2.events.WindowUpdated):
                 self._resume_pending(event.stream_id)
             elif isinstance(event, h2.events.RemoteSettingsChanged):
@@ -534,15 +585,28 @@ class H2ServerConnection:
             task.cancel()
         self.streams.clear()
         self.pending.clear()
+        self.open_streams.clear()
 
     # -- requests -----------------------------------------------------------------------------
     def _on_request(self, event: h2.events.RequestReceived) -> None:
+        sid = event.stream_id
+        if len(self.open_streams) >= self.stream_limit:
+            # Over the advertised limit: refuse this stream alone (never processed, so the
+            # client may send it again), as RFC 9113 §5.1.2 allows, rather than the connection.
+            self.refused_streams += 1
+            try:
+                self.conn.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
+            except h2.exceptions.ProtocolError:
+                pass  # already closed
+            self.schedule_flush()
+            return
+        self.open_streams.add(sid)
         raw = [
             (name.decode("latin-1").lower(), value.decode("utf-8", "replace"))
             for name, value in event.headers or []
         ]
         # END_STREAM on the HEADERS frame arrives as a separate StreamEnded event.
-        self.streams[event.stream_id] = _Stream(raw)
+        self.streams[sid] = _Stream(raw)
 
     def _on_data(self, event: h2.events.DataReceived) -> None:
         sid = event.stream_id
@@ -618,10 +682,13 @@ class H2ServerConnection:
         try:
             self.conn.send_headers(sid, headers, end_stream=not body)
         except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            self.open_streams.discard(sid)
             return  # the client reset the stream or the connection is going away
         if body:
             self.pending[sid] = (body, 0)
             self._send_pending(sid)
+        else:
+            self.open_streams.discard(sid)
         # Write every few responses rather than once per batch: the client can start on the
         # first answers while the rest of a large batch is still being handled.
         self._unflushed += 1
@@ -646,9 +713,11 @@ class H2ServerConnection:
                 offset = end
         except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
             self.pending.pop(sid, None)
+            self.open_streams.discard(sid)
             return
         if offset >= len(body):
             self.pending.pop(sid, None)
+            self.open_streams.discard(sid)
         else:
             self.pending[sid] = (body, offset)
 
@@ -808,6 +877,9 @@ async def start_server(
     Raises :class:`PortInUseError` when the port is taken. Pass a :class:`ConnectionRegistry`
     to keep track of live connections (closing them on shutdown, fault injection). ``sock``: a
     socket bound already (one of several processes sharing a port); host and port are unused.
+    ``max_concurrent_streams``: what an HTTP/2 connection's first SETTINGS frame advertises
+    (streams beyond it are refused with REFUSED_STREAM; a handler may raise it for its
+    connection, :meth:`H2ServerConnection.set_max_concurrent_streams`).
     """
     options = _Options(
         handler=handler,
@@ -860,9 +932,17 @@ async def _serve_until_signalled(
     host: str,
     port: int,
     ssl_context: ssl.SSLContext | None,
+    max_concurrent_streams: int,
 ) -> None:
     registry = ConnectionRegistry()
-    server = await start_server(handler, host, port, ssl_context, registry=registry)
+    server = await start_server(
+        handler,
+        host,
+        port,
+        ssl_context,
+        registry=registry,
+        max_concurrent_streams=max_concurrent_streams,
+    )
     scheme = "https" if ssl_context is not None else "http"
     try:
         with stop_on_signals() as stop:
@@ -883,14 +963,19 @@ def serve_forever(
     host: str,
     port: int,
     ssl_context: ssl.SSLContext | None = None,
+    *,
+    max_concurrent_streams: int = DEFAULT_MAX_CONCURRENT_STREAMS,
 ) -> int:
     """Run a simulator in the foreground until SIGTERM/SIGINT.
 
     Prints ``<name> simulator listening on <url>`` once ready. Returns the process exit code:
-    0 on a clean stop, 2 when the port is taken (message on stderr).
+    0 on a clean stop, 2 when the port is taken (message on stderr). ``max_concurrent_streams``:
+    as :func:`start_server`'s.
     """
     try:
-        asyncio.run(_serve_until_signalled(name, handler, host, port, ssl_context))
+        asyncio.run(
+            _serve_until_signalled(name, handler, host, port, ssl_context, max_concurrent_streams)
+        )
     except PortInUseError as exc:
         print(f"{name} simulator: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -8,6 +8,7 @@ import json
 import os
 import selectors
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -16,11 +17,16 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.settings
 import pytest
 
 from emulators.ports import free_port
@@ -35,6 +41,12 @@ SERVER = os.environ.get("SIM_TEST_SERVER", "h2")
 #: for tests of what only our own HTTP/2 server offers (the goaway fault, CONNECT)
 needs_h2_server = pytest.mark.skipif(
     SERVER != "h2", reason="granian: no goaway fault, no CONNECT tunnel (see serving.py)"
+)
+#: for tests of a connection's SETTINGS_MAX_CONCURRENT_STREAMS changing (only our server can)
+needs_h2_stream_settings = pytest.mark.skipif(
+    SERVER != "h2",
+    reason="granian: one SETTINGS_MAX_CONCURRENT_STREAMS for all connections, which the "
+    "application cannot change per connection (APNs: 1000 from the start; see serving.py)",
 )
 
 
@@ -227,3 +239,108 @@ def run_sim(
     finally:
         stop(proc)
         stderr.close()
+
+
+class H2Probe:
+    """hyper-h2 by hand over a blocking socket (h2c): every frame the server sends is seen, in
+    order, as an event, and what a real client library would hide (a refused stream, the
+    SETTINGS_MAX_CONCURRENT_STREAMS each SETTINGS frame announced) is asked directly."""
+
+    def __init__(self, port: int, timeout: float = 10.0) -> None:
+        self.port = port
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.events: list[h2.events.Event] = []
+        #: SETTINGS_MAX_CONCURRENT_STREAMS each time the server's SETTINGS set it
+        self.max_streams_seen: list[int] = []
+        self._flush()
+
+    def __enter__(self) -> H2Probe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _flush(self) -> None:
+        data = self.conn.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def open_stream(
+        self, path: str, headers: dict[str, str], body: bytes = b"", *, end: bool = True
+    ) -> int:
+        """Start a POST (sent at once); ``end=False`` leaves the stream open for more body."""
+        sid = self.conn.get_next_available_stream_id()
+        fields = [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":authority", f"127.0.0.1:{self.port}"),
+            (":path", path),
+            *headers.items(),
+        ]
+        self.conn.send_headers(sid, fields, end_stream=end and not body)
+        if body:
+            self.conn.send_data(sid, body, end_stream=end)
+        self._flush()
+        return sid
+
+    def cancel(self, sid: int) -> None:
+        """Reset stream ``sid`` from the client's side (RST_STREAM CANCEL)."""
+        self.conn.reset_stream(sid, h2.errors.ErrorCodes.CANCEL)
+        self._flush()
+
+    def finish(self, sid: int, body: bytes = b"") -> None:
+        self.conn.send_data(sid, body, end_stream=True)
+        self._flush()
+
+    def read_until(self, done: Callable[[h2.events.Event], bool]) -> h2.events.Event:
+        """The first event, of those seen or still to come, that satisfies ``done`` (reading
+        frames until one does; the socket's timeout bounds each read). Every event is kept in
+        ``events``."""
+        for event in self.events:
+            if done(event):
+                return event
+        code = h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS
+        while True:
+            data = self.sock.recv(65536)
+            assert data, "the server closed the connection"
+            found = None
+            for event in self.conn.receive_data(data):
+                self.events.append(event)
+                if isinstance(event, h2.events.RemoteSettingsChanged):
+                    if code in event.changed_settings:
+                        self.max_streams_seen.append(event.changed_settings[code].new_value)
+                if found is None and done(event):
+                    found = event
+            self._flush()
+            if found is not None:
+                return found
+
+    def settings(self) -> list[int]:
+        """Wait for the server's first SETTINGS frame; the MAX_CONCURRENT_STREAMS values seen."""
+        self.read_until(lambda e: isinstance(e, h2.events.RemoteSettingsChanged))
+        return self.max_streams_seen
+
+    def answer(self, sid: int) -> int:
+        """Wait for stream ``sid`` to end; its :status."""
+        self.read_until(lambda e: isinstance(e, h2.events.StreamEnded) and e.stream_id == sid)
+        for event in self.events:
+            if isinstance(event, h2.events.ResponseReceived) and event.stream_id == sid:
+                return int(dict(event.headers)[b":status"])
+        raise AssertionError(f"stream {sid} ended without a response")
+
+    def reset(self, sid: int) -> h2.events.StreamReset:
+        """Wait for stream ``sid`` to be reset; the event (its error_code)."""
+        event = self.read_until(
+            lambda e: isinstance(e, h2.events.StreamReset) and e.stream_id == sid
+        )
+        assert isinstance(event, h2.events.StreamReset)
+        return event
+
+    def terminated(self) -> bool:
+        """Whether the server sent GOAWAY on this connection so far."""
+        return any(isinstance(e, h2.events.ConnectionTerminated) for e in self.events)

@@ -14,6 +14,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import h2.errors
+import h2.events
+import h2.settings
 import httpx
 import pytest
 from aioapns import APNs, NotificationRequest, PushType
@@ -25,14 +28,18 @@ from sim_process import (
     REPO,
     SIGNING_KEY,
     START_TIMEOUT,
+    H2Probe,
     Sim,
     free_port,
     needs_h2_server,
+    needs_h2_stream_settings,
     read_line,
     run_sim,
     stop,
 )
 
+from emulators.providers.apns import STREAMS_AFTER_TOKEN
+from emulators.providers.apns_keys import new_signing_key
 from emulators.providers.loadcheck import H2ClientConnection
 
 pytestmark = pytest.mark.integration
@@ -543,7 +550,161 @@ def test_500_concurrent_streams_on_one_connection(sim: Sim) -> None:
     assert sorted(int(r["notification_id"]) for r in rows) == list(range(500))
 
 
-def test_httpx_async_many_streams_one_connection(sim: Sim) -> None:
+# -- HTTP/2 concurrent streams, as Apple advertises them ------------------------------------------
+# Apple ("Establishing a connection to APNs"): with token authentication "APNs allows only one
+# stream until you post a request with a valid authentication token".
+def _body(n: int = 0) -> bytes:
+    return json.dumps({"aps": {"alert": "x"}, "notification_id": f"s{n}"}).encode()
+
+
+@needs_h2_stream_settings
+def test_a_connection_allows_one_stream_until_a_valid_token_then_1000(sim: Sim) -> None:
+    """Our own client (emulators/h2_client.py) reads the server's settings: 1 from the first
+    SETTINGS frame, 1000 once a push with a valid provider token was answered."""
+    auth = sim.apns_headers()
+
+    async def go() -> tuple[int, int, int]:
+        conn = await H2ClientConnection.open("127.0.0.1", sim.port)
+        try:
+            before = conn.conn.remote_settings.max_concurrent_streams
+            r = await conn.request("POST", f"/3/device/{new_token()}", auth, _body())
+            return before, r.status, conn.conn.remote_settings.max_concurrent_streams
+        finally:
+            conn.close()
+
+    assert asyncio.run(go()) == (1, 200, STREAMS_AFTER_TOKEN)
+
+
+def test_the_limit_counts_the_streams_open_not_those_a_connection_ever_had(sim: Sim) -> None:
+    """More pushes than the limit on one connection, as many at once as it allows: every one
+    answered 200, none refused (a stream stops counting once answered)."""
+    auth = sim.apns_headers()
+    count = STREAMS_AFTER_TOKEN + 1
+
+    async def go() -> list[int]:
+        conn = await H2ClientConnection.open("127.0.0.1", sim.port)
+        try:
+
+            async def one(n: int) -> int:
+                r = await conn.request("POST", f"/3/device/{new_token()}", auth, _body(n))
+                return r.status
+
+            return await asyncio.wait_for(asyncio.gather(*(one(n) for n in range(count))), 60)
+        finally:
+            conn.close()
+
+    assert asyncio.run(go()) == [200] * count
+
+
+@needs_h2_stream_settings
+@pytest.mark.parametrize("refusal", ["unknown key", "expired", "missing"])
+def test_a_connection_whose_tokens_apple_refuses_stays_at_one_stream(
+    sim: Sim, refusal: str
+) -> None:
+    """Refused credentials (403) leave the connection at 1, however many pushes it sends; the
+    first push with a valid token raises it."""
+    good = sim.apns_headers()
+    bad = dict(good)
+    if refusal == "unknown key":
+        bad["authorization"] = f"bearer {new_signing_key(key_id='NOTAPPLES1').provider_token()}"
+    elif refusal == "expired":
+        bad["authorization"] = f"bearer {SIGNING_KEY.provider_token(time.time() - 3660)}"
+    else:
+        del bad["authorization"]
+    with H2Probe(sim.port) as probe:
+        statuses = [probe.answer(probe.open_stream(f"/3/device/{new_token()}", bad, _body()))]
+        statuses.append(probe.answer(probe.open_stream(f"/3/device/{new_token()}", bad, _body())))
+        seen_after_refusals = list(probe.max_streams_seen)
+        statuses.append(probe.answer(probe.open_stream(f"/3/device/{new_token()}", good, _body())))
+    assert statuses == [403, 403, 200]
+    assert seen_after_refusals == [1]
+    assert probe.max_streams_seen == [1, STREAMS_AFTER_TOKEN]
+    assert not probe.terminated()
+
+
+@needs_h2_stream_settings
+def test_a_second_stream_before_the_token_is_refused_alone_and_can_be_sent_again(
+    sim: Sim,
+) -> None:
+    """Two streams at once on a new connection: the second is reset with REFUSED_STREAM (never
+    processed: no ledger row), the connection lives on (no GOAWAY), the first is answered, and
+    the refused push sent again once the limit is 1000 is answered too."""
+    auth = sim.apns_headers()
+    first, second = new_token(), new_token()
+    since = sim.next_seq()
+    with H2Probe(sim.port) as probe:
+        # both opened before the server's SETTINGS are read (the client cannot know the limit);
+        # the first stays open (its body not yet sent), so the second is over the limit
+        sid1 = probe.open_stream(f"/3/device/{first}", auth, end=False)
+        sid2 = probe.open_stream(f"/3/device/{second}", auth, _body(2))
+        refused = probe.reset(sid2)
+        probe.finish(sid1, _body(1))
+        status1 = probe.answer(sid1)
+        status3 = probe.answer(probe.open_stream(f"/3/device/{second}", auth, _body(3)))
+        terminated = probe.terminated()
+    assert refused.error_code == h2.errors.ErrorCodes.REFUSED_STREAM
+    assert (status1, status3, terminated) == (200, 200, False)
+    assert probe.max_streams_seen == [1, STREAMS_AFTER_TOKEN]
+    rows = sim.ledger(since)
+    assert [(r["token"], r["notification_id"]) for r in rows] == [(first, "s1"), (second, "s3")]
+
+
+@needs_h2_stream_settings
+def test_a_stream_the_client_cancels_frees_its_place(sim: Sim) -> None:
+    """At the limit of one, a stream the client resets no longer counts: the next is taken."""
+    auth = sim.apns_headers()
+    with H2Probe(sim.port) as probe:
+        probe.cancel(probe.open_stream(f"/3/device/{new_token()}", auth, end=False))
+        status = probe.answer(probe.open_stream(f"/3/device/{new_token()}", auth, _body()))
+    assert status == 200
+    assert not any(isinstance(e, h2.events.StreamReset) for e in probe.events)
+
+
+@needs_h2_stream_settings
+def test_aioapns_sees_one_stream_then_1000_and_a_key_apple_does_not_know_stays_at_one(
+    sim: Sim,
+) -> None:
+    """aioapns (unchanged) bounds its streams by the server's SETTINGS: it is told 1, then 1000
+    after its first push with the registered key; with an unknown key only 1."""
+    code = h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS
+
+    async def go(key: str | None) -> tuple[list[int], list[str], int]:
+        client = apns_client(key=key)
+        aim_at(client, sim.port, tls=False)
+        seen: list[int] = []
+        base = client.pool.protocol_class
+
+        class Recording(base):  # type: ignore[misc, valid-type]
+            def on_remote_settings_changed(self, changed):  # type: ignore[no-untyped-def]
+                if code in changed:
+                    seen.append(changed[code].new_value)
+                super().on_remote_settings_changed(changed)
+
+        client.pool.protocol_class = Recording
+        statuses = []
+        try:
+            for n in range(3):
+                request = NotificationRequest(
+                    device_token=new_token(),
+                    push_type=PushType.ALERT,
+                    message={"aps": {"alert": "x"}, "notification_id": f"a{n}"},
+                )
+                result = await asyncio.wait_for(client.send_notification(request), 20)
+                statuses.append(result.status)
+            [connection] = client.pool.connections
+            return seen, statuses, connection.free_channels.bound
+        finally:
+            client.pool.close()
+
+    assert asyncio.run(go(None)) == ([1, STREAMS_AFTER_TOKEN], ["200"] * 3, STREAMS_AFTER_TOKEN)
+    assert asyncio.run(go(es256_key())) == ([1], ["403"] * 3, 1)
+
+
+def test_httpx_starts_at_one_stream_and_sends_200_at_once_on_one_connection(sim: Sim) -> None:
+    """httpx (h2) on one connection, 200 pushes at once from the start: it waits for the one
+    stream it is first allowed, and every push is answered (none refused, none lost)."""
+    since = sim.next_seq()
+
     async def go() -> list[int]:
         limits = httpx.Limits(max_connections=1)
         async with httpx.AsyncClient(
@@ -555,11 +716,22 @@ def test_httpx_async_many_streams_one_connection(sim: Sim) -> None:
             headers=sim.apns_headers(),
         ) as client:
             responses = await asyncio.gather(
-                *(client.post(f"/3/device/{new_token()}", json={"aps": {}}) for _ in range(200))
+                *(client.post(f"/3/device/{new_token()}", content=_body(n)) for n in range(200))
             )
         return [r.status_code for r in responses]
 
     assert asyncio.run(go()) == [200] * 200
+    assert len(sim.ledger(since)) == 200
+
+
+def test_under_granian_every_connection_allows_1000_streams_from_the_start(
+    tmp_path: Path,
+) -> None:
+    """What granian cannot do (serving.py): the application has no hold on a connection's
+    settings, so a new APNs connection advertises 1000 before any token, not Apple's 1."""
+    with run_sim(MODULE, tmp_path, server="granian", processes=1) as own:
+        with H2Probe(own.port) as probe:
+            assert probe.settings() == [STREAMS_AFTER_TOKEN]
 
 
 # -- control API --------------------------------------------------------------------------------

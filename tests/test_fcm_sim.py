@@ -19,22 +19,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import google.auth.transport.requests
-import h2.config
-import h2.connection
-import h2.events
-import h2.settings
+import h2.errors
 import httpx
 import pytest
 import requests
 from google.oauth2 import service_account
 from pyfcm import FCMNotification
 from pyfcm.errors import FCMNotRegisteredError, InvalidDataError
-from sim_process import REPO, Sim, needs_h2_server, read_line, run_sim, stop, wait_healthy
+from sim_process import REPO, H2Probe, Sim, read_line, run_sim, stop, wait_healthy
 
 from emulators.http_server import Request, server_port, start_server
 from emulators.ports import free_port
 from emulators.providers.fcm import (
     JWT_BEARER_GRANT,
+    MAX_CONCURRENT_STREAMS,
     FcmSimulator,
     issue_access_token,
     project_number,
@@ -897,51 +895,24 @@ def test_tokens_and_device_limits_hold_across_processes(tmp_path: Path) -> None:
     assert codes == [200] * 240 + [429] * 2
 
 
-@needs_h2_server
-def test_a_connection_allows_100_concurrent_streams() -> None:
-    """As fcm.googleapis.com advertises: the first request on a connection brings SETTINGS
-    with 100 (our server's own default is 1000); the server's next connections say 100 in
-    their first SETTINGS."""
-    server = LocalFcm(None)
-    try:
-        token = access_token(server.url)
-        first = announced_max_streams(server.port, token)
-        second = announced_max_streams(server.port, token)
-    finally:
-        server.close()
-    assert first == [1000, 100]
-    assert second == [100]
-
-
-def announced_max_streams(port: int, token: str) -> list[int]:
-    """MAX_CONCURRENT_STREAMS each time the server set it, until one send is answered."""
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    conn.initiate_connection()
-    body = json.dumps({"message": {"token": new_token()}}).encode()
-    sid = conn.get_next_available_stream_id()
-    conn.send_headers(
-        sid,
-        [
-            (":method", "POST"),
-            (":scheme", "http"),
-            (":authority", f"127.0.0.1:{port}"),
-            (":path", "/v1/projects/p/messages:send"),
-            ("authorization", f"Bearer {token}"),
-            ("content-length", str(len(body))),
-        ],
-    )
-    conn.send_data(sid, body, end_stream=True)
-    seen: list[int] = []
-    code = h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(conn.data_to_send())
-        while True:
-            data = sock.recv(65536)
-            assert data, "the server closed the connection"
-            for event in conn.receive_data(data):
-                if isinstance(event, h2.events.RemoteSettingsChanged):
-                    if code in event.changed_settings:
-                        seen.append(event.changed_settings[code].new_value)
-                elif isinstance(event, h2.events.StreamEnded):
-                    return seen
-            sock.sendall(conn.data_to_send())
+@pytest.mark.parametrize("server", ["h2", "granian"])
+def test_a_connection_allows_100_concurrent_streams(tmp_path: Path, server: str) -> None:
+    """As fcm.googleapis.com advertises, from the connection's first SETTINGS frame on, on
+    either server; a stream over the 100 is refused alone (REFUSED_STREAM, no GOAWAY), and
+    the streams within it are answered."""
+    with run_sim(MODULE, tmp_path, server=server, processes=1) as own:
+        auth = own.fcm_headers()
+        with H2Probe(own.port) as probe:
+            # all opened before the server's SETTINGS are read, their bodies held back: the
+            # 101st is over the limit however fast the server is
+            sids = [
+                probe.open_stream("/v1/projects/p/messages:send", auth, end=False)
+                for _ in range(MAX_CONCURRENT_STREAMS + 1)
+            ]
+            refused = probe.reset(sids[-1])
+            for sid in sids[:-1]:
+                probe.finish(sid, json.dumps({"message": {"token": new_token()}}).encode())
+            statuses = [probe.answer(sid) for sid in sids[:-1]]
+            assert (probe.max_streams_seen, probe.terminated()) == ([100], False)
+    assert refused.error_code == h2.errors.ErrorCodes.REFUSED_STREAM
+    assert statuses == [200] * MAX_CONCURRENT_STREAMS

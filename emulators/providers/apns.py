@@ -15,6 +15,17 @@ MissingDeviceToken / BadDeviceToken unless 64 hex characters), size (413 Payload
 object: Apple documents no reason for malformed JSON), unregistered tokens (410; or 400
 BadDeviceToken for tokens the control API marked so).
 
+HTTP/2 concurrent streams (Apple, "Establishing a connection to APNs": "if you're using an
+authentication token, APNs allows only one stream until you post a request with a valid
+authentication token"): a new connection advertises SETTINGS_MAX_CONCURRENT_STREAMS 1; the first
+request on it whose credentials pass (strict: a provider token that verifies and has not
+expired; not strict: one that looks like a JWT, or none, as certificate authentication) makes
+the server send a new SETTINGS frame with 1000 (before that request's answer), and the
+connection keeps it. A connection whose tokens are refused stays at 1. A stream opened over the
+limit is refused alone with RST_STREAM REFUSED_STREAM (:mod:`emulators.http_server`). Under
+granian (``--server granian``) the simulator cannot reach a connection's settings: every
+connection advertises 1000 from the start (:mod:`emulators.providers.serving`).
+
 Faults (:mod:`emulators.providers.faults`, ``/_sim/faults``) act on requests that pass those
 checks: ``status`` (429 TooManyRequests / 500 InternalServerError / 503 ServiceUnavailable) comes
 before the 410 check, ``accepted_then_error`` (delivered, then 500/503) after it.
@@ -39,13 +50,21 @@ from collections.abc import Callable
 from random import getrandbits
 from typing import Any
 
-from emulators.http_server import Request, Response, json_response
+from emulators.http_server import H2ServerConnection, Request, Response, json_response
 from emulators.providers.apns_auth import ApnsAuth, parse_key, parse_strict, parse_topics
 from emulators.providers.faults import Outcome, finish
 from emulators.providers.ledger import TEXT_LIMIT, ProviderState, control
-from emulators.providers.serving import ServeOptions, add_serving_arguments, serve
+from emulators.providers.serving import (
+    ServeOptions,
+    StreamLimits,
+    add_serving_arguments,
+    serve,
+)
 
 PROVIDER = "apns"
+#: SETTINGS_MAX_CONCURRENT_STREAMS of a connection before its first valid provider token, after
+STREAMS_BEFORE_TOKEN = 1
+STREAMS_AFTER_TOKEN = 1000
 PATH_PREFIX = "/3/device/"
 MAX_PAYLOAD = 4096
 MAX_VOIP_PAYLOAD = 5120
@@ -178,6 +197,9 @@ def _may_alert(push_type: str | None, payload: dict[str, Any]) -> bool:
 class ApnsSimulator:
     """The request handler; ``state`` holds the ledger and the unregistered tokens, ``auth``
     the signing keys, topics and strictness (:mod:`emulators.providers.apns_auth`)."""
+
+    #: concurrent streams per HTTP/2 connection: one until a valid provider token, then 1000
+    STREAMS = StreamLimits(first=STREAMS_BEFORE_TOKEN, most=STREAMS_AFTER_TOKEN)
 
     def __init__(
         self, state: ProviderState | None = None, clock: Callable[[], float] = time.time
@@ -343,6 +365,12 @@ class ApnsSimulator:
                 scheme, _, value = credential.partition(" ")
                 if scheme.lower() != "bearer" or not looks_like_jwt(value.strip()):
                     return 403, "InvalidProviderToken"
+        connection = request.connection
+        if (
+            connection.__class__ is H2ServerConnection
+            and connection.max_concurrent_streams < STREAMS_AFTER_TOKEN
+        ):
+            connection.set_max_concurrent_streams(STREAMS_AFTER_TOKEN)  # credentials passed
         priority = headers.get("apns-priority")
         if priority is not None and priority not in ("1", "5", "10"):
             return 400, "BadPriority"

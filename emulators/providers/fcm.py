@@ -52,8 +52,9 @@ credentials and limits off (``GET /_sim/strict`` says which); ``POST /_sim/reset
 start-up setting (strict, unless ``--lenient``), as it does the project quota. ``GET`` / ``PUT
 /_sim/project-quota`` ``{"per_minute": N}``. Every process of the simulator sees these at once.
 
-HTTP/2: a connection allows 100 concurrent streams, as fcm.googleapis.com advertises (our own
-server only; see :meth:`FcmSimulator.cap_streams`).
+HTTP/2: a connection allows 100 concurrent streams, as fcm.googleapis.com advertises, from its
+first SETTINGS frame on (:attr:`FcmSimulator.STREAMS`; on our server and under granian alike);
+our server refuses a stream over it with RST_STREAM REFUSED_STREAM.
 
 The ledger row's tenant_id / notification_id come from ``message.data`` (or wherever a system
 said its pushes carry them: ``PUT /_sim/payload-ids``, dotted paths into the request body);
@@ -74,16 +75,12 @@ import re
 import secrets
 import sys
 import time
-import weakref
 from collections.abc import Callable
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from pathlib import Path
 from random import getrandbits
 from typing import Any
 from urllib.parse import parse_qs
-
-import h2.connection
-import h2.settings
 
 from emulators.http_server import Request, Response, json_response
 from emulators.providers.apns import joined_text, looks_like_jwt, parse_json_body
@@ -102,7 +99,12 @@ from emulators.providers.fcm_limits import (
     token_secret,
 )
 from emulators.providers.ledger import ProviderState, control
-from emulators.providers.serving import ServeOptions, add_serving_arguments, serve
+from emulators.providers.serving import (
+    ServeOptions,
+    StreamLimits,
+    add_serving_arguments,
+    serve,
+)
 
 PROVIDER = "fcm"
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
@@ -462,6 +464,10 @@ class FcmSimulator:
     settings (what ``POST /_sim/reset`` returns to); by default what the command line said
     (``--lenient``, ``--project-quota-per-minute``), else strict and Google's 600,000."""
 
+    #: concurrent streams per HTTP/2 connection: 100 from the first SETTINGS frame on, as
+    #: fcm.googleapis.com advertises (serving applies it: :mod:`emulators.providers.serving`)
+    STREAMS = StreamLimits(first=MAX_CONCURRENT_STREAMS, most=MAX_CONCURRENT_STREAMS)
+
     def __init__(
         self,
         state: ProviderState | None = None,
@@ -484,13 +490,10 @@ class FcmSimulator:
         self.secret = token_secret(shared)
         self.tokens_issued = 0
         self._verified: dict[str, int] = {}  # access token -> its expiry (a cache)
-        self._capped: weakref.WeakSet[Any] = weakref.WeakSet()
 
     async def handle(self, request: Request) -> Response:
         if request.path.startswith("/_sim/"):
             return await self.control(request)
-        if request.http_version == "2" and request.connection is not None:
-            self.cap_streams(request.connection)
         self.state.sync()
         if request.path == "/token":
             return self.oauth_token(request)
@@ -539,28 +542,6 @@ class FcmSimulator:
         elif request.method != "GET":
             return json_response(405, {"error": f"method {request.method} not allowed"})
         return json_response(200, {"per_minute": self.limits.settings().project_quota_per_minute})
-
-    # -- HTTP/2 ---------------------------------------------------------------------------------
-    def cap_streams(self, connection: Any) -> None:
-        """At most :data:`MAX_CONCURRENT_STREAMS` concurrent streams on a connection of our own
-        HTTP/2 server: its first request sends SETTINGS with the cap, and the server's later
-        connections advertise it from their first SETTINGS on. (The server takes no such
-        option from the command line; granian's connections are not reachable from here.)"""
-        if connection in self._capped:
-            return
-        self._capped.add(connection)
-        h2conn = getattr(connection, "conn", None)
-        if not isinstance(h2conn, h2.connection.H2Connection):
-            return
-        options = getattr(connection, "options", None)
-        if getattr(options, "max_concurrent_streams", 0) > MAX_CONCURRENT_STREAMS:
-            options.max_concurrent_streams = MAX_CONCURRENT_STREAMS  # type: ignore[union-attr]
-        if h2conn.local_settings.max_concurrent_streams > MAX_CONCURRENT_STREAMS:
-            code = h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS
-            h2conn.update_settings({code: MAX_CONCURRENT_STREAMS})
-            flush = getattr(connection, "schedule_flush", None)
-            if flush is not None:
-                flush()
 
     # -- OAuth2 ---------------------------------------------------------------------------------
     def oauth_token(self, request: Request) -> Response:

@@ -13,6 +13,16 @@ knowledge, HTTP/1.1, TLS (ALPN h2/http1.1, and h2 sniffed without ALPN, as aioap
 Not: plaintext on a TLS port, ``CONNECT``, the ``goaway`` fault (the application has no hold
 on a connection: starting it answers 400).
 
+Concurrent streams per HTTP/2 connection, as each provider advertises them: every simulator
+class declares its :class:`StreamLimits` (``STREAMS``; APNs 1 until a request with a valid
+provider token, then 1000; FCM 100). Our server advertises ``first`` in a connection's first
+SETTINGS frame and refuses streams over the limit with RST_STREAM REFUSED_STREAM; the APNs
+simulator raises its connection to ``most`` when a provider token verifies. granian takes one
+limit for all its connections (``--http2-max-concurrent-streams``, at least 10) and gives the
+application no hold on a connection, so it advertises ``most`` from the start: under granian a
+new APNs connection allows 1000 streams before any token, not 1. (hyper answers a stream over
+the limit with REFUSED_STREAM too.)
+
 Why both (``make bench``, ``benchmarks/bench_simulators.py --candidates``, 2-core machine,
 h2load over h2c, the APNs success path with every request in the ledger; README has the
 figures): our server spends 110-138 µs of CPU per request, nearly all of it in the pure-Python
@@ -79,6 +89,8 @@ SIMULATORS = {
     "apns": ("emulators.providers.apns", "ApnsSimulator"),
     "fcm": ("emulators.providers.fcm", "FcmSimulator"),
 }
+#: granian's lowest ``--http2-max-concurrent-streams``
+GRANIAN_MIN_STREAMS = 10
 GOAWAY_UNSUPPORTED = (
     "granian gives the application no hold on a connection; run the simulator with --server h2"
 )
@@ -127,6 +139,32 @@ def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@dataclass(frozen=True)
+class StreamLimits:
+    """SETTINGS_MAX_CONCURRENT_STREAMS of a simulator's HTTP/2 connections.
+
+    ``first``: what a new connection advertises in its first SETTINGS frame. ``most``: what a
+    connection may be raised to by the simulator (APNs: once a request's provider token
+    verifies), and what a server that cannot tell connections apart (granian) advertises to all.
+    """
+
+    first: int
+    most: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.first <= self.most:
+            raise ValueError(f"need 1 <= first <= most, got {self.first}, {self.most}")
+
+
+def stream_limits(provider: str) -> StreamLimits:
+    """The concurrent-stream limits the provider's simulator class declares (``STREAMS``)."""
+    module, name = SIMULATORS[provider]
+    # (no isinstance check: a worker runs this module as __main__, whose StreamLimits is
+    # another class than the one the simulator module imported)
+    limits: StreamLimits = getattr(importlib.import_module(module), name).STREAMS
+    return limits
+
+
 @dataclass
 class ServeOptions:
     provider: str
@@ -137,6 +175,11 @@ class ServeOptions:
     processes: int = DEFAULT_PROCESSES
     server: str = DEFAULT_SERVER
     state_dir: Path | None = None
+
+    @property
+    def streams(self) -> StreamLimits:
+        """Concurrent streams per connection: what the provider's simulator declares."""
+        return stream_limits(self.provider)
 
     @classmethod
     def from_args(cls, provider: str, args: argparse.Namespace) -> ServeOptions:
@@ -179,7 +222,12 @@ def serve(options: ServeOptions) -> int:
                 simulator = make_simulator(options.provider, state)
                 tune_gc_for_serving()
                 return serve_forever(
-                    options.provider, simulator.handle, options.host, options.port, ctx
+                    options.provider,
+                    simulator.handle,
+                    options.host,
+                    options.port,
+                    ctx,
+                    max_concurrent_streams=options.streams.first,
                 )
             finally:
                 state.close()
@@ -351,7 +399,8 @@ def _serve_granian(options: ServeOptions, shared: SharedDir, cert_dir: Path | No
         sys.executable, "-m", "granian", "--interface", "rsgi", "--http", "auto", "--no-ws",
         "--workers", str(options.processes), "--runtime-threads", "1",
         "--host", options.host, "--port", str(port), "--backlog", "1024",
-        "--http2-max-concurrent-streams", "1000", "--log-level", "warning", "--no-access-log",
+        "--http2-max-concurrent-streams", str(max(options.streams.most, GRANIAN_MIN_STREAMS)),
+        "--log-level", "warning", "--no-access-log",
         "--workers-kill-timeout", "5", "--factory",
     ]  # fmt: skip
     if options.tls:
@@ -475,10 +524,22 @@ def _die_with_parent() -> None:
 
 
 async def _worker(
-    handler: Handler, sock: socket.socket, ctx: ssl.SSLContext | None, state: ProviderState
+    handler: Handler,
+    sock: socket.socket,
+    ctx: ssl.SSLContext | None,
+    state: ProviderState,
+    streams: StreamLimits,
 ) -> None:
     registry = ConnectionRegistry()
-    server = await start_server(handler, "", 0, ctx, registry=registry, sock=sock)
+    server = await start_server(
+        handler,
+        "",
+        0,
+        ctx,
+        registry=registry,
+        sock=sock,
+        max_concurrent_streams=streams.first,
+    )
     try:
         with stop_on_signals() as stop:
             print("ready", flush=True)
@@ -506,7 +567,7 @@ def worker_main(argv: list[str] | None = None) -> int:
     simulator = make_simulator(args.provider, state)
     tune_gc_for_serving()
     try:
-        asyncio.run(_worker(simulator.handle, sock, ctx, state))
+        asyncio.run(_worker(simulator.handle, sock, ctx, state, stream_limits(args.provider)))
     except KeyboardInterrupt:
         pass
     finally:
