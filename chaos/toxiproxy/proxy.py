@@ -493,6 +493,13 @@ class Connection:
         self.closed = False
 
     def client_connected(self) -> None:
+        if not self.proxy.enabled:
+            # Accepted by the kernel before the listener closed, handed to us after the proxy
+            # was disabled (asyncio accepts in a task of its own): dropped like every other
+            # connection of a disabled proxy. On a loaded machine this one outlived an outage.
+            self.closed = True
+            self.client.abort()
+            return
         self.proxy.connections.add(self)
         self._connect_task = self.loop.create_task(self._connect())
 

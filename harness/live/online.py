@@ -3,15 +3,16 @@ names a violation the moment its evidence is in.
 
 Only what the final checkers would also count is reported live: a live violation is one the
 full checker cannot excuse afterwards (``tests/test_live_online.py`` holds every live violation
-of a recorded history against the final verdict). Where the final checker excuses a case from
-evidence that may still be on its way (a consumer killed, the dedup store crashed, a provider
-that accepted then failed), the live check stays silent for that case: it reports late or never,
-not wrongly.
+of a recorded history against the final verdict). A rule is applied once the evidence it reads
+is surely in: rows arrive in the order they are collected, not in the order they happened.
 
 * ``duplicates`` (effectively_once): a device got a notification again, and none of the
-  causes the design admits is in sight (:mod:`harness.checkers.duplicate_causes`: an earlier
-  request accepted then answered an error, any consumer kill or dedup-store crash before it, a
-  30-day-old first delivery). The checker fails on any such duplicate, collapse id or not.
+  causes the design admits explains it: the checker's own rule
+  (:func:`harness.checkers.duplicate_causes.cause_of`) over the key's deliveries in time order,
+  applied :data:`DELIVERY_SETTLE_S` after the duplicate (every earlier delivery is in by then;
+  a dedup store judged volatile, and a fault window still open judged as never closing, so the
+  live rule excuses at least what the final one does). The checker fails on any unattributed
+  duplicate, collapse id or not.
 * ``visible_duplicates``: those of them a user sees, with no collapse id shared with the first
   delivery (the device shows the rest as one).
 * ``decided_during_outage`` (fail_closed): a delivery inside a window in which the dedup store
@@ -32,12 +33,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.checkers.duplicate_causes import DEDUP_WINDOW_S
-from harness.checkers.windows import DEDUP_STORE
+import pandas as pd
+
+from harness.checkers.duplicate_causes import DEFAULT_KILL_WINDOW_S, UNATTRIBUTED, cause_of
+from harness.checkers.windows import DEDUP_STORE, Window
 from harness.live.stop import LIVE_CHECKS as CHECKS
 
 # The faults whose windows excuse a duplicate (duplicate_causes reads them by these names).
-_EXCUSING_FAULTS = ("consumer-crash", "dedup-crash")
+_KILL, _CRASH = "consumer-crash", "dedup-crash"
+# How long after a delivery every delivery that happened before it is in the history: the
+# collector reads the ledgers every second, a provider writes a row when it answers.
+DELIVERY_SETTLE_S = 3.0
 # How long after a delivery its injections are all in the history: the injector's request
 # timeout (10 s) and a second for the row's append.
 INJECT_SETTLE_S = 11.0
@@ -57,9 +63,11 @@ class LiveViolation:
         return f"{self.check}: {what}"
 
 
-@dataclass
-class _Delivered:
+@dataclass(frozen=True)
+class _Delivery:
     time: float
+    seq: int
+    status: Any
     collapse_id: str | None
 
 
@@ -80,17 +88,23 @@ class OnlineChecks:
     grace_s: float = 0.5
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHECKS, 0))
     first: dict[str, LiveViolation] = field(default_factory=dict)
-    _delivered: dict[tuple[str, str, str], _Delivered] = field(default_factory=dict)
-    _accepted_then_error: set[tuple[str, str, str]] = field(default_factory=set)
-    _excusing_since: float | None = None
+    _deliveries: dict[tuple[str, str, str], list[_Delivery]] = field(default_factory=dict)
+    # Deliveries of a key delivered before, judged once every earlier one is surely in.
+    _repeats: list[tuple[tuple[str, str, str], _Delivery]] = field(default_factory=list)
+    _windows: dict[str, dict[str, Any]] = field(default_factory=dict)
     _outages: dict[str, _Outage] = field(default_factory=dict)
     _injected_at: dict[tuple[str, str], float] = field(default_factory=dict)
     # Deliveries inside an outage, judged once their injections are surely in.
     _pending: list[tuple[float, tuple[str, str], str]] = field(default_factory=list)
     _latest: float = 0.0
 
-    def feed(self, rows: Iterable[Mapping[str, Any]]) -> list[LiveViolation]:
-        """Take the next rows of the history; return the violations they reveal."""
+    def feed(
+        self, rows: Iterable[Mapping[str, Any]], now: float | None = None
+    ) -> list[LiveViolation]:
+        """Take the next rows of the history; return the violations they reveal. ``now``: the
+        wall clock (epoch s), so that evidence settles while no row comes."""
+        if now is not None:
+            self._latest = max(self._latest, now)
         found: list[LiveViolation] = []
         for row in rows:
             kind = row.get("kind")
@@ -104,6 +118,7 @@ class OnlineChecks:
             if isinstance(time, float | int) and time == time:
                 self._latest = max(self._latest, float(time))
         found += self._settle(self._latest - INJECT_SETTLE_S)
+        found += self._settle_repeats(self._latest - DELIVERY_SETTLE_S)
         for violation in found:
             self.counts[violation.check] += 1
             self.first.setdefault(violation.check, violation)
@@ -119,8 +134,12 @@ class OnlineChecks:
         if not isinstance(detail, dict) or "window" not in detail:
             return
         start = detail.get("phase") == "start"
-        if start and detail.get("fault") in _EXCUSING_FAULTS and self._excusing_since is None:
-            self._excusing_since = float(row["time"])
+        window = str(detail["window"])
+        if detail.get("fault") in (_KILL, _CRASH):
+            if start:
+                self._windows[window] = {"fault": detail["fault"], "start": float(row["time"])}
+            elif window in self._windows:
+                self._windows[window]["stop"] = float(row["time"])
         if start and detail.get("unavailable") == DEDUP_STORE:
             self._outages[str(detail["window"])] = _Outage(float(row["time"]))
         elif not start and str(detail["window"]) in self._outages:
@@ -133,7 +152,7 @@ class OnlineChecks:
 
     def finish(self) -> list[LiveViolation]:
         """The history is whole (the run ended): judge what still waited to be."""
-        found = self._settle(float("inf"))
+        found = self._settle(float("inf")) + self._settle_repeats(float("inf"))
         for violation in found:
             self.counts[violation.check] += 1
             self.first.setdefault(violation.check, violation)
@@ -162,42 +181,62 @@ class OnlineChecks:
             return []
         key = (str(row.get("tenant_id")), str(row.get("notification_id")), str(row.get("token")))
         at = float(row["time"])
-        found = self._duplicate(key, at, row.get("collapse_id"), status)
+        delivery = _Delivery(at, int(row.get("seq") or 0), status, row.get("collapse_id") or None)
+        seen = self._deliveries.setdefault(key, [])
+        seen.append(delivery)
+        if len(seen) > 1:
+            # Either this one or an earlier-seen one is the repeat (by time): judge this one
+            # and, if it came first, the earlier-seen one (queued when it was seen second).
+            self._repeats.append((key, delivery))
+            if len(seen) == 2:
+                self._repeats.append((key, seen[0]))
         if not self.fallback and self._inside_outage(at):
             self._pending.append((at, key[:2], key[2]))
-        return found
+        return []
 
     # -- the rules ------------------------------------------------------------------------------
 
-    def _duplicate(
-        self, key: tuple[str, str, str], at: float, collapse_id: Any, status: Any
-    ) -> list[LiveViolation]:
-        first = self._delivered.get(key)
-        if status != 200:
-            self._accepted_then_error.add(key)
-        if first is None:
-            self._delivered[key] = _Delivered(at, collapse_id if collapse_id else None)
+    def _settle_repeats(self, until: float) -> list[LiveViolation]:
+        ready = [r for r in self._repeats if r[1].time <= until]
+        if not ready:
             return []
-        excused = (
-            key in self._accepted_then_error
-            or (self._excusing_since is not None and self._excusing_since <= at)
-            or at - first.time > DEDUP_WINDOW_S
-        )
-        if excused:
-            return []
-        tenant, notification, token = key
-        collapsed = first.collapse_id is not None and first.collapse_id == collapse_id
-        evidence = {
-            "tenant_id": tenant,
-            "notification_id": notification,
-            "token": token,
-            "first_delivered_at": round(first.time, 3),
-            "collapsed": collapsed,
-        }
-        found = [LiveViolation("duplicates", at, evidence)]
-        if not collapsed:
-            found.append(LiveViolation("visible_duplicates", at, evidence))
+        self._repeats = [r for r in self._repeats if r[1].time > until]
+        kills = self._fault_windows(_KILL)
+        crashes = self._fault_windows(_CRASH)
+        found = []
+        for key, delivery in ready:
+            order = sorted(self._deliveries[key], key=lambda d: (d.time, d.seq))
+            earlier = order[: order.index(delivery)]
+            if not earlier:
+                continue  # the first delivery by time: the others are the repeats
+            previous = pd.DataFrame(
+                {"time": [d.time for d in earlier], "status": [d.status for d in earlier]}
+            )
+            # Volatile (durable=False): a crash may excuse; the final rule excuses no less.
+            cause = cause_of(previous, delivery.time, kills, crashes, False, DEFAULT_KILL_WINDOW_S)
+            if cause != UNATTRIBUTED:
+                continue
+            first = order[0]
+            collapsed = first.collapse_id is not None and first.collapse_id == delivery.collapse_id
+            evidence = {
+                "tenant_id": key[0],
+                "notification_id": key[1],
+                "token": key[2],
+                "first_delivered_at": round(first.time, 3),
+                "collapsed": collapsed,
+            }
+            found.append(LiveViolation("duplicates", delivery.time, evidence))
+            if not collapsed:
+                found.append(LiveViolation("visible_duplicates", delivery.time, evidence))
         return found
+
+    def _fault_windows(self, fault: str) -> list[Window]:
+        """The windows of ``fault`` seen so far; one still open as never closing."""
+        return [
+            Window(fault, w["start"], w.get("stop", float("inf")))
+            for w in self._windows.values()
+            if w["fault"] == fault
+        ]
 
     def _inside_outage(self, at: float) -> bool:
         return any(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,7 +89,7 @@ class LiveView:
             rows = self.history.rows_since(self._cursor)
             self._cursor += len(rows)
             self.metrics.feed(rows)
-            found = self.checks.feed(rows)
+            found = self.checks.feed(rows, now=time.time())
             if final:
                 found += self.checks.finish()
             for violation in found:
