@@ -626,3 +626,52 @@ def test_config_populates_and_sigterm_closes_every_proxy(tmp_path: Path) -> None
     finally:
         stop_process(proc)  # type: ignore[arg-type]
         upstream.close()
+
+
+def test_metrics_count_each_proxy_s_bytes_by_direction_with_toxiproxy_s_names(
+    http: httpx.Client,
+) -> None:
+    """GET /metrics serves Toxiproxy 2.12's proxy metrics: bytes received from the source and
+    sent to the destination, per direction, labelled direction/listener/proxy/upstream."""
+    import socketserver
+    import threading
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    class Echo(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            while data := self.request.recv(1024):
+                self.request.sendall(data)
+
+    upstream = socketserver.ThreadingTCPServer((LOOPBACK, 0), Echo)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    try:
+        target = f"{LOOPBACK}:{upstream.server_address[1]}"
+        listen = http.post(
+            "/proxies", json={"name": "echo", "listen": f"{LOOPBACK}:0", "upstream": target}
+        ).json()["listen"]
+        host, port = listen.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=5) as client:
+            client.sendall(b"hello")
+            assert client.recv(5) == b"hello"
+
+        def samples() -> dict[tuple[str, str], float]:
+            text = http.get("/metrics").text
+            return {
+                (s.name, s.labels["direction"]): s.value
+                for family in text_string_to_metric_families(text)
+                for s in family.samples
+                if s.labels.get("proxy") == "echo"
+                and s.labels.get("listener") == listen
+                and s.labels.get("upstream") == target
+            }
+
+        want = {
+            (f"toxiproxy_proxy_{kind}_bytes_total", direction): 5.0
+            for kind in ("received", "sent")
+            for direction in ("upstream", "downstream")
+        }
+        wait_until(lambda: samples() == want, 10, "5 bytes each way counted")
+    finally:
+        upstream.shutdown()
+        upstream.server_close()

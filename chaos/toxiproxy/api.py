@@ -38,10 +38,14 @@ import json
 import os
 import random
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from chaos.toxiproxy.proxy import (
     ApiError,
@@ -180,6 +184,13 @@ class ToxiproxyApi:
         response.headers.setdefault("x-toxiproxy-request-id", os.urandom(10).hex())
         return response
 
+    async def _metrics(self) -> Response:
+        """Prometheus text: Toxiproxy 2.12's proxy metrics (its ``-proxy-metrics``), the bytes
+        each proxy received and sent per direction, labelled as Toxiproxy labels them."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_ProxyBytes(self.collection))
+        return Response(200, {"content-type": CONTENT_TYPE_LATEST}, generate_latest(registry))
+
     async def _route(self, request: Request) -> Response:
         if request.headers.get("user-agent", "").startswith("Mozilla/"):
             return Response(
@@ -190,6 +201,8 @@ class ToxiproxyApi:
         routes: dict[str, Callable[[], Awaitable[Response]]] | None = None
         if parts == ["version"]:
             routes = {"GET": self._version}
+        elif parts == ["metrics"]:
+            routes = {"GET": self._metrics}
         elif parts == ["reset"]:
             routes = {"POST": self._reset}
         elif parts == ["populate"]:
@@ -461,3 +474,24 @@ def serve(
     except KeyboardInterrupt:
         pass
     return 0
+
+
+class _ProxyBytes(Collector):
+    """The proxies' byte counters, read when scraped (plain ints kept on the event loop)."""
+
+    def __init__(self, collection: ProxyCollection) -> None:
+        self.collection = collection
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["direction", "listener", "proxy", "upstream"]
+        for name, attribute, what in (
+            ("toxiproxy_proxy_received_bytes", "received_bytes", "received"),
+            ("toxiproxy_proxy_sent_bytes", "sent_bytes", "sent"),
+        ):
+            family = CounterMetricFamily(
+                name, f"The number of bytes {what} on a proxy link", labels=labels
+            )
+            for proxy in sorted(self.collection.proxies.values(), key=lambda p: p.name):
+                for direction, count in getattr(proxy, attribute).items():
+                    family.add_metric([direction, proxy.listen, proxy.name, proxy.upstream], count)
+            yield family

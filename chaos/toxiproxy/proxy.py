@@ -371,11 +371,12 @@ class Link:
     def feed(self, data: bytes) -> None:
         if self.eof or self.done:
             return
+        self.conn.proxy.received_bytes[self.direction] += len(data)
         if self._pending is not None:  # not linked yet: the upstream is being dialled
             self._pending.append(data)
             self.inflight += len(data)
         elif not self.stages:
-            self.dst.write(data)
+            self._write(data)
             return
         else:
             self.inflight += len(data)
@@ -404,10 +405,16 @@ class Link:
             if item is None:
                 break
             self.inflight -= len(item)
+            self.conn.proxy.received_bytes[self.direction] -= len(item)  # counted on arrival
             self.feed(item)
         if eof:
             self.feed_eof()
         self.update_flow()
+
+    def _write(self, data: bytes | memoryview) -> None:
+        if self.dst.usable:
+            self.conn.proxy.sent_bytes[self.direction] += len(data)
+        self.dst.write(data)
 
     def _deliver(self, item: Chunk | None) -> None:
         if item is None:
@@ -416,7 +423,7 @@ class Link:
                 self.dst.close()
             return
         self.inflight -= len(item.data)
-        self.dst.write(item.data)
+        self._write(item.data)
         if self._over_high and self.inflight < LOW_WATER:
             self.update_flow()
 
@@ -633,6 +640,14 @@ class Proxy:
     )
     connections: set[Connection] = field(default_factory=set, repr=False)
     _server: asyncio.Server | None = field(default=None, repr=False)
+    # Bytes each direction read from its source and wrote to its destination, for the API's
+    # /metrics (Toxiproxy's toxiproxy_proxy_received_bytes_total / _sent_bytes_total).
+    received_bytes: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(DIRECTIONS, 0), repr=False
+    )
+    sent_bytes: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(DIRECTIONS, 0), repr=False
+    )
 
     def to_json(self) -> dict[str, Any]:
         return {
