@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.checkers import duplicate_causes, fail_closed
+from harness.checkers import dead_tokens, duplicate_causes, fail_closed
 from harness.live.online import INJECT_SETTLE_S, OnlineChecks
 from harness.live.stop import StopConditionError, first_fired, parse_stop_condition
 from harness.model.history import History
@@ -141,7 +141,7 @@ _deliveries = st.lists(
         st.sampled_from(["n1", "n2", "n3"]),
         st.sampled_from(["t1", "t2"]),
         st.floats(0, 40, allow_nan=False),
-        st.sampled_from([200, 200, 200, 500, 429]),
+        st.sampled_from([200, 200, 200, 500, 429, 410]),
         st.sampled_from([None, "c"]),
         st.floats(0.01, 1.5, allow_nan=False),  # until the collector's poll read it
     ),
@@ -199,3 +199,31 @@ def test_every_live_violation_is_also_a_final_one(deliveries, faults, injects):
     assert live.counts["visible_duplicates"] <= live.counts["duplicates"]
     final = fail_closed.check(frame, grace_s=live.grace_s)
     assert live.counts["decided_during_outage"] <= final.counts["decided_during_outage"]
+    dead = dead_tokens.check(frame, transit_s=live.transit_s)
+    assert live.counts["sends_after_dead"] <= dead.counts["sends_after_dead"]
+
+
+def test_a_send_after_a_token_answered_dead_is_seen_unless_it_was_brought_back():
+    history = History()
+    history.extend_provider(
+        [
+            {"received_at": 10.0, "answered_at": 10.1, "tenant_id": "acme", "token": "gone",
+             "notification_id": "n1", "provider": "apns", "status": 410, "delivered": False},
+            {"received_at": 10.3, "tenant_id": "acme", "token": "gone", "notification_id": "n2",
+             "provider": "apns", "status": 410, "delivered": False},  # in flight: forgiven
+            {"received_at": 12.0, "tenant_id": "acme", "token": "gone", "notification_id": "n3",
+             "provider": "apns", "status": 410, "delivered": False},
+            {"received_at": 12.0, "tenant_id": "other", "token": "gone", "notification_id": "n3",
+             "provider": "apns", "status": 200},  # another tenant's app: not told dead
+        ]
+    )  # fmt: skip
+    checks = _live(history)
+    assert checks.counts["sends_after_dead"] == 1
+    assert checks.first["sends_after_dead"].evidence == {
+        "tenant_id": "acme",
+        "token": "gone",
+        "dead_at": 10.1,
+    }
+    detail = json.dumps({"change": "reinstall", "tokens": ["gone"], "ok": True})
+    history.append("change", time=11.0, tenant_id="acme", detail=detail)
+    assert _live(history).counts["sends_after_dead"] == 0

@@ -15,6 +15,10 @@ is surely in: rows arrive in the order they are collected, not in the order they
   duplicate, collapse id or not.
 * ``visible_duplicates``: those of them a user sees, with no collapse id shared with the first
   delivery (the device shows the rest as one).
+* ``sends_after_dead`` (dead_tokens): a request reached the provider more than ``transit_s``
+  after the token's first dead answer (APNs 410 or 400 BadDeviceToken, FCM UNREGISTERED)
+  left it, and the harness had not brought the token back (``reinstall-devices``); judged
+  :data:`INJECT_SETTLE_S` after the request (a reinstall is recorded when the system answers).
 * ``decided_during_outage`` (fail_closed): a delivery inside a window in which the dedup store
   was unavailable, of a notification injected after the window opened (plus the checker's
   ``grace_s``): its dedup decision was taken with the store out. Off when the system states a
@@ -35,6 +39,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.checkers.dead_tokens import TRANSIT_S
 from harness.checkers.duplicate_causes import DEFAULT_KILL_WINDOW_S, UNATTRIBUTED, cause_of
 from harness.checkers.windows import DEDUP_STORE, Window
 from harness.live.stop import LIVE_CHECKS as CHECKS
@@ -97,6 +102,12 @@ class OnlineChecks:
     # Deliveries inside an outage, judged once their injections are surely in.
     _pending: list[tuple[float, tuple[str, str], str]] = field(default_factory=list)
     _latest: float = 0.0
+    transit_s: float = TRANSIT_S
+    # (tenant, token) -> when its first dead answer left the provider; requests to be judged
+    # against it once settled; when the harness revived a token.
+    _dead_at: dict[tuple[str, str], float] = field(default_factory=dict)
+    _requests: list[tuple[float, tuple[str, str]]] = field(default_factory=list)
+    _revived_at: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def feed(
         self, rows: Iterable[Mapping[str, Any]], now: float | None = None
@@ -113,12 +124,16 @@ class OnlineChecks:
             elif kind == "inject":
                 self._inject(row)
             elif kind == "provider":
+                self._request(row)
                 found += self._provider(row)
+            elif kind == "change":
+                self._change(row)
             time = row.get("time")
             if isinstance(time, float | int) and time == time:
                 self._latest = max(self._latest, float(time))
         found += self._settle(self._latest - INJECT_SETTLE_S)
         found += self._settle_repeats(self._latest - DELIVERY_SETTLE_S)
+        found += self._settle_requests(self._latest - INJECT_SETTLE_S)
         for violation in found:
             self.counts[violation.check] += 1
             self.first.setdefault(violation.check, violation)
@@ -153,6 +168,7 @@ class OnlineChecks:
     def finish(self) -> list[LiveViolation]:
         """The history is whole (the run ended): judge what still waited to be."""
         found = self._settle(float("inf")) + self._settle_repeats(float("inf"))
+        found += self._settle_requests(float("inf"))
         for violation in found:
             self.counts[violation.check] += 1
             self.first.setdefault(violation.check, violation)
@@ -170,6 +186,51 @@ class OnlineChecks:
                 continue
             if (violation := self._judge_outage(key, token, at, injected)) is not None:
                 found.append(violation)
+        return found
+
+    def _request(self, row: Mapping[str, Any]) -> None:
+        """Every request, for dead_tokens: a dead answer, or a request to be judged later."""
+        key = (str(row.get("tenant_id")), str(row.get("token")))
+        at = float(row["time"])
+        status, reason, provider = row.get("status"), row.get("reason"), row.get("provider")
+        dead = (
+            provider == "apns" and (status == 410 or (status == 400 and reason == "BadDeviceToken"))
+        ) or (provider == "fcm" and reason == "UNREGISTERED")
+        if dead:
+            end = row.get("end")
+            left = float(end) if isinstance(end, float | int) and end == end else at
+            self._dead_at[key] = min(left, self._dead_at.get(key, left))
+        self._requests.append((at, key))
+
+    def _change(self, row: Mapping[str, Any]) -> None:
+        """A ``reinstall-devices`` change the system acknowledged: its tokens brought back."""
+        try:
+            detail = json.loads(row.get("detail") or "")
+        except ValueError:
+            return
+        if not isinstance(detail, dict) or detail.get("change") != "reinstall":
+            return
+        if detail.get("ok") is False:
+            return
+        at = float(row["time"])
+        for token in detail.get("tokens", []):
+            key = (str(row.get("tenant_id")), str(token))
+            self._revived_at[key] = min(at, self._revived_at.get(key, at))
+
+    def _settle_requests(self, until: float) -> list[LiveViolation]:
+        ready = [r for r in self._requests if r[0] <= until]
+        if not ready:
+            return []
+        self._requests = [r for r in self._requests if r[0] > until]
+        found = []
+        for at, key in ready:
+            dead_at = self._dead_at.get(key)
+            if dead_at is None or at - dead_at <= self.transit_s:
+                continue
+            if at >= self._revived_at.get(key, float("inf")):
+                continue
+            evidence = {"tenant_id": key[0], "token": key[1], "dead_at": round(dead_at, 3)}
+            found.append(LiveViolation("sends_after_dead", at, evidence))
         return found
 
     def _provider(self, row: Mapping[str, Any]) -> list[LiveViolation]:

@@ -18,6 +18,7 @@ LIVE_CHECKS = {
     "duplicates": "effectively_once",
     "visible_duplicates": "effectively_once",
     "decided_during_outage": "fail_closed",
+    "sends_after_dead": "dead_tokens",
 }
 CHECKS = LIVE_CHECKS
 _FORM = re.compile(r"^\s*([a-z_]+)\s*(>=|>)\s*(\d+)\s*$")

@@ -1026,6 +1026,8 @@ def _arm_live(state: RunState) -> None:
     for probe in state.scenario.probes:
         if probe.name == "fail_closed" and isinstance(probe.tolerance, dict):
             checks.grace_s = float(probe.tolerance.get("grace_s", checks.grace_s))
+        if probe.name == "dead_tokens" and isinstance(probe.tolerance, dict):
+            checks.transit_s = float(probe.tolerance.get("transit_s", checks.transit_s))
 
 
 def _abort(state: RunState, stop: Stop) -> None:
