@@ -426,9 +426,11 @@ def build_parser() -> argparse.ArgumentParser:
     # Imported here: `serve` and `stack` need neither pandas nor matplotlib.
     from harness import report
     from harness.analysis import compare, duplicates
+    from harness.live import watch
 
     compare.add_parser(sub)
     duplicates.add_parser(sub)
+    watch.add_parser(sub)
     report.add_parser(sub)
     return parser
 

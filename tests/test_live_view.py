@@ -139,3 +139,43 @@ def test_the_grafana_dashboard_queries_only_metrics_the_harness_serves():
     assert named and named <= served, named - served
     titles = {p["title"] for p in board["panels"]}
     assert {"Throughput", "Queue depth", "Live violations", "Fault windows"} <= titles
+
+
+def test_watch_shows_a_running_run_s_figures_and_ends_with_its_verdict(tmp_path: Path):
+    """``harness watch RUN_DIR`` over a live view serving a hand-written history: a frame with
+    the figures, then, once the run has a verdict, the verdict."""
+    import io
+
+    from harness.live.watch import watch
+
+    history = History()
+    view = LiveView(history, tmp_path, LiveMetrics("r1", "smoke", 7), OnlineChecks(), say=print)
+    view.start()
+    try:
+        history.append("inject", time=100.0, tenant_id="acme", notification_id="n1")
+        _send(history, 101.0, "n1")
+        _send(history, 102.0, "n1")
+        _fault(history, "start", 101.5)
+        view.step()
+        out = io.StringIO()
+        assert watch(tmp_path, out=out, once=True) == 0
+        text = out.getvalue()
+        assert "run r1  scenario smoke  seed 7" in text
+        assert "accepted=1" in text and "seen=1" in text
+        assert "fcm        200=2" in text
+        assert "faults     dedup-outage" in text
+        assert "duplicates=1" in text
+        (tmp_path / "summary.json").write_text(json.dumps({"verdict": "fail"}))
+        out = io.StringIO()
+        assert watch(tmp_path, out=out, sleep=lambda s: None, max_frames=5) == 0
+        assert out.getvalue().strip() == "run ended: verdict FAIL"
+    finally:
+        view.finish()
+
+
+def test_watch_a_directory_without_a_live_view_is_bad_input(tmp_path: Path):
+    from conftest import run_cli
+
+    result = run_cli("watch", str(tmp_path))
+    assert result.returncode == 2
+    assert "has no live.json" in result.stderr
