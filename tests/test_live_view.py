@@ -179,3 +179,30 @@ def test_watch_a_directory_without_a_live_view_is_bad_input(tmp_path: Path):
     result = run_cli("watch", str(tmp_path))
     assert result.returncode == 2
     assert "has no live.json" in result.stderr
+
+
+def test_the_report_says_what_was_seen_live_and_why_the_drill_was_aborted():
+    from harness.report.document import verdict_sentence, verdict_word
+
+    at = 1795878868.0  # 2026-11-28 15:14:28 UTC
+    summary = {
+        "verdict": "aborted",
+        "checkers": {"effectively_once": {"valid": False}, "quiet_hours": {"valid": True}},
+        "live": {
+            "violations": {"duplicates": 3, "visible_duplicates": 0},
+            "first_seen": {"duplicates": {"at": at, "notification_id": "n1"}},
+        },
+        "stopped": {
+            "condition": "duplicates > 0",
+            "at": at,
+            "first_evidence": {"notification_id": "n1", "token": "t1"},
+        },
+    }
+    assert verdict_word(summary) == "ABORTED"
+    said = verdict_sentence(summary)
+    assert said.startswith("1 of 2 checkers failed: effectively_once.")
+    assert "ABORTED by its stop condition duplicates > 0 at 15:14:28.000 UTC" in said
+    assert "notification_id n1, token t1" in said
+    assert "Seen broken live: duplicates first at 15:14:28.000 UTC (3 in all)." in said
+    quiet = {"verdict": "pass", "checkers": {"quiet_hours": {"valid": True}}, "live": {}}
+    assert verdict_sentence(quiet) == "All 1 checkers passed."

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,8 @@ def verdict_word(summary: dict[str, Any]) -> str:
         return "INCOMPLETE"
     if summary.get("error"):
         return "ERROR"
-    return {"pass": "PASS", "unknown": "UNKNOWN"}.get(str(summary.get("verdict")), "FAIL")
+    words = {"pass": "PASS", "unknown": "UNKNOWN", "aborted": "ABORTED"}
+    return words.get(str(summary.get("verdict")), "FAIL")
 
 
 def verdict_sentence(summary: dict[str, Any]) -> str:
@@ -77,6 +79,7 @@ def verdict_sentence(summary: dict[str, Any]) -> str:
     )
     off_text += clock_sentence(summary)
     off_text += limits_sentence(summary.get("provider_limits"))
+    off_text += live_sentence(summary)
     if summary.get("verdict") == "incomplete":
         return (
             f"The run did not finish: {summary.get('error') or 'it was stopped'}. There is "
@@ -86,6 +89,14 @@ def verdict_sentence(summary: dict[str, Any]) -> str:
     if summary.get("error"):
         ran = f" ({len(checkers)} checker(s) ran, {len(failed)} failed)" if checkers else ""
         return f"The run itself failed: {summary['error']}{ran}. Do not release on this run."
+    stopped = summary.get("stopped")
+    if stopped:
+        first = ", ".join(f"{k} {v}" for k, v in stopped["first_evidence"].items())
+        off_text = (
+            f" The drill was ABORTED by its stop condition {stopped['condition']} at "
+            f"{_utc(stopped['at'])} (first evidence: {first}): the load stopped, every fault was "
+            "rolled back, and what had been accepted was judged." + off_text
+        )
     if not checkers:
         return "No checker ran: this run proves nothing."
     if not judged:
@@ -98,6 +109,24 @@ def verdict_sentence(summary: dict[str, Any]) -> str:
             f"{', '.join(undecided)}. Do not release on this run.{off_text}"
         )
     return f"All {judged} checkers passed.{off_text}"
+
+
+def _utc(epoch: float) -> str:
+    return datetime.fromtimestamp(float(epoch), UTC).strftime("%H:%M:%S.%f")[:-3] + " UTC"
+
+
+def live_sentence(summary: dict[str, Any]) -> str:
+    """When each promise was first seen broken while the run went (harness.live.online)."""
+    live = summary.get("live") or {}
+    first = live.get("first_seen") or {}
+    if not first:
+        return ""
+    counts = live.get("violations") or {}
+    seen = [
+        f"{check} first at {_utc(evidence['at'])} ({counts.get(check, '?')} in all)"
+        for check, evidence in sorted(first.items(), key=lambda kv: kv[1]["at"])
+    ]
+    return " Seen broken live: " + "; ".join(seen) + "."
 
 
 def clock_sentence(summary: dict[str, Any]) -> str:
