@@ -52,9 +52,26 @@ def cause_of(
     """The admitted cause of a delivery at ``now`` given the key's earlier delivered requests
     (``time``, ``status`` columns, oldest first), or ``unattributed``."""
     statuses = previous["status"].to_numpy(dtype=float, na_value=np.nan)
-    if (statuses != 200).any():
-        return "accepted_then_error"
     last = float(previous["time"].iloc[-1])
+    return cause_after(
+        bool((statuses != 200).any()), last, now, kills, crashes, durable, kill_window_s
+    )
+
+
+def cause_after(
+    earlier_error: bool,
+    last: float,
+    now: float,
+    kills: list[Window],
+    crashes: list[Window],
+    durable: bool,
+    kill_window_s: float,
+) -> str:
+    """:func:`cause_of` from what it reads of the earlier deliveries: whether any was answered
+    other than 200 (``earlier_error``) and when the last one was (``last``). The live checks
+    (harness.live.online) apply it one delivery at a time."""
+    if earlier_error:
+        return "accepted_then_error"
     if any(k.start - kill_window_s <= last < k.stop and k.start <= now for k in kills):
         return "consumer_killed"
     if not durable and any(last <= c.start <= now for c in crashes):

@@ -106,6 +106,8 @@ class LiveMetrics:
         # First deliveries whose injection is not in the history yet (recorded on its answer).
         self._waiting: dict[tuple[str, str], list[float]] = {}
         self._open: dict[str, str] = {}  # fault window -> fault name
+        self._request_children: dict[tuple[str, str], Any] = {}
+        self._delivered_children: dict[str, Any] = {}
 
     def feed(self, rows: Iterable[Mapping[str, Any]]) -> None:
         for row in rows:
@@ -137,7 +139,11 @@ class LiveMetrics:
     def _provider(self, row: Mapping[str, Any]) -> None:
         provider = str(row.get("provider") or "unknown")
         status = row.get("status")
-        self.requests.labels(provider, "none" if status is None else str(status)).inc()
+        labels = (provider, "none" if status is None else str(status))
+        child = self._request_children.get(labels)
+        if child is None:  # labels() takes a lock and builds a key: once per series
+            child = self._request_children[labels] = self.requests.labels(*labels)
+        child.inc()
         delivered = row.get("delivered")
         if not (status == 200 if delivered is None else delivered):
             return
@@ -145,7 +151,10 @@ class LiveMetrics:
         if key in self._seen:
             return
         self._seen.add(key)
-        self.delivered.labels(provider).inc()
+        child = self._delivered_children.get(provider)
+        if child is None:
+            child = self._delivered_children[provider] = self.delivered.labels(provider)
+        child.inc()
         at = float(row["time"])
         injected = self._injected_at.get(key[:2])
         if injected is None:

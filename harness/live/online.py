@@ -8,7 +8,7 @@ is surely in: rows arrive in the order they are collected, not in the order they
 
 * ``duplicates`` (effectively_once): a device got a notification again, and none of the
   causes the design admits explains it: the checker's own rule
-  (:func:`harness.checkers.duplicate_causes.cause_of`) over the key's deliveries in time order,
+  (:func:`harness.checkers.duplicate_causes.cause_after`) over the key's deliveries in time order,
   applied :data:`DELIVERY_SETTLE_S` after the duplicate (every earlier delivery is in by then;
   a dedup store judged volatile, and a fault window still open judged as never closing, so the
   live rule excuses at least what the final one does). The checker fails on any unattributed
@@ -33,14 +33,13 @@ checkers', read one row at a time.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
-
 from harness.checkers.dead_tokens import TRANSIT_S
-from harness.checkers.duplicate_causes import DEFAULT_KILL_WINDOW_S, UNATTRIBUTED, cause_of
+from harness.checkers.duplicate_causes import DEFAULT_KILL_WINDOW_S, UNATTRIBUTED, cause_after
 from harness.checkers.windows import DEDUP_STORE, Window
 from harness.live.stop import LIVE_CHECKS as CHECKS
 
@@ -95,18 +94,18 @@ class OnlineChecks:
     first: dict[str, LiveViolation] = field(default_factory=dict)
     _deliveries: dict[tuple[str, str, str], list[_Delivery]] = field(default_factory=dict)
     # Deliveries of a key delivered before, judged once every earlier one is surely in.
-    _repeats: list[tuple[tuple[str, str, str], _Delivery]] = field(default_factory=list)
+    _repeats: deque[tuple[tuple[str, str, str], _Delivery]] = field(default_factory=deque)
     _windows: dict[str, dict[str, Any]] = field(default_factory=dict)
     _outages: dict[str, _Outage] = field(default_factory=dict)
     _injected_at: dict[tuple[str, str], float] = field(default_factory=dict)
     # Deliveries inside an outage, judged once their injections are surely in.
-    _pending: list[tuple[float, tuple[str, str], str]] = field(default_factory=list)
+    _pending: deque[tuple[float, tuple[str, str], str]] = field(default_factory=deque)
     _latest: float = 0.0
     transit_s: float = TRANSIT_S
     # (tenant, token) -> when its first dead answer left the provider; requests to be judged
     # against it once settled; when the harness revived a token.
     _dead_at: dict[tuple[str, str], float] = field(default_factory=dict)
-    _requests: list[tuple[float, tuple[str, str]]] = field(default_factory=list)
+    _requests: deque[tuple[float, tuple[str, str]]] = field(default_factory=deque)
     _revived_at: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def feed(
@@ -175,10 +174,7 @@ class OnlineChecks:
         return found
 
     def _settle(self, until: float) -> list[LiveViolation]:
-        ready = [p for p in self._pending if p[0] <= until]
-        if not ready:
-            return []
-        self._pending = [p for p in self._pending if p[0] > until]
+        ready = _take(self._pending, until, lambda p: p[0])
         found = []
         for at, key, token in ready:
             injected = self._injected_at.get(key)
@@ -218,10 +214,7 @@ class OnlineChecks:
             self._revived_at[key] = min(at, self._revived_at.get(key, at))
 
     def _settle_requests(self, until: float) -> list[LiveViolation]:
-        ready = [r for r in self._requests if r[0] <= until]
-        if not ready:
-            return []
-        self._requests = [r for r in self._requests if r[0] > until]
+        ready = _take(self._requests, until, lambda r: r[0])
         found = []
         for at, key in ready:
             dead_at = self._dead_at.get(key)
@@ -258,10 +251,7 @@ class OnlineChecks:
     # -- the rules ------------------------------------------------------------------------------
 
     def _settle_repeats(self, until: float) -> list[LiveViolation]:
-        ready = [r for r in self._repeats if r[1].time <= until]
-        if not ready:
-            return []
-        self._repeats = [r for r in self._repeats if r[1].time > until]
+        ready = _take(self._repeats, until, lambda r: r[1].time)
         kills = self._fault_windows(_KILL)
         crashes = self._fault_windows(_CRASH)
         found = []
@@ -270,11 +260,16 @@ class OnlineChecks:
             earlier = order[: order.index(delivery)]
             if not earlier:
                 continue  # the first delivery by time: the others are the repeats
-            previous = pd.DataFrame(
-                {"time": [d.time for d in earlier], "status": [d.status for d in earlier]}
-            )
             # Volatile (durable=False): a crash may excuse; the final rule excuses no less.
-            cause = cause_of(previous, delivery.time, kills, crashes, False, DEFAULT_KILL_WINDOW_S)
+            cause = cause_after(
+                any(d.status != 200 for d in earlier),
+                earlier[-1].time,
+                delivery.time,
+                kills,
+                crashes,
+                False,
+                DEFAULT_KILL_WINDOW_S,
+            )
             if cause != UNATTRIBUTED:
                 continue
             first = order[0]
@@ -323,3 +318,13 @@ class OnlineChecks:
                     },
                 )
         return None
+
+
+def _take(queue: deque[Any], until: float, time_of: Callable[[Any], float]) -> list[Any]:
+    """The items at the head of ``queue`` (kept in the order rows came, nearly the order of
+    time) whose time is ``until`` or earlier. One behind a later head waits for it: judged a
+    little late, never early. Each item is looked at once per step at most, not every item."""
+    ready = []
+    while queue and time_of(queue[0]) <= until:
+        ready.append(queue.popleft())
+    return ready
