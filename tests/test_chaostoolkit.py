@@ -80,10 +80,13 @@ def test_chaos_run_runs_the_smoke_scenario_and_its_journal_shows_the_verdicts(tm
                            **summary["checkers"][output_["checker"]]}  # fmt: skip
     once = probes[0]["output"]
     assert once["checker"] == "effectively_once" and once["expected"] > 0 and once["lost"] == 0
-    load, malformed = journal["run"]
+    # The load, then smoke's timed actions (malformed jobs at 1 s, probes posted again at 12 s).
+    load, malformed, probes_again = journal["run"]
     assert load["output"]["run_dir"] == str(run_dir) and load["output"]["seed"] == 3
     assert malformed["activity"]["name"] == "inject-malformed-jobs at 1 s"
     assert malformed["status"] == "succeeded"
+    assert probes_again["activity"]["name"] == "post-probes at 12 s"
+    assert probes_again["status"] == "succeeded"
     stop = journal["rollbacks"][-1]
     assert stop["activity"]["name"] == "stop the harness run"
     assert stop["output"]["verdict"] == "pass" and stop["output"]["run_dir"] == str(run_dir)
