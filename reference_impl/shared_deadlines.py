@@ -43,25 +43,11 @@ class SharedDeadlines:
     def extend(self, key: str, deadline: float) -> None:
         """Set ``key``'s deadline to ``deadline``, unless it already runs later."""
         fp = fingerprint(key)
-        now = self.clock()
         with self._lock:
-            target, earliest = -1, float("inf")
-            for probe in range(PROBES):
-                slot = (fp + probe) % self.slots
-                found, until = _SLOT.unpack_from(self._map, slot * _SLOT.size)
-                if found == fp:
-                    if until >= deadline:
-                        return
-                    target = slot
-                    break
-                if found == 0 or until <= now:
-                    target = slot
-                    break
-                if until < earliest:
-                    target, earliest = slot, until
-            # The deadline first, then the fingerprint: a reader sees a whole entry or none.
-            struct.pack_into("<d", self._map, target * _SLOT.size + 8, deadline)
-            struct.pack_into("<Q", self._map, target * _SLOT.size, fp)
+            target, current = self._slot_for(fp, self.clock())
+            if current is not None and current >= deadline:
+                return
+            self._write(target, fp, deadline)
 
     def reserve(self, key: str, interval: float) -> float:
         """The next free instant of a pace kept under ``key``: now, or the instant the last
@@ -71,21 +57,30 @@ class SharedDeadlines:
         fp = fingerprint(key)
         now = self.clock()
         with self._lock:
-            target, earliest, at = -1, float("inf"), now
-            for probe in range(PROBES):
-                slot = (fp + probe) % self.slots
-                found, until = _SLOT.unpack_from(self._map, slot * _SLOT.size)
-                if found == fp:
-                    target, at = slot, max(now, until)
-                    break
-                if found == 0 or until <= now:
-                    target = slot
-                    break
-                if until < earliest:
-                    target, earliest = slot, until
-            struct.pack_into("<d", self._map, target * _SLOT.size + 8, at + interval)
-            struct.pack_into("<Q", self._map, target * _SLOT.size, fp)
+            target, current = self._slot_for(fp, now)
+            at = now if current is None else max(now, current)
+            self._write(target, fp, at + interval)
             return at
+
+    def _slot_for(self, fp: int, now: float) -> tuple[int, float | None]:
+        """The slot for fingerprint ``fp`` (the lock held): its own, with its deadline; else an
+        empty or expired one in its neighbourhood, else the one with the earliest deadline."""
+        target, earliest = -1, float("inf")
+        for probe in range(PROBES):
+            slot = (fp + probe) % self.slots
+            found, until = _SLOT.unpack_from(self._map, slot * _SLOT.size)
+            if found == fp:
+                return slot, until
+            if found == 0 or until <= now:
+                return slot, None
+            if until < earliest:
+                target, earliest = slot, until
+        return target, None
+
+    def _write(self, slot: int, fp: int, deadline: float) -> None:
+        # The deadline first, then the fingerprint: a reader sees a whole entry or none.
+        struct.pack_into("<d", self._map, slot * _SLOT.size + 8, deadline)
+        struct.pack_into("<Q", self._map, slot * _SLOT.size, fp)
 
     def deadline(self, key: str) -> float:
         """``key``'s deadline; 0.0 when it has none."""
