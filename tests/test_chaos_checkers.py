@@ -93,6 +93,41 @@ def test_fail_closed_flags_a_backlog_send_later_than_any_decision_waits():
     assert verdict.counts["decided_during_outage"] == 0
 
 
+def _publish(history, at, nid, token="t1", tenant="acme", reason=None):
+    history.append(
+        "sns_publish", time=at, tenant_id=tenant, notification_id=nid, token=token,
+        provider="sns", reason=reason,
+    )  # fmt: skip
+
+
+def test_fail_closed_judges_a_push_through_sns_by_when_sns_accepted_it():
+    """SNS's own delivery is no decision of the system's: a push published before the cut and
+    delivered seconds into the outage is not judged; one published inside it is, late or not."""
+    history = History()
+    _fault(history, "dedup-outage", 100.0, 110.0)
+    for nid in ("queued", "published-late", "refused-then-late"):
+        _inject(history, 98.0, nid)
+    _publish(history, 99.5, "queued")
+    _request(history, 107.0, nid="queued")  # SNS's wait, not the system's
+    verdict = fail_closed.check(history.frame(), grace_s=0.5, decision_lag_s=5.0)
+    assert verdict.valid and verdict.counts["deliveries_during_outage"] == 0
+    _publish(history, 106.0, "published-late")
+    _request(history, 106.2, nid="published-late")
+    # A publish SNS refused hands nothing off: the accepted one later is the bound.
+    _publish(history, 99.0, "refused-then-late", reason="Throttling")
+    _publish(history, 108.0, "refused-then-late")
+    _request(history, 108.1, nid="refused-then-late")
+    verdict = fail_closed.check(history.frame(), grace_s=0.5, decision_lag_s=5.0)
+    assert not verdict.valid
+    assert verdict.counts["backlog_sent_late"] == 2
+    assert verdict.counts["deliveries_during_outage"] == 2
+    # A second delivery of the same push is bound by the latest publish before it.
+    _publish(history, 109.0, "queued")
+    _request(history, 109.5, nid="queued")
+    verdict = fail_closed.check(history.frame(), grace_s=0.5, decision_lag_s=5.0)
+    assert verdict.counts["backlog_sent_late"] == 3
+
+
 def test_fail_closed_with_fallback_counts_duplicates_across_the_outage():
     history = History()
     _fault(history, "dedup-outage", 100.0, 110.0)

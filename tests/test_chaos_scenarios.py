@@ -132,7 +132,9 @@ def test_failing_open_only_on_a_timeout_passes_a_refusing_outage_and_is_caught_b
     )
     assert code == 0, output
     refused = summary["checkers"]["fail_closed"]
-    assert refused["valid"] is True and refused["deliveries_during_outage"] == 0
+    # Pushes decided before the cut may still land in it on a loaded machine (26 did in CI):
+    # what the refusing outage cannot see is a decision taken inside it.
+    assert refused["valid"] is True and refused["decided_during_outage"] == 0
     code, summary, _ = _run(str(_variant(tmp_path, "memorydb-timeout", defect)), tmp_path / "hung")
     assert code == 1
     hung = _failed(summary, "fail_closed")

@@ -23,6 +23,11 @@ clock at the request) and before the provider got the request. So:
 ``deliveries_during_outage`` counts every delivery inside the window past ``grace_s`` (both
 kinds, and the backlog sent within the lag): what the window saw, not the verdict.
 
+A delivery's instant is when the system handed it off: the Publish SNS accepted for it when
+it went through SNS (SNS's own delivery to the provider is no decision of the system's, and on
+a loaded machine it put pushes published before the cut seconds into the outage), the
+provider's request otherwise (:func:`windows.handoff_times`).
+
 With the fallback on, deliveries during the outage are allowed (the fallback decided them),
 and what must hold is that none of them is duplicated across the outage and the recovery.
 """
@@ -40,7 +45,12 @@ from harness.checkers.keys import joint_keys, member, sorted_unique
 from harness.checkers.registry import checker
 from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
-from harness.checkers.windows import delivery_rows, injection_times, unavailable_windows
+from harness.checkers.windows import (
+    delivery_rows,
+    handoff_times,
+    injection_times,
+    unavailable_windows,
+)
 
 KEY = ["tenant_id", "notification_id", "token"]
 # The longest a decision taken before an outage may wait for its send: a batch's sends after
@@ -56,7 +66,7 @@ def check(
 ) -> Verdict:
     windows = unavailable_windows(history)
     rows = delivery_rows(history)
-    times = history["time"].to_numpy(dtype=float, na_value=np.nan)[rows]
+    times = handoff_times(history, rows)
     injects = history.loc[history["kind"] == "inject", ["tenant_id", "notification_id", "time"]]
     injected_at = injection_times(injects)
     (history_keys,) = joint_keys([history], KEY)
@@ -128,16 +138,29 @@ def check_store(
         JOIN tenants t ON t.value = o.tenant_id JOIN nids n ON n.value = o.notification_id
         WHERE o.kind = 'inject' GROUP BY t.code, n.code"""
     )
+    # Publishes SNS accepted, the hand-off of a push through SNS (see windows.handoff_times).
+    store.run(
+        """CREATE OR REPLACE TABLE published AS
+        SELECT t.code AS tenant, n.code AS nid, k.code AS tok, o.time AS at FROM other o
+        JOIN tenants t ON t.value = o.tenant_id JOIN nids n ON n.value = o.notification_id
+        JOIN tokens k ON k.value = o.token
+        WHERE o.kind = 'sns_publish' AND o.reason IS NULL AND o.time IS NOT NULL"""
+    )
     store.run(
         """CREATE OR REPLACE TABLE during_outage AS
-        SELECT p.pos, p.key, p.time,
+        WITH handed AS (
+            SELECT p.pos, p.key, p.time, p.tenant, p.nid, coalesce(s.at, p.time) AS at
+            FROM (SELECT * FROM prov WHERE got) p
+            ASOF LEFT JOIN published s
+            ON p.tenant = s.tenant AND p.nid = s.nid AND p.tok = s.tok AND p.time >= s.at
+        )
+        SELECT h.pos, h.key, h.time,
                bool_or(coalesce(i.at > w.start, false)) AS decided,
-               bool_or(NOT coalesce(i.at > w.start, false) AND p.time > w.lag_end) AS late
-        FROM prov p
-        JOIN outage_windows w ON p.time > w.start AND p.time < w.stop
-        LEFT JOIN injected_at i ON i.tenant = p.tenant AND i.nid = p.nid
-        WHERE p.got
-        GROUP BY p.pos, p.key, p.time"""
+               bool_or(NOT coalesce(i.at > w.start, false) AND h.at > w.lag_end) AS late
+        FROM handed h
+        JOIN outage_windows w ON h.at > w.start AND h.at < w.stop
+        LEFT JOIN injected_at i ON i.tenant = h.tenant AND i.nid = h.nid
+        GROUP BY h.pos, h.key, h.time"""
     )
     (during, decided, late) = store.one(
         "SELECT count(*), count(*) FILTER (decided), count(*) FILTER (late) FROM during_outage"

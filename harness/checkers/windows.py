@@ -113,3 +113,30 @@ def injection_times(injected: pd.DataFrame) -> pd.Series:
     no decision of the system about it can be earlier. ``injected``: rows with tenant_id,
     notification_id and time; the answer is indexed by (tenant_id, notification_id)."""
     return injected.groupby(["tenant_id", "notification_id"])["time"].min()
+
+
+def handoff_times(history: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """When the system handed each delivery (``rows``, positions from :func:`delivery_rows`)
+    off: the latest Publish SNS accepted for the same tenant, notification and token at or
+    before the provider got it, or the provider's own time when none (straight to APNs/FCM).
+
+    A decision to send precedes its hand-off, so this is the tightest bound the harness sees on
+    it. Through SNS the push still waits in SNS's own delivery before the provider sees it: on
+    a loaded machine that wait alone put pushes published before a dedup outage seconds into
+    it, which the provider's time would have judged as decided there."""
+    times = history["time"].to_numpy(dtype=float, na_value=np.nan)[rows]
+    accepted = (history["kind"] == "sns_publish") & history["reason"].isna()
+    if not accepted.any():
+        return times
+    by = ["tenant_id", "notification_id", "token"]
+    published = history.loc[accepted, [*by, "time"]].dropna(subset=by)
+    published = published.rename(columns={"time": "published"}).sort_values("published")
+    delivered = history[by].iloc[rows].assign(time=times, position=np.arange(len(rows)))
+    delivered = delivered.dropna(subset=[*by, "time"]).sort_values("time")
+    matched = pd.merge_asof(
+        delivered, published, left_on="time", right_on="published", by=by, direction="backward"
+    )
+    handoff = times.copy()
+    found = matched["published"].notna().to_numpy()
+    handoff[matched["position"].to_numpy()[found]] = matched["published"].to_numpy()[found]
+    return handoff
