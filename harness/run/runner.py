@@ -260,10 +260,12 @@ class Collector:
             except Exception:  # a missed poll is taken by the next one
                 continue
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ends the polling, waiting up to ``timeout`` for a poll under way (an interrupted
+        run waits less: its history is kept as it is)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(10)
+            self._thread.join(timeout)
 
 
 class PushQueueProbe:
@@ -379,10 +381,10 @@ class QueueSampler:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=timeout)
 
 
 def wait_for_outcome(
@@ -1383,10 +1385,13 @@ def _tear_down(state: RunState, interrupted: bool) -> None:
     """Collectors stopped, faults undone, the stack down: also after a failure or a signal
     (faster then)."""
     with deferred_signals():
+        # An interrupted run ends within seconds: a poll under way on a loaded machine is
+        # not waited for long (its rows are what an interrupted history may lack anyway).
+        wait_s = 1.0 if interrupted else 10.0
         if state.collector is not None:
-            state.collector.stop()
+            state.collector.stop(wait_s)
         if state.sampler is not None:
-            state.sampler.stop()
+            state.sampler.stop(wait_s)
         if state.nemesis is not None:
             undone = state.nemesis.rollback(hurry=interrupted)
             if interrupted and undone:
