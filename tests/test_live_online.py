@@ -227,3 +227,25 @@ def test_a_send_after_a_token_answered_dead_is_seen_unless_it_was_brought_back()
     detail = json.dumps({"change": "reinstall", "tokens": ["gone"], "ok": True})
     history.append("change", time=11.0, tenant_id="acme", detail=detail)
     assert _live(history).counts["sends_after_dead"] == 0
+
+
+def test_a_device_registered_again_after_an_erasure_is_a_new_persons_from_then_on():
+    """gdpr-erasure posts a probe again to the person registered again on the same device: the
+    second delivery is theirs (the erasure checker's), not a duplicate of the first (a loaded
+    run's live view called it one while effectively_once passed)."""
+    history = History()
+    _send(history, 10.0, nid="probe")
+    _send(history, 30.0, nid="probe")
+    assert _live(history).counts["duplicates"] == 1
+    detail = {"change": "registration", "tokens": ["t1"], "ok": True}
+    history.append("change", time=20.0, tenant_id="acme", user_id="u", detail=json.dumps(detail))
+    assert _live(history).counts["duplicates"] == 0
+    # A registration the system refused never happened.
+    refused = History()
+    _send(refused, 10.0, nid="probe")
+    _send(refused, 30.0, nid="probe")
+    refused.append(
+        "change", time=20.0, tenant_id="acme", user_id="u",
+        detail=json.dumps({**detail, "ok": False}),
+    )  # fmt: skip
+    assert _live(refused).counts["duplicates"] == 1

@@ -12,7 +12,9 @@ is surely in: rows arrive in the order they are collected, not in the order they
   applied :data:`DELIVERY_SETTLE_S` after the duplicate (every earlier delivery is in by then;
   a dedup store judged volatile, and a fault window still open judged as never closing, so the
   live rule excuses at least what the final one does). The checker fails on any unattributed
-  duplicate, collapse id or not.
+  duplicate, collapse id or not. A device whose erased user was registered again is a new
+  person's from the registration on (the ``erasure`` checker judges those deliveries, as the
+  final rule leaves them out too).
 * ``visible_duplicates``: those of them a user sees, with no collapse id shared with the first
   delivery (the device shows the rest as one).
 * ``sends_after_dead`` (dead_tokens): a request reached the provider more than ``transit_s``
@@ -107,6 +109,9 @@ class OnlineChecks:
     _dead_at: dict[tuple[str, str], float] = field(default_factory=dict)
     _requests: deque[tuple[float, tuple[str, str]]] = field(default_factory=deque)
     _revived_at: dict[tuple[str, str], float] = field(default_factory=dict)
+    # (tenant, token) of an erased user's device registered again -> when the registration was
+    # sent: its deliveries from then on are the new person's.
+    _registered_at: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def feed(
         self, rows: Iterable[Mapping[str, Any]], now: float | None = None
@@ -199,19 +204,22 @@ class OnlineChecks:
         self._requests.append((at, key))
 
     def _change(self, row: Mapping[str, Any]) -> None:
-        """A ``reinstall-devices`` change the system acknowledged: its tokens brought back."""
+        """A ``reinstall-devices`` change the system acknowledged: its tokens brought back; a
+        registration again after an erasure: its devices a new person's."""
         try:
             detail = json.loads(row.get("detail") or "")
         except ValueError:
             return
-        if not isinstance(detail, dict) or detail.get("change") != "reinstall":
+        if not isinstance(detail, dict) or detail.get("ok") is False:
             return
-        if detail.get("ok") is False:
+        kind = detail.get("change")
+        if kind not in ("reinstall", "registration"):
             return
+        since = self._revived_at if kind == "reinstall" else self._registered_at
         at = float(row["time"])
         for token in detail.get("tokens", []):
             key = (str(row.get("tenant_id")), str(token))
-            self._revived_at[key] = min(at, self._revived_at.get(key, at))
+            since[key] = min(at, since.get(key, at))
 
     def _settle_requests(self, until: float) -> list[LiveViolation]:
         ready = _take(self._requests, until, lambda r: r[0])
@@ -260,6 +268,8 @@ class OnlineChecks:
             earlier = order[: order.index(delivery)]
             if not earlier:
                 continue  # the first delivery by time: the others are the repeats
+            if delivery.time >= self._registered_at.get((key[0], key[2]), float("inf")):
+                continue  # the new person's (the erasure checker's)
             # Volatile (durable=False): a crash may excuse; the final rule excuses no less.
             cause = cause_after(
                 any(d.status != 200 for d in earlier),

@@ -537,8 +537,10 @@ def reregister_users(ctx: ActionContext, params: dict[str, Any]) -> str:
             ]
             calls += [driver.follow(tenant, author, [user_id]) for _, author in follows]
             ok = all(ctx.make(http, call).status_code < 300 for call in calls)
+            # The tokens, for whoever reads the change without the population (the live view).
+            tokens = [d.token for d in ctx.population.devices_of(tenant, user_id)]
             record_change(ctx.history, tenant, user_id, sent, ok, change="registration",
-                          follows=[list(f) for f in follows])  # fmt: skip
+                          follows=[list(f) for f in follows], tokens=tokens)  # fmt: skip
             if not ok:
                 continue
             done += 1
