@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -118,6 +119,22 @@ def test_like_storm_injects_its_likes_in_the_window(stack, population_file, tmp_
     assert likes["offset"].min() >= 1 - 0.5 and likes["offset"].max() <= 4 + 1.0
     # Fairly even: no second of the window holds more than half of the storm.
     assert likes["offset"].round().value_counts().max() <= 15
+
+
+def test_a_load_with_a_start_instant_waits_for_it_and_counts_its_plan_from_it(
+    stack, population_file, tmp_path
+):
+    """day-boundary places the system's midnight at_s into the load: Locust, started at once,
+    waits for the instant the harness fixed, so its own start-up cannot shift the storm."""
+    start_at = time.time() + 6.0
+    plan = {"likes": 6, "burst_at_s": 1, "burst_window_s": 2, "duration_s": 4,
+            "background_users": 1}  # fmt: skip
+    summary, rows = _loadgen(
+        stack, population_file, tmp_path, "like_storm", plan, "--start-at", str(start_at)
+    )
+    assert summary["load_started_at"] >= start_at
+    likes = rows[rows["user_class"] == "LikeStorm"]
+    assert len(likes) == 6 and (likes["time"] >= start_at + 1 - 0.5).all()
 
 
 def test_game_day_grows_the_readers_after_the_burst(stack, population_file, tmp_path):

@@ -166,6 +166,14 @@ def run(args: argparse.Namespace) -> int:
                     )
                     return 1
                 gevent.sleep(0.1)
+        if args.start_at is not None:
+            # The plan's offsets count from an instant the harness fixed beforehand (the system
+            # clock's midnight is placed at_s into the load): Locust's own start-up, seconds on
+            # a loaded machine, must not move the load against it.
+            late = time.time() - args.start_at
+            if late > 0:
+                print(f"locust: ready {late:.1f} s after the load's start instant", flush=True)
+            gevent.sleep(max(0.0, -late))
         # The harness starts its fault schedule on this line: offsets count from the load.
         print(
             f"locust: started {path.name} (shape {plan.shape}, {args.workers or 'no'} worker(s))",
@@ -262,6 +270,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop the load (exit 0, outcome 'stopped') when this file appears",
     )
     parser.add_argument("--progress-s", type=float, default=5.0)
+    parser.add_argument(
+        "--start-at",
+        type=float,
+        help="start the load at this instant (Unix seconds), not as soon as Locust is ready",
+    )
     return parser
 
 

@@ -764,6 +764,7 @@ def _inject_with_locust(
     progress: Progress,
     stack: Stack | None = None,
     driver_args: Sequence[str] = (),
+    start_at: float | None = None,
 ) -> None:
     """Run the scenario's locustfile through ``harness.load.loadgen`` (Locust's library API, in its
     own process: Locust monkey-patches with gevent), start the faults when the load starts, and
@@ -790,6 +791,7 @@ def _inject_with_locust(
         "--timeout", str(plan.duration_s + 60),
         "--stop-file", str(out / LOAD_STOP_FILE),
         *driver_args,
+        *(["--start-at", repr(start_at)] if start_at is not None else []),
     ]  # fmt: skip
     started = False
     tail = LoadTail(out, history)
@@ -1118,6 +1120,25 @@ def _await_boundary(state: RunState) -> None:
     time.sleep(min(wait, step.lead_s))
 
 
+def _load_start_at(state: RunState) -> float | None:
+    """When a Locust load must start (``at_s`` before the system's clock shows the
+    scenario's midnight), for the load generator to wait for itself: Locust is started at once
+    and its own start-up no longer moves the load against the boundary. None without a clock
+    step."""
+    step = state.scenario.clock
+    if step is None or state.boundary is None:
+        return None
+    start_at = state.boundary - step.at_s
+    wait = start_at - state.clock().timestamp()
+    if wait < 0:
+        state.progress(
+            "clock", f"the load starts {-wait:.1f} s late: the midnight falls earlier in it"
+        )
+    else:
+        state.progress("clock", f"the load starts in {wait:.1f} s (Locust waits for it)")
+    return start_at
+
+
 def _load_population(state: RunState) -> None:
     """The oracle's population, generated, told to the simulators (dead tokens) and loaded
     through the system's driver; the provider ledgers collected from here on."""
@@ -1199,13 +1220,14 @@ def _inject_load(state: RunState) -> None:
         ],
     )
     actions.stop = nemesis.stopping
-    _await_boundary(state)
     if scenario.locust is not None:
         _inject_with_locust(
             scenario, state.run_dir, contract.api_url, state.seed, state.locust_workers,
             state.history, nemesis.start, progress, state.stack, _driver_args(state.target),
+            _load_start_at(state),
         )  # fmt: skip
     else:
+        _await_boundary(state)
         nemesis.start()
         _inject(
             scenario, state.population, state.history, contract.api_url, state.seed,
