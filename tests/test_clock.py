@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from harness.checkers.verdict import Verdict
 from harness.contract.clock import (
     SystemClock,
     faked_environment,
@@ -29,7 +30,7 @@ from harness.contract.driver import FanoutApiDriver
 from harness.contract.system import SystemContract
 from harness.model.history import History
 from harness.model.scenarios import ScenarioError, get, parse
-from harness.run.runner import ScenarioDoesNotFit, _require_fit
+from harness.run.runner import ScenarioDoesNotFit, _require_fit, boundary_crossed, overall_verdict
 from harness.stack.target import parse as parse_target
 
 LIBRARY = faketime_library()
@@ -127,6 +128,22 @@ def test_the_run_records_its_clock_and_the_summary_says_where_the_boundary_fell(
     assert said is not None
     assert (said["injected_before"], said["injected_after"]) == (2, 3)
     assert said["system_shows"] == "1970-01-01T01:03:20+00:00"
+
+
+def test_a_run_whose_load_did_not_cross_the_midnight_is_unknown_not_a_pass():
+    """Every event after the system's midnight (a storm started late): no calendar promise was
+    exercised, so the run cannot pass on it."""
+    history = History()
+    assert boundary_crossed(history.frame()) is None  # the clock was not moved
+    history.append("phase", time=101.0, detail=phase_detail(3600, "UTC", 200.0))
+    for at in (210.0, 250.0):
+        history.append("inject", time=at, tenant_id="t", notification_id=f"n{at}")
+    verdict = boundary_crossed(history.frame())
+    assert verdict is not None and verdict.valid is None and verdict.applies
+    assert verdict.counts == {"injected_before": 0, "injected_after": 2}
+    assert overall_verdict([Verdict("rate_limit", True), verdict], None) == "unknown"
+    history.append("inject", time=199.0, tenant_id="t", notification_id="early")
+    assert boundary_crossed(history.frame()) is None
 
 
 def test_a_scenario_names_its_midnight_in_an_iana_zone():

@@ -1400,7 +1400,26 @@ def _judge(state: RunState) -> list[Verdict]:
     capabilities = state.contract.capabilities()
     # A large history is checked out of core (DuckDB within a memory cap).
     with out_of_core_if_large(evidence, state.run_dir / "checker-store") as evidence:
-        return [judge(p, evidence, capabilities) for p in state.scenario.probes]
+        verdicts = [judge(p, evidence, capabilities) for p in state.scenario.probes]
+    boundary = boundary_crossed(state.history.frame())
+    return verdicts + ([boundary] if boundary is not None else [])
+
+
+def boundary_crossed(history: pd.DataFrame) -> Verdict | None:
+    """For a run that moved the system's clock to a midnight: unknown when the midnight fell
+    outside the load (every event on one side of it), so that no calendar promise passes on a
+    day boundary nothing crossed (a loaded run started its storm after it and passed a daily
+    cap counted by the wrong day). None when the clock was not moved or the load crossed it."""
+    clock = clock_summary(history)
+    if clock is None:
+        return None
+    counts = {k: int(clock[k]) for k in ("injected_before", "injected_after")}  # type: ignore[call-overload]
+    if counts["injected_before"] and counts["injected_after"]:
+        return None
+    why = (
+        f"the system's midnight ({clock['system_shows']}) fell outside the load: nothing crossed it"
+    )
+    return Verdict("day_boundary", None, counts, {"unknown": why})
 
 
 def _tear_down(state: RunState, interrupted: bool) -> None:
