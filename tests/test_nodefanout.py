@@ -688,6 +688,43 @@ def test_the_dedup_store_down_fails_closed(infra: Infra, bugs: tuple[str, ...]) 
             assert len(system.rows(token)) == 1
 
 
+def test_a_sent_mark_the_store_refused_is_written_once_it_is_back(tmp_path: Path) -> None:
+    """A push out while the store was down: its lease alone would end and a job of it redriven
+    later would be sent again, so the mark is written as soon as the store answers."""
+    port = free_port()
+    script = tmp_path / "late.mjs"
+    dedup = REPO / "systems" / "nodefanout" / "lib" / "dedup.mjs"
+    script.write_text(
+        f"import {{ Dedup }} from {json.dumps(str(dedup))}\n"
+        f"const d = new Dedup('redis://127.0.0.1:{port}/0', {{ timeoutMs: 300 }})\n"
+        "await d.markSent('np:sent:o:n:t')\n"
+        "console.log(`late ${d.lateMarks.size}`)\n"
+        "const until = Date.now() + 20000\n"
+        "while (d.lateMarks.size && Date.now() < until) await new Promise((r) => setTimeout(r, 100))\n"
+        "console.log(`left ${d.lateMarks.size}`)\n"
+        "d.close()\n"
+    )
+    node = subprocess.Popen(
+        ["node", str(script)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert node.stdout is not None
+        said = ""
+        for line in node.stdout:  # its log lines come first, on the same stream
+            said += line
+            if line.startswith("late "):
+                break
+        assert said.endswith("late 1\n"), said + node.stdout.read()
+        with redis_server(port, tmp_path):
+            output, _ = node.communicate(timeout=30)
+            assert "left 0" in output, output
+            assert redis.Redis(port=port).get("np:sent:o:n:t") == b"1"
+    finally:
+        if node.poll() is None:
+            node.kill()
+
+
 @pytest.mark.parametrize("with_bugs", [(), ("dedup_short_ttl",)], indirect=True,
                          ids=["correct", "bug"])  # fmt: skip
 def test_a_sent_claim_is_per_device_and_lives_30_days(with_bugs: Deployment) -> None:

@@ -32,6 +32,9 @@ export class Dedup {
     this.ttlMs = shortTtl ? SHORT_TTL_MS : TTL_MS
     this.leaseMs = leaseMs
     this.claimBeforeSend = claimBeforeSend
+    // Keys of pushes sent whose "sent" mark the store refused: written once it answers.
+    this.lateMarks = new Set()
+    this.lateTimer = null
     this.redis = new Redis(url, {
       enableOfflineQueue: false,
       maxRetriesPerRequest: 0,
@@ -61,6 +64,7 @@ export class Dedup {
   // {state: 'claimed'} send it; {state: 'sent'} sent before, skip; {state: 'busy', ms} another
   // sender holds the lease for ms more.
   async claim(key) {
+    if (this.lateMarks.size) await this.writeLateMarks()
     const value = this.claimBeforeSend ? SENT : PENDING
     const ttl = this.claimBeforeSend ? this.ttlMs : this.leaseMs
     const set = await this.command((r) => r.set(key, value, 'PX', ttl, 'NX'))
@@ -76,7 +80,10 @@ export class Dedup {
   }
 
   // The provider answered for good: 30 days. An error is logged, not thrown: the push is out,
-  // and the lease still guards it for a while.
+  // and the lease still guards it for a while. A mark the store refused is written again as
+  // soon as the store answers (before the next claim, and every second): a lease alone ended
+  // 30 s after the claim, and a job of the same push redriven from the dead-letter queue after
+  // a dedup outage was sent again (a loaded memorydb-outage run: 3 duplicates).
   async markSent(key) {
     if (this.claimBeforeSend) return
     try {
@@ -84,7 +91,34 @@ export class Dedup {
     } catch (err) {
       log.count('mark_failed')
       log.warn('could not mark a push sent', { key, error: err.message })
+      this.lateMarks.add(key)
+      this.retryLateMarksSoon()
     }
+  }
+
+  // Writes the marks the store refused; those it refuses again wait for the next try.
+  async writeLateMarks() {
+    for (const key of [...this.lateMarks]) {
+      try {
+        await this.command((r) => r.set(key, SENT, 'PX', this.ttlMs))
+        this.lateMarks.delete(key)
+        log.count('late_mark_written')
+      } catch {
+        return
+      }
+    }
+  }
+
+  retryLateMarksSoon() {
+    if (this.lateTimer) return
+    this.lateTimer = setInterval(async () => {
+      await this.writeLateMarks()
+      if (!this.lateMarks.size) {
+        clearInterval(this.lateTimer)
+        this.lateTimer = null
+      }
+    }, 1000)
+    this.lateTimer.unref?.()
   }
 
   // Best effort: a claim that cannot be released ends with its lease (or, under the
@@ -99,6 +133,7 @@ export class Dedup {
   }
 
   close() {
+    if (this.lateTimer) clearInterval(this.lateTimer)
     this.redis.disconnect()
   }
 }
