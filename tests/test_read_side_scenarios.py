@@ -71,6 +71,7 @@ def test_posts_over_several_shards_and_a_follow_cache_kept_past_the_threshold_ar
     assert _failed(code, summary, "inbox")["missing"] > 0
 
 
+@pytest.mark.alone
 def test_unread_read_flags_cursors_and_fcm_projects_per_notification_are_caught(
     tmp_path,
 ):
@@ -150,6 +151,7 @@ def test_erasures_that_delete_rows_first_keep_the_audit_key_or_skip_pages_are_al
     assert result["inbox_items_after_erasure"] > 0
 
 
+@pytest.mark.alone
 def test_an_erasure_that_purges_only_the_push_keys_and_an_endpoint_left_off_are_caught(tmp_path):
     """Red team 3: the probes are mentions, so the erased users had email, in-app and SMS dedup
     keys too. An erasure that deletes the push keys only lets the re-posted mention reach the

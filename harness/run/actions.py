@@ -29,6 +29,8 @@ acknowledged it, so that the oracle knows what should hold from when.
 * ``count-unread``: the unread count of ``users`` followers of each celebrity, once (the seed
   picks them), late enough that the celebrity's posts are older than any lag: counts a
   read-all did not just precede, which an undercount (the merged pointers left out) can show;
+  with ``readers: true``, of every user who read items one by one (as a rollback: once every
+  delivery is in, a count that forgot those reads is surely over);
 * ``inject-malformed-jobs``: put jobs no retry can fix straight onto channel work queues
   through the public SQS API (a body that is not JSON, a JSON job without its fields, a job
   whose notification id is not a ULID but whose tenant and recipient are real), each carrying
@@ -55,6 +57,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, available_timezones
 
 import httpx
+import pandas as pd
 
 from harness.contract.driver import Call, Driver, FanoutApiDriver, Unsupported
 from harness.contract.system import JobTemplate
@@ -62,6 +65,7 @@ from harness.load.loader import post_event
 from harness.load.record import append_read
 from harness.model import local_time
 from harness.model.history import History
+from harness.model.inbox import read_rows
 from harness.model.population import (
     Author,
     Population,
@@ -710,31 +714,56 @@ def inject_malformed_jobs(ctx: ActionContext, params: dict[str, Any]) -> str:
 
 
 def count_unread(ctx: ActionContext, params: dict[str, Any]) -> str:
-    users = max(0, int(params.get("users", 10)))
-    rng = ctx.rng("count-unread")
+    """Unread counts of ``users`` followers of each celebrity; with ``readers: true``, of
+    every user who read an item one by one instead. As a rollback, once every delivery is in,
+    such a count leaves no post in flight to hide in: one that forgets the per-item reads is
+    over what any post could make it (a loaded run's counts, taken mid-load with posts
+    seconds behind, let that defect pass)."""
+    if params.get("readers"):
+        who = _item_readers(ctx.history.frame())
+        what = "readers who read items one by one"
+    else:
+        users = max(0, int(params.get("users", 10)))
+        rng = ctx.rng("count-unread")
+        who = [
+            (author.tenant_id, user)
+            for author in ctx.population.authors
+            if author.celebrity
+            for user in rng.sample(list(author.followers), min(users, len(author.followers)))
+        ]
+        what = "celebrity followers"
+    erased = set(ctx.erased)
     counted = 0
     with ctx.client() as http:
-        for author in [a for a in ctx.population.authors if a.celebrity]:
-            followers = list(author.followers)
-            for user in rng.sample(followers, min(users, len(followers))):
-                try:
-                    call = ctx.driver.unread_count(author.tenant_id, user)
-                except Unsupported:
-                    return "the system offers no unread count"
-                sent = time.time()
-                answer = ctx.make(http, call)
-                unread, capped = (
-                    ctx.driver.parse_unread_count(answer.status_code, answer.json())
-                    if answer.status_code == 200
-                    else (None, None)
-                )
-                append_read(ctx.history, {
-                    "op": "unread", "tenant_id": author.tenant_id, "user_id": user,
-                    "status": answer.status_code, "time": sent, "end": time.time(),
-                    "unread": unread, "capped": capped,
-                })  # fmt: skip
-                counted += 1
-    return f"{counted} unread count(s) of celebrity followers"
+        for tenant, user in who:
+            if (tenant, user) in erased:
+                continue  # the erasure checker's
+            try:
+                call = ctx.driver.unread_count(tenant, user)
+            except Unsupported:
+                return "the system offers no unread count"
+            sent = time.time()
+            answer = ctx.make(http, call)
+            unread, capped = (
+                ctx.driver.parse_unread_count(answer.status_code, answer.json())
+                if answer.status_code == 200
+                else (None, None)
+            )
+            append_read(ctx.history, {
+                "op": "unread", "tenant_id": tenant, "user_id": user,
+                "status": answer.status_code, "time": sent, "end": time.time(),
+                "unread": unread, "capped": capped,
+            })  # fmt: skip
+            counted += 1
+    return f"{counted} unread count(s) of {what}"
+
+
+def _item_readers(history: pd.DataFrame) -> list[tuple[str, str]]:
+    """(tenant, user) of every item read one by one the system acknowledged, sorted."""
+    marks = read_rows(history, "mark_read")
+    return sorted(
+        {(str(t), str(u)) for t, u in zip(marks["tenant_id"], marks["user_id"], strict=True)}
+    )
 
 
 def redrive_dlq(ctx: ActionContext, params: dict[str, Any]) -> str:
@@ -820,6 +849,8 @@ def validate(name: str, params: dict[str, Any]) -> None:
         channels = params.get("channels", ["push"])
         if not isinstance(channels, list) or not all(isinstance(c, str) for c in channels):
             raise ActionError(f"{name}: channels must be a list of channel names")
+    if name == "count-unread" and not isinstance(params.get("readers", False), bool):
+        raise ActionError(f"{name}: readers must be true or false")
     for key in ("count",):
         value = params.get(key, 1)
         if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= 1000:
