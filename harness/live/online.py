@@ -153,7 +153,9 @@ class OnlineChecks:
         if not isinstance(detail, dict) or "window" not in detail:
             return
         start = detail.get("phase") == "start"
-        window = str(detail["window"])
+        # A window is its fault's: the final checkers read each fault's windows apart, so two
+        # faults' records that share a window id must not close each other's.
+        window = f"{detail.get('fault')}/{detail['window']}"
         if detail.get("fault") in (_KILL, _CRASH):
             if start:
                 self._windows[window] = {"fault": detail["fault"], "start": float(row["time"])}
