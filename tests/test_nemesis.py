@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -68,6 +69,28 @@ def test_rollback_undoes_active_faults_and_records_the_stop(recording_fault):
     assert recording_fault == ["start long", "stop long"]
     phases = [json.loads(d)["phase"] for d in history.frame().query("kind == 'fault'")["detail"]]
     assert phases == ["start", "stop"]
+
+
+def test_a_window_closes_when_its_undo_began_not_when_it_returned(monkeypatch):
+    """The dependency may be back from the moment the undo starts: the window judged is the
+    span surely out, so a slow undo does not stretch it over sends made with the store back."""
+    calls: list[float] = []
+
+    def start(targets, params):
+        def undo() -> None:
+            calls.append(time.time())
+            time.sleep(0.3)
+
+        return undo
+
+    monkeypatch.setitem(catalogue.CATALOGUE, "slow-undo", FaultSpec("slow undo", start))
+    history = History()
+    fault = make_fault("slow-undo", {})
+    fault.start(ChaosTargets(), history)
+    fault.stop(ChaosTargets(), history)
+    [window] = fault_windows(history.frame())
+    assert window.stop <= calls[0] + 0.01
+    assert window.stop >= window.start
 
 
 def test_a_failing_fault_is_reported_not_swallowed(monkeypatch):

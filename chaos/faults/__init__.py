@@ -15,6 +15,7 @@ against a real Toxiproxy in a team's staging environment.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -120,15 +121,21 @@ class Fault:
             history.append("fault", detail=self._detail("start"))
 
     def stop(self, targets: ChaosTargets, history: History | None) -> None:
+        """Undoes the fault. Its window is recorded as closing when the undo began, the
+        earliest the dependency may be back (as it opens when the start returned, the latest it
+        may have gone): the checkers judge only the span that was surely out. Recorded when
+        the undo returned, a loaded machine's undo put a send decided with the store back
+        10 ms inside the window."""
         if not self.active:
             return
+        undoing = time.time()
         try:
             if self._undo is not None:
                 self._undo()
         finally:
             self.active = False
             if history is not None:
-                history.append("fault", detail=self._detail("stop"))
+                history.append("fault", time=undoing, detail=self._detail("stop"))
 
     def _detail(self, phase: str) -> str:
         detail = {"window": self.window_id, "fault": self.name, "phase": phase}
