@@ -1401,14 +1401,19 @@ def _judge(state: RunState) -> list[Verdict]:
     # A large history is checked out of core (DuckDB within a memory cap).
     with out_of_core_if_large(evidence, state.run_dir / "checker-store") as evidence:
         verdicts = [judge(p, evidence, capabilities) for p in state.scenario.probes]
-    boundary = boundary_crossed(state.history.frame())
+    # Only a promise that turns on the day (a daily cap judged by rate_limit) needs the load
+    # to cross the midnight; a run that moves the clock for anything else does not.
+    daily = state.contract.policy.daily_limit_per_device_type > 0 and any(
+        p.name == "rate_limit" for p in state.scenario.probes
+    )
+    boundary = boundary_crossed(state.history.frame()) if daily else None
     return verdicts + ([boundary] if boundary is not None else [])
 
 
 def boundary_crossed(history: pd.DataFrame) -> Verdict | None:
-    """For a run that moved the system's clock to a midnight: unknown when the midnight fell
-    outside the load (every event on one side of it), so that no calendar promise passes on a
-    day boundary nothing crossed (a loaded run started its storm after it and passed a daily
+    """For a run that moved the system's clock to a midnight to judge a daily cap: unknown
+    when the midnight fell outside the load (every event on one side of it), so that no daily
+    cap passes on a day boundary nothing crossed (a loaded run started its storm after it and passed a daily
     cap counted by the wrong day). None when the clock was not moved or the load crossed it."""
     clock = clock_summary(history)
     if clock is None:
