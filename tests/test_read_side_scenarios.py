@@ -56,6 +56,7 @@ def test_a_cursor_that_skips_is_a_gap_at_a_page_boundary(tmp_path):
     assert _failed(code, summary, "inbox")["gap_at_boundary"] > 0
 
 
+@pytest.mark.alone
 def test_posts_over_several_shards_and_a_follow_cache_kept_past_the_threshold_are_caught(
     tmp_path,
 ):

@@ -477,8 +477,9 @@ class Stack:
                 stopped = adopted + stopped
             # An interrupted run stores nothing more (its history is the harness's own), and
             # its promise is every process gone within seconds: at 2 s the stop alone took
-            # 3.2-3.7 s on a quiet machine and past the 5 s bound under whole runs' load.
-            stop_processes(stopped, timeout=1.0 if hurry else 5.0)
+            # 3.2-3.7 s on a quiet machine and past the 5 s bound under whole runs' load; at
+            # 1 s, 4.7 s under CI's load (three whole runs on 2 cores).
+            stop_processes(stopped, timeout=0.5 if hurry else 5.0)
             self._forget(stopped)
         if self.stack_file and self.stack_file.exists():
             self.stack_file.unlink()
