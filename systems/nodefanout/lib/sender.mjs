@@ -26,10 +26,17 @@ const UNKNOWN_ZONE_DEFER_S = 900
 // job back for the rest of the lease (a sender that died mid-send).
 const BUSY_WAIT_MS = 2000
 
+const DEAD_RECENT_MS = 3000
+
 export class Sender {
   constructor({ config, store, queues, dedup, apns, fcm, now = () => Date.now() }) {
     Object.assign(this, { config, store, queues, dedup, apns, fcm, now })
     this.pauses = new Pauses()
+    // Tokens a provider answered dead, as this process heard it, and when: a job that read its
+    // devices before the dead mark was written must not send to it (a loaded smoke run sent
+    // 0.7 s after the 410, the other job's claim taking that long). Only for DEAD_RECENT_MS:
+    // past that every job reads the mark, and a device registered again is sent to again.
+    this.dead = new Map()
   }
 
   bug(name) {
@@ -135,6 +142,12 @@ export class Sender {
     // Asked again at the last moment: the claim above took a store round trip (or a wait for a
     // busy lease), time enough for another job's answer to pause this scope; a request sent now
     // would land inside that Retry-After (game-day under load: 84 such requests).
+    const deadAt = this.dead.get(`${job.org}\n${device.token}`)
+    if (deadAt !== undefined && this.now() - deadAt < DEAD_RECENT_MS) {
+      await this.dedup.release(key)
+      log.count('dead_skipped')
+      return { final: true }
+    }
     const late = this.bug('retry_after_ignored') ? 0 : this.pauses.remaining(scope)
     if (late > 0) {
       await this.dedup.release(key)
@@ -154,6 +167,10 @@ export class Sender {
         log.count('sent')
         return { final: true }
       case 'dead':
+        this.dead.set(`${job.org}\n${device.token}`, this.now())
+        if (this.dead.size > 10000) {
+          for (const [token, at] of this.dead) if (this.now() - at >= DEAD_RECENT_MS) this.dead.delete(token)
+        }
         try {
           await this.store.markDead(job.org, job.to, device.token, `${outcome.status} ${outcome.reason}`)
         } catch (err) {
