@@ -139,15 +139,16 @@ export class Sender {
       }
       log.warn('dedup store unavailable, sending anyway', { nid: job.nid, error: err.message })
     }
-    // Asked again at the last moment: the claim above took a store round trip (or a wait for a
-    // busy lease), time enough for another job's answer to pause this scope; a request sent now
-    // would land inside that Retry-After (game-day under load: 84 such requests).
+    // A token answered dead while this job waited (its devices were read before the mark).
     const deadAt = this.dead.get(`${job.org}\n${device.token}`)
     if (deadAt !== undefined && this.now() - deadAt < DEAD_RECENT_MS) {
       await this.dedup.release(key)
       log.count('dead_skipped')
       return { final: true }
     }
+    // Asked again at the last moment: the claim above took a store round trip (or a wait for a
+    // busy lease), time enough for another job's answer to pause this scope; a request sent now
+    // would land inside that Retry-After (game-day under load: 84 such requests).
     const late = this.bug('retry_after_ignored') ? 0 : this.pauses.remaining(scope)
     if (late > 0) {
       await this.dedup.release(key)
