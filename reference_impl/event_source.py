@@ -9,6 +9,7 @@ checkpoint stops before the first failure and the batch is retried from there.
 from __future__ import annotations
 
 import base64
+import faulthandler
 import json
 import logging
 import os
@@ -257,6 +258,9 @@ def run_pollers(
         format=f"%(asctime)s {name} %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    # A process that has not stopped within its grace gets SIGUSR1 before SIGKILL (the stack's
+    # supervisor): every thread's traceback then lands in its log, the evidence of where it hung.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

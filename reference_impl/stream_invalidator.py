@@ -186,14 +186,19 @@ class StreamPoller:
             self.checkpoints.pop(shard, "the start"),
         )
 
-    def poll_once(self, max_batches: int = 100) -> int:
-        """One pass over the shards; returns the records handled."""
+    def poll_once(self, max_batches: int = 100, stop: threading.Event | None = None) -> int:
+        """One pass over the shards; returns the records handled. A set ``stop`` ends the pass
+        after the batch in hand (a pass over a long backlog is many requests)."""
         self._describe()
         handled = 0
         for shard in self.shards:
+            if stop is not None and stop.is_set():
+                break
             if shard not in self.iterators:
                 self.iterators[shard] = self._iterator(shard)
             for _ in range(max_batches):
+                if stop is not None and stop.is_set():
+                    break
                 iterator = self.iterators[shard]
                 if iterator is None:
                     break  # a closed shard read to its end
@@ -234,7 +239,7 @@ class StreamPoller:
         errors = 0
         while not stop.is_set():
             try:
-                self.poll_once()
+                self.poll_once(stop=stop)
                 if isinstance(self.handler, Invalidator):
                     self.handler.delete_again()
                 errors = 0

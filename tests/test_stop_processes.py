@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.stack.supervisor import stop_processes
+from harness.stack.supervisor import stop_processes, wait_until
 
 
 def _start(script: str) -> subprocess.Popen[bytes]:
@@ -48,3 +48,24 @@ def test_a_part_that_ignores_sigterm_is_killed_and_named():
     stubborn, polite = _start(deaf), _start(quick)
     assert stop_processes([stubborn, polite], timeout=1.0) == [stubborn]
     assert stubborn.returncode is not None and polite.returncode is not None
+
+
+def test_a_reference_worker_killed_for_hanging_leaves_its_threads_tracebacks(tmp_path: Path):
+    # A poller that never looks at its stop keeps run_pollers joining it past the grace: the
+    # supervisor's SIGUSR1 before the kill makes the worker write where each thread was.
+    ready, log = tmp_path / "ready", tmp_path / "worker.log"
+    hung = (
+        "import time\n"
+        "from reference_impl.event_source import run_pollers\n"
+        "def stuck_in_a_call(stop):\n"
+        "    time.sleep(60)\n"
+        f"run_pollers('hung', [stuck_in_a_call], {str(ready)!r})\n"
+    )
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", hung], start_new_session=True, stderr=err,
+            stdout=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[1],
+        )  # fmt: skip
+        wait_until(ready.exists, 20.0, "the worker to be ready")
+        assert stop_processes([proc], timeout=1.0, dump=[proc]) == [proc]
+    assert "stuck_in_a_call" in log.read_text()

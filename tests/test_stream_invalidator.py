@@ -127,6 +127,24 @@ def test_a_trimmed_position_restarts_at_the_horizon_and_says_so():
     assert seen == ["t#a", "t#d", "t#e"] and poller.trimmed_restarts == 1
 
 
+def test_a_stop_ends_a_pass_after_the_batch_in_hand():
+    # A SIGTERM during a pass over a long backlog: the process stops after one batch, not 100.
+    poller, store, seen, _ = _poller()
+    for n in range(150):
+        _change(store, f"t#{n}")
+    stop = threading.Event()
+    handle = poller.handler
+
+    def handle_then_stop(event: dict) -> dict:
+        stop.set()
+        return handle(event)
+
+    poller.handler = handle_then_stop
+    assert poller.poll_once(stop=stop) == 100
+    poller.handler = handle
+    assert poller.poll_once() == 50 and len(seen) == 150
+
+
 def test_the_poller_survives_an_error_and_polls_on():
     poller, store, seen, _ = _poller()
     calls = {"n": 0}

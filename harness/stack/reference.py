@@ -39,6 +39,15 @@ WORKERS: dict[str, tuple[str, ...]] = {
     "sms-consumer": ("reference_impl.channel_consumer", "--channel", "sms"),
     "stream-invalidator": ("reference_impl.stream_invalidator",),
 }
+# The workers that buffer audit records and store them on SIGTERM: one killed instead loses
+# evidence the audit checkers read (the stream invalidator and the event API buffer none).
+AUDITING_WORKERS = (
+    "fanout-worker",
+    "push-consumer",
+    "email-consumer",
+    "in-app-consumer",
+    "sms-consumer",
+)
 
 
 class ReferenceConfigError(ValueError):

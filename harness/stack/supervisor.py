@@ -757,7 +757,12 @@ class Stack:
         shutdowns (a poller's long poll, an audit flush) overlap. Returns the parts that did
         not stop within ``grace`` and were killed (what they buffered is lost)."""
         named = [(part, self.procs.pop(part)) for part in parts if part in self.procs]
-        killed = set(stop_processes([proc for _, proc in named], timeout=grace))
+        # The reference's Python workers dump their threads' tracebacks on SIGUSR1 (faulthandler,
+        # reference_impl/event_source.py) before a kill; nothing else is asked to.
+        workers = [
+            proc for part, proc in named if part in reference.WORKERS and part != "event-api"
+        ]
+        killed = set(stop_processes([proc for _, proc in named], timeout=grace, dump=workers))
         self._forget([proc for _, proc in named])
         for part in parts:
             (self.workdir / f"{part}.ready").unlink(missing_ok=True)
@@ -941,11 +946,15 @@ def stop_process(proc: subprocess.Popen[Any] | int, timeout: float = 5.0) -> Non
 
 
 def stop_processes(
-    procs: Sequence[subprocess.Popen[Any]], timeout: float = 5.0
+    procs: Sequence[subprocess.Popen[Any]],
+    timeout: float = 5.0,
+    dump: Sequence[subprocess.Popen[Any]] = (),
 ) -> list[subprocess.Popen[Any]]:
     """SIGTERM every process group at once, then wait for them all within one ``timeout``
     (not one each: a stack of slow stoppers would otherwise take their sum), SIGKILL for
-    those still there. Returns those that had to be killed."""
+    those still there. A late process in ``dump`` gets SIGUSR1 first (the reference's Python
+    workers then write every thread's traceback to their log: where it hung). Returns
+    those that had to be killed."""
     for proc in procs:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -958,6 +967,20 @@ def stop_processes(
         except subprocess.TimeoutExpired:
             pass
     late = [proc for proc in procs if proc.poll() is None]
+    dumped = [proc for proc in late if proc in dump]
+    if dumped:
+        for proc in dumped:
+            try:
+                os.kill(proc.pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+        # The dump is written in the signal handler; a moment for it to run before the kill.
+        dump_deadline = time.monotonic() + 1.0
+        for proc in dumped:
+            try:
+                proc.wait(max(0.0, dump_deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
     for proc in procs:
         # Also when the leader has gone: its group (forked workers) goes with it.
         try:
