@@ -249,3 +249,44 @@ def test_a_device_registered_again_after_an_erasure_is_a_new_persons_from_then_o
         detail=json.dumps({**detail, "ok": False}),
     )  # fmt: skip
     assert _live(refused).counts["duplicates"] == 1
+
+
+def test_deliveries_inside_a_whole_run_quiet_window_or_without_consent_are_seen_live():
+    # A generated population; the final quiet_hours and consent checkers count the same
+    # deliveries the live checks name, one by one, the moment each is seen.
+    from datetime import UTC, datetime
+
+    from harness.checkers import consent, quiet_hours
+    from harness.checkers.evidence import evidence_from
+    from harness.model.population import generate
+
+    population = generate(3, datetime(2026, 11, 29, 12, tzinfo=UTC))
+    all_refused = consent.refused_devices(population)
+    quiet = sorted(quiet_hours.quiet_all_run(population) - all_refused)
+    refused = sorted(all_refused - quiet_hours.quiet_all_run(population))
+    free = sorted({(d.tenant_id, d.token) for d in population.devices} - set(quiet) - set(refused))
+    assert quiet and refused and free
+    history, at = History(), population.started_at + 5
+    picked = [*quiet[:2], *refused[:3], *free[:4]]
+    for n, (tenant, token) in enumerate(picked):
+        history.extend_provider(
+            [{"received_at": at + n, "tenant_id": tenant, "notification_id": f"n{n}",
+              "token": token, "provider": "apns", "status": 200, "delivered": True}]
+        )  # fmt: skip
+    checks = OnlineChecks()
+    checks.watch_population(
+        frozenset(quiet_hours.quiet_all_run(population)), frozenset(all_refused)
+    )
+    frame = history.frame()
+    seen = checks.feed(frame.to_dict("records")[:3])  # judged as they come, not at the end
+    assert [v.check for v in seen] == ["in_quiet_hours", "in_quiet_hours", "without_consent"]
+    checks.feed(frame.to_dict("records")[3:])
+    checks.finish()
+    evidence = evidence_from(population, frame)
+    final_quiet = quiet_hours.check(population, evidence.expectation, frame)
+    final_consent = consent.check(population, frame)
+    assert checks.counts["in_quiet_hours"] == final_quiet.counts["delivered_inside_window"] == 2
+    assert checks.counts["without_consent"] == final_consent.counts[
+        "deliveries_without_consent"
+    ] == 3  # fmt: skip
+    assert OnlineChecks().feed(frame.to_dict("records")) == []  # off unless watched

@@ -27,6 +27,12 @@ is surely in: rows arrive in the order they are collected, not in the order they
   fallback store (then such deliveries are allowed). Judged :data:`INJECT_SETTLE_S` after the
   delivery: an injection is recorded when its answer comes back, and the earliest post of a
   shared event id may still be on its way (the checker takes the earliest).
+* ``in_quiet_hours`` (quiet_hours): a delivery to a device of a user whose quiet window, placed
+  by the population, covers the whole run. ``without_consent`` (consent): a delivery to a
+  device of a user without push consent. Both are judged the moment the delivery is seen, and
+  only on a run that changes no user (:meth:`OnlineChecks.watch_population`): the final
+  checkers leave a user the run changed to ``preference_changes``, and a change may come after
+  the delivery.
 
 Written by hand: no library checks these promises incrementally; the rules are the final
 checkers', read one row at a time.
@@ -112,6 +118,19 @@ class OnlineChecks:
     # (tenant, token) of an erased user's device registered again -> when the registration was
     # sent: its deliveries from then on are the new person's.
     _registered_at: dict[tuple[str, str], float] = field(default_factory=dict)
+    # (tenant, token) of the devices no delivery may reach all run, by check (in_quiet_hours,
+    # without_consent); empty: that check is off.
+    _never: dict[str, frozenset[tuple[str, str]]] = field(default_factory=dict)
+
+    def watch_population(
+        self,
+        quiet_all_run: frozenset[tuple[str, str]],
+        refused: frozenset[tuple[str, str]],
+    ) -> None:
+        """Judge deliveries to these devices live: those of users quiet for the whole run and
+        those of users without consent (``harness.checkers.quiet_hours.quiet_all_run`` and
+        ``harness.checkers.consent.refused_devices`` of a run that changes no user)."""
+        self._never = {"in_quiet_hours": quiet_all_run, "without_consent": refused}
 
     def feed(
         self, rows: Iterable[Mapping[str, Any]], now: float | None = None
@@ -256,7 +275,14 @@ class OnlineChecks:
                 self._repeats.append((key, seen[0]))
         if not self.fallback and self._inside_outage(at):
             self._pending.append((at, key[:2], key[2]))
-        return []
+        device = (key[0], key[2])
+        return [
+            LiveViolation(
+                check, at, {"tenant_id": key[0], "notification_id": key[1], "token": key[2]}
+            )
+            for check, devices in self._never.items()
+            if device in devices
+        ]
 
     # -- the rules ------------------------------------------------------------------------------
 

@@ -19,6 +19,8 @@ LIVE_CHECKS = {
     "visible_duplicates": "effectively_once",
     "decided_during_outage": "fail_closed",
     "sends_after_dead": "dead_tokens",
+    "in_quiet_hours": "quiet_hours",
+    "without_consent": "consent",
 }
 CHECKS = LIVE_CHECKS
 _FORM = re.compile(r"^\s*([a-z_]+)\s*(>=|>)\s*(\d+)\s*$")

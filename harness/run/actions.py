@@ -783,6 +783,10 @@ ACTIONS: dict[str, Callable[[ActionContext, dict[str, Any]], str]] = {
     "count-unread": count_unread,
 }
 
+# The actions that change users (recorded as ``change`` rows): the oracle's timeline follows them.
+USER_CHANGING_ACTIONS = frozenset(
+    ("change-preferences", "erase-users", "reregister-users", "reinstall-devices")
+)
 
 # What each action needs of the system: contract capabilities (driver operations among them,
 # harness/contract/system.py). A system lacking one cannot take a scenario that schedules it.

@@ -31,7 +31,9 @@ from chaos.faults import unavailable as fault_unavailable
 from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
 from emulators.providers.fcm_limits import DEVICE_PER_HOUR, DEVICE_PER_MINUTE
 from emulators.providers.fcm_limits import MINUTE as FCM_QUOTA_WINDOW_S
+from harness.checkers.consent import refused_devices
 from harness.checkers.evidence import evidence_from
+from harness.checkers.quiet_hours import quiet_all_run
 from harness.checkers.store import out_of_core_if_large
 from harness.checkers.verdict import STATUS_WORDS, SWITCHED_OFF, Verdict, result_status
 from harness.contract.clock import (
@@ -61,7 +63,7 @@ from harness.model.provider_limits import KIND as LIMITS_KIND
 from harness.model.provider_limits import ProviderLimits
 from harness.model.provider_limits import summary as limits_summary
 from harness.model.scenarios import Scenario
-from harness.run.actions import ActionContext, malformed_id_in
+from harness.run.actions import USER_CHANGING_ACTIONS, ActionContext, malformed_id_in
 from harness.run.actions import unavailable as action_unavailable
 from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
 from harness.run.channel_ledgers import ChannelLedgers, opt_out_numbers, register_online_users
@@ -1034,6 +1036,24 @@ def _arm_live(state: RunState) -> None:
             checks.transit_s = float(probe.tolerance.get("transit_s", checks.transit_s))
 
 
+def _arm_live_population(state: RunState) -> None:
+    """The live quiet-hours and consent checks, on a run that changes no user and judges those
+    promises: the final checkers leave a changed user to ``preference_changes``, and a change
+    (a built-in action's, or any a Python action may make) can come after a delivery."""
+    if state.live is None or state.population is None:
+        return
+    scenario = state.scenario
+    steps = (*scenario.actions, *scenario.rollbacks)
+    if any(a.provider is not None or a.name in USER_CHANGING_ACTIONS for a in steps):
+        return
+    judged = {probe.name for probe in scenario.probes}
+    population = state.population
+    state.live.checks.watch_population(
+        frozenset(quiet_all_run(population)) if "quiet_hours" in judged else frozenset(),
+        frozenset(refused_devices(population)) if "consent" in judged else frozenset(),
+    )
+
+
 def _abort(state: RunState, stop: Stop) -> None:
     """A stop condition fired (from the live view's thread): stop the load, roll every fault
     back; the run then drains what was accepted, judges it and ends ``aborted``."""
@@ -1176,6 +1196,7 @@ def _load_population(state: RunState) -> None:
         # Before any event: these numbers replied STOP before the run.
         opt_out_numbers(state.contract.sms_ledger_url, population)
     history.append("phase", detail="population_loaded")
+    _arm_live_population(state)
     progress(
         "load",
         f"{len(population.users)} users, {len(population.devices)} devices, "
