@@ -110,10 +110,27 @@ def test_kill_9_of_the_harness_leaves_no_process_and_a_readable_history(tmp_path
     assert md.startswith("# INCOMPLETE") and "Partial report" in md
 
 
+def _wait_for(proc: subprocess.Popen[str], text: str, timeout: float = 30) -> list[str]:
+    lines = []
+    deadline = time.monotonic() + timeout
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        if text in line:
+            return lines
+        assert time.monotonic() < deadline, "".join(lines)
+    raise AssertionError(f"the run ended before {text!r}:\n" + "".join(lines))
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_sigint_and_sigterm_stop_the_run_within_five_seconds(tmp_path, sig):
     proc = _start(tmp_path)
     _wait_for_fault(proc)
+    if sig == signal.SIGINT:
+        # The first Ctrl-C during the load is the safety lever (the drill is ended, drained
+        # and judged); the second quits at once.
+        proc.send_signal(sig)
+        _wait_for(proc, "STOP: safety lever (Ctrl-C)")
     sent = time.monotonic()
     proc.send_signal(sig)
     output, _ = proc.communicate(timeout=30)

@@ -5,16 +5,21 @@ row once, and a stop condition calling for the drill's end with its first eviden
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.live.metrics import METRIC_NAMES, LiveMetrics
 from harness.live.online import OnlineChecks
 from harness.live.stop import parse_stop_condition
-from harness.live.view import LIVE_FILE, LiveView, Stop
+from harness.live.view import LIVE_FILE, SAFETY_LEVER, LiveView, Stop
 from harness.model.history import History
+from harness.run.runner import RunInterrupted, interruptible
+from harness.stack.supervisor import wait_until
 
 
 def _samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -206,3 +211,39 @@ def test_the_report_says_what_was_seen_live_and_why_the_drill_was_aborted():
     assert "Seen broken live: duplicates first at 15:14:28.000 UTC (3 in all)." in said
     quiet = {"verdict": "pass", "checkers": {"quiet_hours": {"valid": True}}, "live": {}}
     assert verdict_sentence(quiet) == "All 1 checkers passed."
+
+
+def test_the_safety_lever_ends_an_armed_drill_once_as_a_stop_condition_does(tmp_path: Path):
+    history, stops = History(), []
+    view = LiveView(history, tmp_path, LiveMetrics("r1", "smoke", 7), OnlineChecks(), say=print)
+    view.on_stop = stops.append
+    assert view.pull_lever() is False  # not armed: before the load, Ctrl-C just quits
+    view.lever_armed.set()
+    assert view.pull_lever() is True
+    wait_until(lambda: stops, 5.0, "the lever's stop")
+    assert view.pull_lever() is False  # already stopping: a second Ctrl-C quits
+    assert [s.condition for s in stops] == [SAFETY_LEVER] and view.stopped == stops[0]
+    rows = history.frame()
+    assert json.loads(rows.loc[rows["reason"] == "stop", "detail"].iloc[0])["condition"] == (
+        SAFETY_LEVER
+    )
+
+
+def test_the_first_ctrl_c_pulls_the_lever_the_second_interrupts_and_sigterm_at_once():
+    pulls: list[int] = []
+    with pytest.raises(RunInterrupted, match="SIGINT"):
+        with interruptible(lever=lambda: pulls.append(1) is None):
+            os.kill(os.getpid(), signal.SIGINT)
+            wait_until(lambda: pulls, 5.0, "the lever pulled")
+            os.kill(os.getpid(), signal.SIGINT)
+            wait_until(lambda: False, 5.0, "the second Ctrl-C to interrupt")
+    assert pulls == [1]
+    with pytest.raises(RunInterrupted, match="SIGTERM"):
+        with interruptible(lever=lambda: pulls.append(2) is None):
+            os.kill(os.getpid(), signal.SIGTERM)
+            wait_until(lambda: False, 5.0, "SIGTERM to interrupt")
+    with pytest.raises(RunInterrupted, match="SIGINT"):
+        with interruptible(lever=lambda: False):  # not armed: the first Ctrl-C quits
+            os.kill(os.getpid(), signal.SIGINT)
+            wait_until(lambda: False, 5.0, "the refused lever's Ctrl-C to interrupt")
+    assert pulls == [1]

@@ -24,6 +24,9 @@ from harness.live.stop import StopCondition, first_fired
 from harness.model.history import History
 
 LIVE_FILE = "live.json"
+# The condition a person's Ctrl-C during the load names (AWS FIS's "stop experiment", Gremlin's
+# halt button): the drill ends as a fired stop condition ends it.
+SAFETY_LEVER = "safety lever (Ctrl-C)"
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ class LiveView:
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
         self._server: Any = None
+        # Set while pulling the lever ends a drill well (the load and its faults under way).
+        self.lever_armed = threading.Event()
 
     def start(self) -> str:
         """Serve the metrics and start reading; returns the metrics URL."""
@@ -128,6 +133,20 @@ class LiveView:
         )
         self.say(f"LIVE: {violation.describe()}")
 
+    def pull_lever(self) -> bool:
+        """A person ends the drill (Ctrl-C during the load): in the background, as a fired stop
+        condition does. False when the lever is not armed or the drill is already stopping."""
+        if not self.lever_armed.is_set() or self.stopped is not None:
+            return False
+
+        def pull() -> None:
+            with self._lock:
+                if self.stopped is None:
+                    self._stop(Stop(SAFETY_LEVER, time.time(), {}), "Ctrl-C again to quit at once")
+
+        threading.Thread(target=pull, name="safety-lever", daemon=True).start()
+        return True
+
     def _maybe_stop(self) -> None:
         if self.stopped is not None or not self.conditions:
             return
@@ -135,9 +154,13 @@ class LiveView:
         if condition is None:
             return
         first = self.checks.first[condition.check]
-        self.stopped = Stop(str(condition), first.time, first.evidence)
-        self.metrics.stopped.labels(str(condition)).set(1)
-        self.history.append("live", reason="stop", detail=json.dumps(self.stopped.to_dict()))
-        self.say(f"STOP: {condition} (first evidence: {first.describe()})")
+        stop = Stop(str(condition), first.time, first.evidence)
+        self._stop(stop, f"first evidence: {first.describe()}")
+
+    def _stop(self, stop: Stop, note: str) -> None:
+        self.stopped = stop
+        self.metrics.stopped.labels(stop.condition).set(1)
+        self.history.append("live", reason="stop", detail=json.dumps(stop.to_dict()))
+        self.say(f"STOP: {stop.condition} ({note})")
         if self.on_stop is not None:
-            self.on_stop(self.stopped)
+            self.on_stop(stop)

@@ -972,8 +972,12 @@ def execute(
         _state_provider_limits(state)
         _move_clock(state)
         _load_population(state)
+        if live is not None:
+            live.lever_armed.set()
         _inject_load(state)
         _await_outcome(state)
+        if live is not None:
+            live.lever_armed.clear()
         _collect(state)
         verdicts = _judge(state)
         return state.history, state.population, verdicts, "; ".join(errors) or None
@@ -1527,7 +1531,7 @@ def run(
     )
     progress("live", f"metrics at {live.start()}")
     try:
-        with interruptible():
+        with interruptible(lever=live.pull_lever):
             _history, _population, verdicts, error = execute(
                 scenario, seed, run_dir, progress, clock, stack_factory, locust_workers, target,
                 history, live,
@@ -1602,13 +1606,20 @@ class RunInterrupted(BaseException):
 
 
 @contextlib.contextmanager
-def interruptible() -> Iterator[None]:
-    """SIGINT and SIGTERM raise :class:`RunInterrupted` in the main thread, once."""
+def interruptible(lever: Callable[[], bool] | None = None) -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`RunInterrupted` in the main thread, once. ``lever``: the
+    first SIGINT pulls it instead when it accepts (the safety lever: the drill stops its load,
+    rolls its faults back, drains and is judged, ``aborted``); the next one interrupts."""
     fired = threading.Event()
+    pulled = threading.Event()
 
     def interrupt(signum: int, frame: Any) -> None:
         if fired.is_set():
             return  # the run is already stopping
+        if signum == signal.SIGINT and lever is not None and not pulled.is_set():
+            pulled.set()
+            if lever():
+                return
         fired.set()
         raise RunInterrupted(f"{INTERRUPTED}{signal.Signals(signum).name}")
 
