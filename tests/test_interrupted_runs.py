@@ -60,7 +60,10 @@ def _wait_for_fault(proc: subprocess.Popen[str], timeout: float = 120) -> list[s
 
 def _groups(run_dir: Path) -> dict[str, int]:
     """Every process group the run recorded starting (stack parts, the load generator)."""
-    history = read_partial(run_dir / STREAM_FILE)
+    return _recorded_groups(read_partial(run_dir / STREAM_FILE))
+
+
+def _recorded_groups(history) -> dict[str, int]:
     groups: dict[str, int] = {}
     for detail in history.loc[history["kind"] == "phase", "detail"].dropna():
         if detail.startswith("{"):
@@ -145,16 +148,34 @@ def test_sigint_and_sigterm_stop_the_run_within_five_seconds(tmp_path, sig):
     from harness.model.history import read
 
     history = read(run_dir / "history.parquet")
-    groups = {}
-    for detail in history.loc[history["kind"] == "phase", "detail"].dropna():
-        if detail.startswith("{"):
-            data = json.loads(detail)
-            groups |= data.get("stack_up", {})
-            if "loadgen" in data:
-                groups["loadgen"] = data["loadgen"]
+    groups = _recorded_groups(history)
     assert "loadgen" in groups and _alive(groups) == []
     # The faults were undone: every fault window that started also stopped.
     faults = [json.loads(d) for d in history.loc[history["kind"] == "fault", "detail"]]
     started = {f["window"] for f in faults if f["phase"] == "start"}
     stopped = {f["window"] for f in faults if f["phase"] == "stop"}
     assert started and started == stopped
+
+
+def test_one_ctrl_c_during_the_load_ends_the_drill_judged_and_aborted(tmp_path):
+    # The safety lever: the load stops, the faults roll back, what was accepted is drained and
+    # judged, and the run ends aborted (exit 4) naming the lever, with no process left.
+    proc = _start(tmp_path)
+    _wait_for_fault(proc)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 4, output
+    [run_dir] = [p for p in tmp_path.iterdir() if p.is_dir()]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["verdict"] == "aborted", output
+    assert summary["stopped"]["condition"] == "safety lever (Ctrl-C)"
+    assert summary["checkers"] and summary["error"] is None, output
+    from harness.model.history import read
+
+    history = read(run_dir / "history.parquet")
+    faults = [json.loads(d) for d in history.loc[history["kind"] == "fault", "detail"]]
+    started = {f["window"] for f in faults if f["phase"] == "start"}
+    stopped = {f["window"] for f in faults if f["phase"] == "stop"}
+    assert started and started == stopped
+    groups = _recorded_groups(history)
+    assert "loadgen" in groups and _alive(groups) == []
