@@ -245,6 +245,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         dead = unreachable(target)
         if dead:
             return _error(f"target {target.name}: {dead}")
+    if args.otel:
+        from dataclasses import replace
+
+        from harness.load.loadgen import otel_missing
+
+        if scenario.locust is None:
+            return _error(f"scenario {scenario.name} has no locust step; --otel needs one")
+        missing = otel_missing()
+        if missing:
+            return _error(f"--otel: {missing}")
+        scenario = replace(scenario, locust=replace(scenario.locust, otel=True))
     if args.locust_workers is not None:
         if args.locust_workers < 0:
             return _error("--locust-workers must be 0 or more")
@@ -390,6 +401,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--locust-workers",
         type=int,
         help="run the locust step with Locust's master and N local worker processes",
+    )
+    run.add_argument(
+        "--otel",
+        action="store_true",
+        help="Locust's own OpenTelemetry metrics, traces and logs (locust --otel), exported "
+        "where the standard OTEL_* variables say (default OTLP over HTTP to localhost:4318)",
     )
     run.add_argument(
         "--target",

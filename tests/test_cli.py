@@ -23,6 +23,13 @@ def test_unknown_scenario_is_a_clear_error():
     assert "smoke" in result.stderr
 
 
+def test_otel_on_a_scenario_without_a_locust_load_is_a_clear_error(tmp_path):
+    result = run_cli("run", "smoke", "--otel", "--out", str(tmp_path))
+    assert result.returncode == 2
+    assert "scenario smoke has no locust step; --otel needs one" in result.stderr
+    assert list(tmp_path.iterdir()) == []  # refused before any run began
+
+
 def test_serving_on_a_taken_port_is_a_clear_error():
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))

@@ -5,9 +5,11 @@ celebrity claims (what the users recorded as injected).
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -260,3 +262,56 @@ def test_a_bad_plan_is_a_clear_error(stack, population_file, tmp_path):
     )
     assert result.returncode == 2
     assert "duration_s must be positive" in result.stderr
+
+
+class _OtlpReceiver(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP collector's receiving end: keeps each export's body by path."""
+
+    received: dict[str, list[bytes]]
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.received.setdefault(self.path, []).append(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_otel_exports_locusts_own_metrics_from_the_master_and_its_workers(
+    stack, population_file, tmp_path, monkeypatch
+):
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+    )
+
+    received: dict[str, list[bytes]] = {}
+    handler = type("Receiver", (_OtlpReceiver,), {"received": received})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "1000")
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL", raising=False)  # HTTP by default
+    plan = {"duration_s": 5, "background_users": 2, "celebrities": 1, "burst_at_s": 1,
+            "burst_window_s": 2}  # fmt: skip
+    try:
+        summary, _ = _loadgen(
+            stack, population_file, tmp_path, "celebrity_burst", plan, "--workers", "1", "--otel"
+        )
+    finally:
+        server.shutdown()
+    assert summary["outcome"] == "complete"
+    names = set()
+    for body in received.get("/v1/metrics", []):
+        request = ExportMetricsServiceRequest.FromString(body)
+        names |= {
+            metric.name
+            for resource in request.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+        }
+    # The users' requests are timed where they run (the worker); users counted by the master.
+    assert {"locust.client.duration", "locust.users.count"} <= names, sorted(received)

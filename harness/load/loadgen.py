@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -43,6 +44,26 @@ def locustfile_for(name: str) -> tuple[Path, str | None]:
     if shape in SHAPES:
         return LOCUSTFILE, shape
     raise SystemExit(f"error: no locustfile or shape {name!r}; shapes: {', '.join(SHAPES)}")
+
+
+def otel_missing() -> str | None:
+    """What ``--otel`` lacks on this machine (Locust's instrumentation needs OpenTelemetry's
+    SDK and an OTLP exporter), or None."""
+    try:
+        import opentelemetry.exporter.otlp.proto.http  # noqa: F401
+        import opentelemetry.sdk  # noqa: F401
+    except ImportError:
+        return (
+            "OpenTelemetry's SDK and OTLP/HTTP exporter are not installed: "
+            "pip install 'fanout-harness[otel]' (or 'locust[otel]')"
+        )
+    return None
+
+
+def _otel_environment() -> None:
+    """Locust's default OTLP protocol is gRPC; the ``otel`` extra installs the HTTP exporter
+    (gRPC's is a native wheel few need), so HTTP unless the user chose."""
+    os.environ.setdefault("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 
 
 def _harness_args(args: argparse.Namespace) -> list[str]:
@@ -77,6 +98,7 @@ def _start_workers(args: argparse.Namespace, path: Path, port: int) -> list[subp
                         str(port),
                         "--host",
                         args.host,
+                        *(["--otel"] if args.otel else []),
                         *_harness_args(args),
                     ],  # fmt: skip
                     stdout=log,
@@ -121,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
     if shape is not None:
         args.plan = json.dumps({**json.loads(args.plan), "shape": shape})
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.otel:
+        _otel_environment()  # the workers inherit it
     user_classes, shapes = load_locustfile(str(path))
     if not shapes:
         print(f"error: {path} defines no LoadTestShape", file=sys.stderr)
@@ -140,22 +164,30 @@ def run(args: argparse.Namespace) -> int:
     runner = (
         env.create_master_runner("127.0.0.1", port) if args.workers else env.create_local_runner()
     )
-    events.init.fire(environment=env, runner=runner, web_ui=None)
     from harness.load.users import context
 
-    plan = context().plan
-    gevent.spawn(stats_history, runner)
-    csv_writer = StatsCSVFileWriter(
-        env, PERCENTILES_TO_REPORT, str(args.out / "locust"), full_history=True
-    )
-    gevent.spawn(csv_writer.stats_writer)
     workers: list[subprocess.Popen] = []
+    csv_writer = None
     outcome = "complete"
     load_started_at = None
     started = time.monotonic()
     try:
         if args.workers:
             workers = _start_workers(args, path, port)
+        if args.otel:
+            from locust.opentelemetry import setup_opentelemetry
+
+            # After the workers' fork: OpenTelemetry's at-fork hooks restart its export
+            # threads in a forked child, which under gevent then never reaches its exec.
+            setup_opentelemetry(str(path), None)  # what `locust --otel` does in its main
+        events.init.fire(environment=env, runner=runner, web_ui=None)
+        plan = context().plan
+        gevent.spawn(stats_history, runner)
+        csv_writer = StatsCSVFileWriter(
+            env, PERCENTILES_TO_REPORT, str(args.out / "locust"), full_history=True
+        )
+        gevent.spawn(csv_writer.stats_writer)
+        if args.workers:
             deadline = time.monotonic() + 60
             while runner.worker_count < args.workers:
                 if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
@@ -208,7 +240,8 @@ def run(args: argparse.Namespace) -> int:
         _stop_workers(workers)
         # Rows a worker wrote but could not relay before it stopped.
         merge_worker_files(args.out)
-        csv_writer.close_files()
+        if csv_writer is not None:
+            csv_writer.close_files()
     (args.out / "locust_report.html").write_text(get_html_report(env, show_download_link=False))
     total = runner.stats.total
     summary: dict[str, Any] = {
@@ -271,6 +304,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--progress-s", type=float, default=5.0)
     parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="Locust's OpenTelemetry instrumentation (locust --otel) in the master and workers",
+    )
+    parser.add_argument(
         "--start-at",
         type=float,
         help="start the load at this instant (Unix seconds), not as soon as Locust is ready",
@@ -282,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.workers < 0:
         print("error: --workers must not be negative", file=sys.stderr)
+        return 2
+    if args.otel and (missing := otel_missing()):
+        print(f"error: --otel: {missing}", file=sys.stderr)
         return 2
     if not args.population.exists():
         print(f"error: no population file {args.population}", file=sys.stderr)

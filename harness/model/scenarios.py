@@ -117,6 +117,8 @@ class LocustLoad:
     locustfile: str
     plan: dict[str, Any] = field(default_factory=dict)
     workers: int = 0
+    # Locust's own OpenTelemetry instrumentation (``locust --otel``; ``harness run --otel``).
+    otel: bool = False
 
 
 @dataclass(frozen=True)

@@ -792,6 +792,7 @@ def _inject_with_locust(
         "--seed", str(seed),
         "--timeout", str(plan.duration_s + 60),
         "--stop-file", str(out / LOAD_STOP_FILE),
+        *(["--otel"] if scenario.locust.otel else []),
         *driver_args,
         *(["--start-at", repr(start_at)] if start_at is not None else []),
     ]  # fmt: skip
