@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.checkers import dead_tokens, duplicate_causes, fail_closed
+from harness.checkers import backpressure, dead_tokens, duplicate_causes, fail_closed
 from harness.live.online import INJECT_SETTLE_S, OnlineChecks
 from harness.live.stop import StopConditionError, first_fired, parse_stop_condition
 from harness.model.history import History
@@ -290,3 +290,40 @@ def test_deliveries_inside_a_whole_run_quiet_window_or_without_consent_are_seen_
         "deliveries_without_consent"
     ] == 3  # fmt: skip
     assert OnlineChecks().feed(frame.to_dict("records")) == []  # off unless watched
+
+
+_requests = st.lists(
+    st.tuples(
+        st.floats(0, 30, allow_nan=False).map(lambda t: round(t, 2)),  # the request's time
+        st.sampled_from([("apns", None), ("fcm", "p1"), ("fcm", "p2")]),
+        st.one_of(st.none(), st.floats(0.1, 8, allow_nan=False)),  # its answer's Retry-After
+        st.floats(0, 2.5, allow_nan=False),  # read this long after it
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_requests)
+def test_a_request_inside_a_retry_after_is_seen_live_once_and_counted_finally(requests):
+    history = History()
+    history.extend_provider(
+        [{"received_at": at, "tenant_id": "acme", "notification_id": "n", "token": "t",
+          "provider": provider, "project": project, "status": 429 if retry_after else 200,
+          "retry_after": retry_after, "delivered": retry_after is None}
+         for at, (provider, project), retry_after, _ in sorted(requests, key=lambda r: r[0] + r[3])]
+    )  # fmt: skip
+    frame = history.frame()
+    live = _live(history)
+    final = backpressure.check(frame, slack_s=live.slack_s)
+    assert live.counts["inside_retry_after"] <= final.counts["requests_inside_retry_after"]
+    # Exactly the requests inside any window of their own scope (brute force).
+    inside = sum(
+        any(
+            scope == other and t + live.slack_s < at < t + r
+            for t, other, r, _ in requests
+            if r is not None
+        )
+        for at, scope, _, _ in requests
+    )
+    assert live.counts["inside_retry_after"] == inside

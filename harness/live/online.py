@@ -27,6 +27,11 @@ is surely in: rows arrive in the order they are collected, not in the order they
   fallback store (then such deliveries are allowed). Judged :data:`INJECT_SETTLE_S` after the
   delivery: an injection is recorded when its answer comes back, and the earliest post of a
   shared event id may still be on its way (the checker takes the earliest).
+* ``inside_retry_after`` (backpressure): a request to a provider scope (APNs, or one FCM
+  project) after a throttling answer's time plus the checker's ``slack_s`` and before its
+  Retry-After ran out; judged :data:`DELIVERY_SETTLE_S` after the request (every answer before
+  it is in by then). Counted once per request (the final checker counts it once per answer it
+  falls inside: never fewer).
 * ``in_quiet_hours`` (quiet_hours): a delivery to a device of a user whose quiet window, placed
   by the population, covers the whole run. ``without_consent`` (consent): a delivery to a
   device of a user without push consent. Both are judged the moment the delivery is seen, and
@@ -40,6 +45,7 @@ checkers', read one row at a time.
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -121,6 +127,12 @@ class OnlineChecks:
     # (tenant, token) of the devices no delivery may reach all run, by check (in_quiet_hours,
     # without_consent); empty: that check is off.
     _never: dict[str, frozenset[tuple[str, str]]] = field(default_factory=dict)
+    # backpressure's slack after a throttling answer; per scope ("apns/", "fcm/<project>") the
+    # union of its Retry-After windows as disjoint open intervals (starts, ends), and the
+    # requests waiting to be judged against them.
+    slack_s: float = 0.3
+    _paused: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    _scoped: deque[tuple[float, str]] = field(default_factory=deque)
 
     def watch_population(
         self,
@@ -157,6 +169,7 @@ class OnlineChecks:
         found += self._settle(self._latest - INJECT_SETTLE_S)
         found += self._settle_repeats(self._latest - DELIVERY_SETTLE_S)
         found += self._settle_requests(self._latest - INJECT_SETTLE_S)
+        found += self._settle_scoped(self._latest - DELIVERY_SETTLE_S)
         for violation in found:
             self.counts[violation.check] += 1
             self.first.setdefault(violation.check, violation)
@@ -194,6 +207,7 @@ class OnlineChecks:
         """The history is whole (the run ended): judge what still waited to be."""
         found = self._settle(float("inf")) + self._settle_repeats(float("inf"))
         found += self._settle_requests(float("inf"))
+        found += self._settle_scoped(float("inf"))
         for violation in found:
             self.counts[violation.check] += 1
             self.first.setdefault(violation.check, violation)
@@ -223,6 +237,22 @@ class OnlineChecks:
             left = float(end) if isinstance(end, float | int) and end == end else at
             self._dead_at[key] = min(left, self._dead_at.get(key, left))
         self._requests.append((at, key))
+        project = row.get("project")
+        scope = f"{provider}/{project if isinstance(project, str) else ''}"
+        retry_after = row.get("retry_after")
+        if isinstance(retry_after, float | int) and retry_after == retry_after and retry_after > 0:
+            _pause(self._paused.setdefault(scope, ([], [])), at + self.slack_s, at + retry_after)
+        self._scoped.append((at, scope))
+
+    def _settle_scoped(self, until: float) -> list[LiveViolation]:
+        found = []
+        for at, scope in _take(self._scoped, until, lambda r: r[0]):
+            starts, ends = self._paused.get(scope, ((), ()))
+            n = bisect.bisect_left(starts, at) - 1  # the last window opening before ``at``
+            if n >= 0 and at < ends[n]:
+                evidence = {"scope": scope, "paused_until": round(ends[n], 3)}
+                found.append(LiveViolation("inside_retry_after", at, evidence))
+        return found
 
     def _change(self, row: Mapping[str, Any]) -> None:
         """A ``reinstall-devices`` change the system acknowledged: its tokens brought back; a
@@ -356,6 +386,26 @@ class OnlineChecks:
                     },
                 )
         return None
+
+
+def _pause(windows: tuple[list[float], list[float]], start: float, end: float) -> None:
+    """Add the open interval (start, end) to a union of disjoint open intervals kept sorted."""
+    starts, ends = windows
+    if end <= start:
+        return
+    n = bisect.bisect_right(starts, start)
+    # Merge with the interval before when it reaches past ``start``, then swallow the ones after
+    # that begin before ``end``.
+    if n > 0 and ends[n - 1] > start:
+        n -= 1
+        start = starts[n]
+        end = max(end, ends[n])
+        del starts[n], ends[n]
+    while n < len(starts) and starts[n] < end:
+        end = max(end, ends[n])
+        del starts[n], ends[n]
+    starts.insert(n, start)
+    ends.insert(n, end)
 
 
 def _take(queue: deque[Any], until: float, time_of: Callable[[Any], float]) -> list[Any]:

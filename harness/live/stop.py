@@ -19,6 +19,7 @@ LIVE_CHECKS = {
     "visible_duplicates": "effectively_once",
     "decided_during_outage": "fail_closed",
     "sends_after_dead": "dead_tokens",
+    "inside_retry_after": "backpressure",
     "in_quiet_hours": "quiet_hours",
     "without_consent": "consent",
 }

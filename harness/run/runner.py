@@ -1037,6 +1037,8 @@ def _arm_live(state: RunState) -> None:
     for probe in state.scenario.probes:
         if probe.name == "fail_closed" and isinstance(probe.tolerance, dict):
             checks.grace_s = float(probe.tolerance.get("grace_s", checks.grace_s))
+        if probe.name == "backpressure" and isinstance(probe.tolerance, dict):
+            checks.slack_s = float(probe.tolerance.get("slack_s", checks.slack_s))
         if probe.name == "dead_tokens" and isinstance(probe.tolerance, dict):
             checks.transit_s = float(probe.tolerance.get("transit_s", checks.transit_s))
 
