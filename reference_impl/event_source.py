@@ -99,6 +99,14 @@ class SqsPoller:
         )
         messages = response.get("Messages", [])
         if not messages:
+            # Between batches: a handler with work of its own to finish (a consumer's 'sent'
+            # marks a dead store refused) does it now, not at its next batch.
+            idle = getattr(self.handler, "idle", None)
+            if idle is not None:
+                try:
+                    idle()
+                except Exception:
+                    log.exception("%s: idle work failed", self.function_name)
             return 0
         context = LambdaContext(self.function_name, self.timeout_seconds)
         try:

@@ -547,6 +547,14 @@ class JobConsumer:
         self._late_marks = {k: t for k, t in self._late_marks.items() if t > now}
         return list(self._late_marks)
 
+    def idle(self) -> None:
+        """Called by the poller after an empty receive: the 'sent' marks a dead store refused
+        go in as soon as it answers, not at this consumer's next batch. The job's next copy
+        may reach another consumer first: it would find the lease run out and send again."""
+        late = self.late_marks()
+        if late:
+            self.remember_marks(late, self.settle_many(late, []))
+
     def remember_marks(self, marks: Sequence[str], errors: dict[str, Exception]) -> None:
         deadline = time.monotonic() + DEDUP_TTL_SECONDS
         for key in marks:

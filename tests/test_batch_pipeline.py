@@ -35,6 +35,7 @@ from reference_impl.dedup import (
     set_nx_get_supported,
 )
 from reference_impl.dedup_key import dedup_key
+from reference_impl.event_source import SqsPoller
 from reference_impl.ids import device_id
 from reference_impl.job_consumer import JobState, rounds
 from reference_impl.providers import ProviderGate
@@ -619,6 +620,53 @@ def test_a_mark_refused_for_longer_than_the_lease_is_still_written_before_the_ne
         finally:
             consumer.apns.close()
             consumer.fcm.close()
+            client.close()
+        assert len(t.ledger()) == 1
+
+
+def test_an_idle_poller_writes_the_marks_its_dead_store_refused_before_another_takes_the_job(
+    stack, tmp_path
+):
+    """The job's next copy goes to another consumer (another poller, another process) after
+    the lease ran out: the first one's refused 'sent' mark must be in by then, written by its
+    poller between batches (an empty receive), not at that consumer's next batch."""
+    with Stack(tmp_path, parts=["redis"], with_workers=False, durable_redis=True) as store:
+        client = redis.Redis.from_url(store.info.redis_url, socket_connect_timeout=0.5)
+        config = dataclasses.replace(_config(stack), dedup_lease_seconds=1)
+        consumer = PushConsumer(config, redis_client=client)
+        other = PushConsumer(config, redis_client=client)
+        t = TenantClient(stack)
+        token = apns_token(0, t.tenant)
+        t.user("idle0", devices=[("apns", token)])
+        job = _job(t.tenant, "idle0", "push")
+        key = dedup_key(t.tenant, job["notification_id"], f"idle0#{device_id(token)}")
+        sqs = stack.info.aws_client("sqs")
+        empty = sqs.create_queue(QueueName=f"idle-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+        poller = SqsPoller(sqs, empty, "arn:aws:sqs:us-east-1:000000000000:idle", consumer, "t")
+        slow = t.apns.http.post(
+            "/_sim/faults", json={"fault": "latency", "params": {"ms": 1000, "tokens": [token]}}
+        )
+        slow.raise_for_status()
+        first: dict[str, Any] = {}
+        batch = threading.Thread(
+            target=lambda: first.update(consumer({"Records": [_record(job)]}, None))
+        )
+        try:
+            batch.start()
+            wait_until(lambda: len(t.ledger()) >= 1, 10, "the send")
+            store.stop_part("redis")
+            gone_at = time.monotonic()
+            batch.join(30)
+            t.apns.http.delete(f"/_sim/faults/{slow.json()['id']}").raise_for_status()
+            wait_until(lambda: time.monotonic() > gone_at + 1.5, 5, "the lease to run out")
+            store.start_part("redis")
+            assert poller.poll_once() == 0  # an empty receive: the idle consumer's marks go in
+            assert client.get(key) == b"sent"
+            assert other({"Records": [_record(job)]}, None) == {"batchItemFailures": []}
+        finally:
+            for c in (consumer, other):
+                c.apns.close()
+                c.fcm.close()
             client.close()
         assert len(t.ledger()) == 1
 
