@@ -1131,27 +1131,21 @@ def _move_clock(state: RunState) -> None:
 
 
 def _await_boundary(state: RunState) -> None:
-    """Start the load ``at_s`` before the system's clock shows the scenario's midnight (the
-    population's load took less than ``lead_s``); said so when it took longer."""
+    """Start the built-in injector's load ``at_s`` before the system's clock shows the
+    scenario's midnight (the population's load took less than ``lead_s``)."""
     step = state.scenario.clock
-    if step is None or state.boundary is None:
-        return
-    start_at = state.boundary - step.at_s
-    wait = start_at - state.clock().timestamp()
-    if wait < 0:
-        state.progress(
-            "clock", f"the load starts {-wait:.1f} s late: the midnight falls earlier in it"
-        )
-        return
-    state.progress("clock", f"waiting {wait:.1f} s for the load's start")
-    time.sleep(min(wait, step.lead_s))
+    start_at = _load_start_at(state, "waiting")
+    if step is not None and start_at is not None:
+        wait = start_at - state.clock().timestamp()
+        if wait > 0:
+            time.sleep(min(wait, step.lead_s))
 
 
-def _load_start_at(state: RunState) -> float | None:
-    """When a Locust load must start (``at_s`` before the system's clock shows the
-    scenario's midnight), for the load generator to wait for itself: Locust is started at once
-    and its own start-up no longer moves the load against the boundary. None without a clock
-    step."""
+def _load_start_at(state: RunState, waiter: str = "Locust waits for it") -> float | None:
+    """When the load must start (``at_s`` before the system's clock shows the scenario's
+    midnight), said with how long is left, or how late it is; None without a clock step. A
+    Locust load waits for it itself: started at once, its own start-up no longer moves the load
+    against the boundary."""
     step = state.scenario.clock
     if step is None or state.boundary is None:
         return None
@@ -1162,7 +1156,7 @@ def _load_start_at(state: RunState) -> float | None:
             "clock", f"the load starts {-wait:.1f} s late: the midnight falls earlier in it"
         )
     else:
-        state.progress("clock", f"the load starts in {wait:.1f} s (Locust waits for it)")
+        state.progress("clock", f"the load starts in {wait:.1f} s ({waiter})")
     return start_at
 
 
