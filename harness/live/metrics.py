@@ -106,8 +106,14 @@ class LiveMetrics:
         # First deliveries whose injection is not in the history yet (recorded on its answer).
         self._waiting: dict[tuple[str, str], list[float]] = {}
         self._open: dict[str, str] = {}  # fault window -> fault name
-        self._request_children: dict[tuple[str, str], Any] = {}
-        self._delivered_children: dict[str, Any] = {}
+        # Each series' child, looked up once (labels() takes a lock and builds a key).
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        child = self._children.get((metric, labels))
+        if child is None:
+            child = self._children[(metric, labels)] = metric.labels(*labels)
+        return child
 
     def feed(self, rows: Iterable[Mapping[str, Any]]) -> None:
         for row in rows:
@@ -139,11 +145,7 @@ class LiveMetrics:
     def _provider(self, row: Mapping[str, Any]) -> None:
         provider = str(row.get("provider") or "unknown")
         status = row.get("status")
-        labels = (provider, "none" if status is None else str(status))
-        child = self._request_children.get(labels)
-        if child is None:  # labels() takes a lock and builds a key: once per series
-            child = self._request_children[labels] = self.requests.labels(*labels)
-        child.inc()
+        self._child(self.requests, provider, "none" if status is None else str(status)).inc()
         delivered = row.get("delivered")
         if not (status == 200 if delivered is None else delivered):
             return
@@ -151,10 +153,7 @@ class LiveMetrics:
         if key in self._seen:
             return
         self._seen.add(key)
-        child = self._delivered_children.get(provider)
-        if child is None:
-            child = self._delivered_children[provider] = self.delivered.labels(provider)
-        child.inc()
+        self._child(self.delivered, provider).inc()
         at = float(row["time"])
         injected = self._injected_at.get(key[:2])
         if injected is None:
