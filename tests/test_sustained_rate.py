@@ -65,6 +65,13 @@ def _paced(history: History, n: int, start: float = 1.0, per_minute: float = QUO
         _send(history, i, start + (i // 2) * gap + (i % 2) * 0.01)
 
 
+def _limited_backlog(n: int) -> tuple[History, Expectation]:
+    """A history with the FCM limits stated and a backlog of ``n`` expected deliveries."""
+    history = History()
+    _limits(history)
+    return history, _backlog(history, n)
+
+
 def _check(history: History, expectation: Expectation, n: int, **kw):
     return sustained_rate.check(_population(n), expectation, history.frame(), POLICY, **kw)
 
@@ -84,9 +91,7 @@ def test_a_backlog_bled_out_at_the_quota_passes_and_states_the_fraction():
 
 
 def test_sends_over_the_quota_fail_with_the_requests_over_it():
-    history = History()
-    _limits(history)
-    expectation = _backlog(history, 60)
+    history, expectation = _limited_backlog(60)
     # The whole backlog at once: 30 requests per project in its first minute, 20 refused.
     for i in range(60):
         _send(history, i, 1.0 + i * 0.01, status=200 if i < 2 * QUOTA else 429)
@@ -101,9 +106,7 @@ def test_sends_over_the_quota_fail_with_the_requests_over_it():
 
 
 def test_a_backlog_left_waiting_far_below_the_quota_fails_as_dawdling():
-    history = History()
-    _limits(history)
-    expectation = _backlog(history, 60)
+    history, expectation = _limited_backlog(60)
     # A minute of quota in the first seconds, then nothing for three minutes (a pause far too
     # long after a 429), then the rest: never over the quota, far below it while work waited.
     for i in range(2 * QUOTA):
@@ -120,9 +123,7 @@ def test_a_backlog_left_waiting_far_below_the_quota_fails_as_dawdling():
 
 
 def test_a_delivery_never_made_keeps_the_backlog_open_to_the_end():
-    history = History()
-    _limits(history)
-    expectation = _backlog(history, 60)
+    history, expectation = _limited_backlog(60)
     _paced(history, 58)  # the last two are never sent
     history.append("phase", time=400.0, detail="settled")
     verdict = _check(history, expectation, 60)
@@ -144,9 +145,7 @@ def test_sends_over_a_devices_limit_fail():
 
 
 def test_no_backlog_lasting_a_window_is_unknown():
-    history = History()
-    _limits(history)
-    expectation = _backlog(history, 6)
+    history, expectation = _limited_backlog(6)
     _paced(history, 6, per_minute=60)  # gone in 3 s: below a minute of quota
     verdict = _check(history, expectation, 6)
     assert verdict.valid is None
@@ -166,9 +165,7 @@ def test_no_stated_limit_is_unknown_and_providers_without_limits_switch_it_off()
 
 
 def test_without_a_stated_mapping_the_project_is_the_one_its_requests_went_to():
-    history = History()
-    _limits(history)
-    expectation = _backlog(history, 60)
+    history, expectation = _limited_backlog(60)
     for i in range(2 * QUOTA):
         _send(history, i, 1.0 + i * 0.1)
     for i in range(2 * QUOTA, 60):
