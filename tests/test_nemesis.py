@@ -208,3 +208,17 @@ def test_what_a_fault_takes_away_is_a_property_of_the_fault_recorded_with_its_wi
         ("start", "dedup"),
         ("stop", "dedup"),
     ]
+    assert "stopped_part" not in details[0]  # it stops none of the system's processes
+    # A process fault names the part it stopped (quiet_hours' releases wait for it).
+    spec = catalogue.CATALOGUE["consumer-crash"]
+    monkeypatch.setitem(
+        catalogue.CATALOGUE,
+        "consumer-crash",
+        FaultSpec(spec.description, lambda t, p: None, part=spec.part, actions=spec.actions),
+    )
+    history = History()
+    crash = make_fault("consumer-crash", {})
+    crash.start(ChaosTargets(), history)
+    crash.stop(ChaosTargets(), history)
+    parts = [json.loads(d).get("stopped_part") for d in history.frame()["detail"]]
+    assert parts == ["push-consumer", "push-consumer"]

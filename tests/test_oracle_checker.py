@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pandas as pd
@@ -201,6 +202,36 @@ def test_quiet_hours_fails_on_a_delivery_inside_the_window_or_a_late_release():
     assert not verdict.valid
     assert verdict.counts["delivered_inside_window"] == 1
     assert verdict.counts["released_late"] == 1
+
+
+@pytest.mark.parametrize(
+    ("fault", "late"),
+    [(None, 1), ({"stopped_part": "push-consumer"}, 0), ({"unavailable": None}, 1)],
+    ids=["no-fault", "consumer-stopped", "degrading-fault"],
+)
+def test_a_release_due_while_a_consumer_was_stopped_may_come_after_its_recovery(fault, late):
+    # A killed consumer's jobs come back when their visibility runs out: a release due while
+    # it was down may arrive up to recovery_s after the fault ended. A fault that only degrades
+    # (latency, errors) excuses nothing.
+    population = _population()
+    history = _history_with_injection(population)
+    expectation = _expectation(population, history)
+    deferred = [r for r in expectation.deliveries.itertuples() if r.quiet_until == r.quiet_until]
+    row = deferred[0]
+    if fault is not None:
+        for phase, at in (("start", row.quiet_until - 5), ("stop", row.quiet_until + 10)):
+            detail = {"window": "w1", "fault": "f", "phase": phase, **fault}
+            history.append("fault", time=at, detail=json.dumps(detail))
+    _at(history, row, row.quiet_until + 50)  # 10 s + 40 s recovery: within, not past the bound
+    for other in deferred[1:]:
+        _at(history, other, other.quiet_until + 1)
+    verdict = quiet_hours.check(
+        population, expectation, history.frame(), release_bound_seconds=30, recovery_s=45
+    )
+    assert verdict.counts["released_late"] == late
+    # Every release due inside the stopped window is judged with its allowance, none else.
+    assert (verdict.counts["extended_by_fault"] > 0) is (late == 0)
+    assert verdict.valid is (late == 0)
 
 
 def test_quiet_hours_fails_on_any_delivery_to_a_user_quiet_all_run():

@@ -143,6 +143,11 @@ class Fault:
         # Recorded on every window of a catalogue fault: null when it takes nothing away.
         if self.begin is None:
             detail["unavailable"] = self.unavailable
+            # A process fault names the part it stopped: while it is down, and until its jobs'
+            # visibility runs out after it, the system cannot act (quiet_hours' releases).
+            part = CATALOGUE[self.name].part if self.name in CATALOGUE else None
+            if part is not None:
+                detail["stopped_part"] = part
         if self.origin is not None:
             detail["origin"] = self.origin
         return json.dumps(detail, default=str)

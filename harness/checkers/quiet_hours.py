@@ -4,7 +4,11 @@ deferred notification delivered soon after the window ends.
 ``deferred_never_released`` counts deferred notifications that never arrived by the end of the
 run's wait (a deferral that loses the job must not pass just because nothing arrived early).
 The windows' end instants come from the population (which placed them), never from the
-system's own quiet-hours code. Users whose preferences the run changed are judged by the
+system's own quiet-hours code. A release due while a fault had stopped the system's push
+consumer (killed, paused, restarted) may instead arrive up to ``recovery_s`` after
+that fault ended, by ``delivery_latency``'s rule (its :func:`allowance`): a killed consumer's
+jobs come back only when their visibility runs out, which the scenario bounds. Faults that only
+degrade (latency, errors) excuse nothing. ``extended_by_fault`` counts those judged so. Users whose preferences the run changed are judged by the
 ``preference_changes`` checker.
 """
 
@@ -16,12 +20,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.checkers.delivery_latency import DEFAULT_RECOVERY_S, allowance
 from harness.checkers.evidence import Evidence
 from harness.checkers.keys import joint_keys, member, rows_with, sorted_unique, values_at
 from harness.checkers.registry import checker
 from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
-from harness.checkers.windows import delivery_rows
+from harness.checkers.windows import delivery_rows, process_windows
 from harness.model.oracle import Expectation
 from harness.model.population import Population
 
@@ -48,6 +53,7 @@ def check(
     history: pd.DataFrame,
     release_bound_seconds: float = 30.0,
     changed: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
+    recovery_s: float = DEFAULT_RECOVERY_S,
 ) -> Verdict:
     rows = delivery_rows(history)
     whole_run_tokens = quiet_all_run(population, changed)
@@ -77,13 +83,17 @@ def check(
     arrived = ~np.isnan(first_time)
     lateness = first_time - quiet_until
     early = arrived & (first_time < quiet_until)
-    late = arrived & (lateness > release_bound_seconds)
+    allowed, extended = allowance(
+        quiet_until, release_bound_seconds, recovery_s, process_windows(history)
+    )
+    late = arrived & (first_time > allowed)
     counts = {
         "deferred_expected": int(len(deferred)),
         "deferred_delivered": int(arrived.sum()),
         "delivered_inside_window": int(early.sum()) + inside_whole_run,
         "released_late": int(late.sum()),
         "deferred_never_released": int((~arrived).sum()),
+        "extended_by_fault": int((arrived & extended).sum()),
     }
     early_rows = expected[KEY].iloc[deferred[early][:5]].astype(object)
     early_examples = early_rows.assign(
@@ -91,6 +101,7 @@ def check(
     ).to_dict("records")
     details = {
         "release_bound_seconds": release_bound_seconds,
+        "recovery_s": recovery_s,
         "max_release_delay_seconds": (
             round(float(lateness[arrived].max()), 3) if arrived.any() else None
         ),
@@ -113,6 +124,7 @@ def check_store(
     population: Population,
     release_bound_seconds: float = 30.0,
     changed: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
+    recovery_s: float = DEFAULT_RECOVERY_S,
 ) -> Verdict:
     """:func:`check` over a history on disk."""
     store.require_decided()
@@ -121,18 +133,28 @@ def check_store(
         "SELECT count(*) FROM prov p JOIN quiet_all_run q ON q.tenant = p.tenant "
         "AND q.tok = p.tok WHERE p.got"
     )
+    bound = float(release_bound_seconds)
     store.run(
         f"""CREATE OR REPLACE TABLE deferred AS
-        SELECT e.pos, e.key, e.quiet_until, f.first_time
+        SELECT e.pos, e.key, e.quiet_until, f.first_time,
+               e.quiet_until + {bound} AS allowed, e.quiet_until + {bound} AS base
         FROM exp e LEFT JOIN {store.delivered_keys()} f ON f.key = e.key
         WHERE e.quiet_until IS NOT NULL"""
     )
-    bound = float(release_bound_seconds)
-    expected, arrived, early, late, never, latest = store.one(
-        f"""SELECT count(*), count(first_time), count(*) FILTER (first_time < quiet_until),
-                   count(*) FILTER (first_time - quiet_until > {bound}),
-                   count(*) FILTER (first_time IS NULL), max(first_time - quiet_until)
-            FROM deferred"""
+    faults = store.rows(["fault"], ["kind", "time", "detail"])
+    for window in sorted(process_windows(faults, end=store.end_time), key=lambda w: w.start):
+        # delivery_latency's allowance, one UPDATE per window in order of start.
+        store.run(
+            "UPDATE deferred SET allowed = greatest(allowed, ?) "
+            "WHERE ? <= allowed AND ? >= quiet_until",
+            [window.stop + float(recovery_s), window.start, window.stop],
+        )
+    expected, arrived, early, late, never, latest, extended = store.one(
+        """SELECT count(*), count(first_time), count(*) FILTER (first_time < quiet_until),
+                  count(*) FILTER (first_time > allowed),
+                  count(*) FILTER (first_time IS NULL), max(first_time - quiet_until),
+                  count(*) FILTER (first_time IS NOT NULL AND allowed > base)
+           FROM deferred"""
     )
     counts = {
         "deferred_expected": int(expected),
@@ -140,6 +162,7 @@ def check_store(
         "delivered_inside_window": int(early) + int(inside_whole_run),
         "released_late": int(late),
         "deferred_never_released": int(never),
+        "extended_by_fault": int(extended),
     }
 
     def records(where: str, with_first: bool) -> list[dict[str, Any]]:
@@ -158,6 +181,7 @@ def check_store(
 
     details = {
         "release_bound_seconds": release_bound_seconds,
+        "recovery_s": recovery_s,
         "max_release_delay_seconds": round(float(latest), 3) if arrived else None,
         "early_examples": records("first_time < quiet_until", True),
         "never_released_examples": records("first_time IS NULL", False),
@@ -173,7 +197,7 @@ def check_store(
 @checker(
     "quiet_hours",
     summary="no delivery inside the recipient's local window; deferred ones arrive after it",
-    tolerances={"release_bound_s": 30.0},
+    tolerances={"release_bound_s": 30.0, "recovery_s": DEFAULT_RECOVERY_S},
     out_of_core=True,
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
@@ -183,6 +207,7 @@ def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
             evidence.population,
             release_bound_seconds=float(tolerance["release_bound_s"]),
             changed=evidence.timeline.changed_users() if evidence.timeline else frozenset(),
+            recovery_s=float(tolerance["recovery_s"]),
         )
     return check(
         evidence.population,
@@ -190,4 +215,5 @@ def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
         evidence.history,
         release_bound_seconds=float(tolerance["release_bound_s"]),
         changed=evidence.timeline.changed_users() if evidence.timeline else frozenset(),
+        recovery_s=float(tolerance["recovery_s"]),
     )

@@ -36,6 +36,14 @@ def fault_windows(
     return _windows(history, lambda record: names is None or record["fault"] in names, end)
 
 
+def process_windows(
+    history: pd.DataFrame, part: str = "push-consumer", end: float | None = None
+) -> list[Window]:
+    """Windows of the faults that stopped the system's process in role ``part`` (killed,
+    paused, restarted: their records name the ``stopped_part``)."""
+    return _windows(history, lambda record: record.get("stopped_part") == part, end)
+
+
 def unavailable_windows(
     history: pd.DataFrame, dependency: str = DEDUP_STORE, end: float | None = None
 ) -> list[Window]:
