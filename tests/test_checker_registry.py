@@ -65,8 +65,12 @@ def test_a_scenario_with_an_unknown_tolerance_is_refused():
 
 
 def test_tolerance_defaults_come_from_the_registry():
-    assert registry.tolerance_for("quiet_hours", {}) == {"release_bound_s": 30.0}
-    assert registry.tolerance_for("quiet_hours", {"release_bound_s": 5}) == {"release_bound_s": 5}
+    defaults = {"release_bound_s": 30.0, "recovery_s": 30.0}
+    assert registry.tolerance_for("quiet_hours", {}) == defaults
+    assert registry.tolerance_for("quiet_hours", {"release_bound_s": 5}) == {
+        **defaults,
+        "release_bound_s": 5,
+    }
 
 
 def test_a_crashing_checker_reports_unknown_never_pass():
