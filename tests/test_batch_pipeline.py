@@ -582,6 +582,27 @@ def test_sends_of_a_batch_whose_store_died_are_marked_when_it_returns(stack, tmp
     assert outcomes.count("sent") == 3 and outcomes.count("deduped") == 3
 
 
+def _sent_then_store_lost_past_the_lease(
+    store: Stack, t: TenantClient, consumer: PushConsumer, job: dict[str, Any], token: str
+) -> None:
+    """``consumer`` sends ``job`` (slowed at APNs so that the store can go first), the store
+    dies before the batch's 'sent' mark, stays gone past the 1 s lease (durable AOF: the lease
+    comes back with it, and runs out on the clock), and comes back."""
+    slow = t.apns.http.post(
+        "/_sim/faults", json={"fault": "latency", "params": {"ms": 1000, "tokens": [token]}}
+    )
+    slow.raise_for_status()
+    batch = threading.Thread(target=lambda: consumer({"Records": [_record(job)]}, None))
+    batch.start()
+    wait_until(lambda: len(t.ledger()) >= 1, 10, "the send")
+    store.stop_part("redis")
+    gone_at = time.monotonic()
+    batch.join(30)
+    t.apns.http.delete(f"/_sim/faults/{slow.json()['id']}").raise_for_status()
+    wait_until(lambda: time.monotonic() > gone_at + 1.5, 5, "the lease to run out")
+    store.start_part("redis")
+
+
 def test_a_mark_refused_for_longer_than_the_lease_is_still_written_before_the_next_claim(
     stack, tmp_path
 ):
@@ -596,25 +617,8 @@ def test_a_mark_refused_for_longer_than_the_lease_is_still_written_before_the_ne
         t.user("late0", devices=[("apns", token)])
         job = _job(t.tenant, "late0", "push")
         key = dedup_key(t.tenant, job["notification_id"], f"late0#{device_id(token)}")
-        slow = t.apns.http.post(
-            "/_sim/faults", json={"fault": "latency", "params": {"ms": 1000, "tokens": [token]}}
-        )
-        slow.raise_for_status()
-        first: dict[str, Any] = {}
-        batch = threading.Thread(
-            target=lambda: first.update(consumer({"Records": [_record(job)]}, None))
-        )
         try:
-            batch.start()
-            wait_until(lambda: len(t.ledger()) >= 1, 10, "the send")
-            store.stop_part("redis")
-            gone_at = time.monotonic()
-            batch.join(30)
-            t.apns.http.delete(f"/_sim/faults/{slow.json()['id']}").raise_for_status()
-            # The fault under test: the store stays gone past the 1 s lease (durable AOF: the
-            # lease comes back with it, and runs out on the clock).
-            wait_until(lambda: time.monotonic() > gone_at + 1.5, 5, "the lease to run out")
-            store.start_part("redis")
+            _sent_then_store_lost_past_the_lease(store, t, consumer, job, token)
             assert consumer({"Records": [_record(job)]}, None) == {"batchItemFailures": []}
             assert client.get(key) == b"sent"
         finally:
@@ -643,23 +647,8 @@ def test_an_idle_poller_writes_the_marks_its_dead_store_refused_before_another_t
         sqs = stack.info.aws_client("sqs")
         empty = sqs.create_queue(QueueName=f"idle-{uuid.uuid4().hex[:8]}")["QueueUrl"]
         poller = SqsPoller(sqs, empty, "arn:aws:sqs:us-east-1:000000000000:idle", consumer, "t")
-        slow = t.apns.http.post(
-            "/_sim/faults", json={"fault": "latency", "params": {"ms": 1000, "tokens": [token]}}
-        )
-        slow.raise_for_status()
-        first: dict[str, Any] = {}
-        batch = threading.Thread(
-            target=lambda: first.update(consumer({"Records": [_record(job)]}, None))
-        )
         try:
-            batch.start()
-            wait_until(lambda: len(t.ledger()) >= 1, 10, "the send")
-            store.stop_part("redis")
-            gone_at = time.monotonic()
-            batch.join(30)
-            t.apns.http.delete(f"/_sim/faults/{slow.json()['id']}").raise_for_status()
-            wait_until(lambda: time.monotonic() > gone_at + 1.5, 5, "the lease to run out")
-            store.start_part("redis")
+            _sent_then_store_lost_past_the_lease(store, t, consumer, job, token)
             assert poller.poll_once() == 0  # an empty receive: the idle consumer's marks go in
             assert client.get(key) == b"sent"
             assert other({"Records": [_record(job)]}, None) == {"batchItemFailures": []}
