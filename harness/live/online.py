@@ -166,14 +166,7 @@ class OnlineChecks:
             time = row.get("time")
             if isinstance(time, float | int) and time == time:
                 self._latest = max(self._latest, float(time))
-        found += self._settle(self._latest - INJECT_SETTLE_S)
-        found += self._settle_repeats(self._latest - DELIVERY_SETTLE_S)
-        found += self._settle_requests(self._latest - INJECT_SETTLE_S)
-        found += self._settle_scoped(self._latest - DELIVERY_SETTLE_S)
-        for violation in found:
-            self.counts[violation.check] += 1
-            self.first.setdefault(violation.check, violation)
-        return found
+        return self._counted(found + self._settled(self._latest))
 
     # -- rows -----------------------------------------------------------------------------------
 
@@ -205,9 +198,19 @@ class OnlineChecks:
 
     def finish(self) -> list[LiveViolation]:
         """The history is whole (the run ended): judge what still waited to be."""
-        found = self._settle(float("inf")) + self._settle_repeats(float("inf"))
-        found += self._settle_requests(float("inf"))
-        found += self._settle_scoped(float("inf"))
+        return self._counted(self._settled(float("inf")))
+
+    def _settled(self, latest: float) -> list[LiveViolation]:
+        """What each rule judges once the rows up to ``latest``, less its settling time, are
+        surely in (``inf``: all of them)."""
+        return (
+            self._settle(latest - INJECT_SETTLE_S)
+            + self._settle_repeats(latest - DELIVERY_SETTLE_S)
+            + self._settle_requests(latest - INJECT_SETTLE_S)
+            + self._settle_scoped(latest - DELIVERY_SETTLE_S)
+        )
+
+    def _counted(self, found: list[LiveViolation]) -> list[LiveViolation]:
         for violation in found:
             self.counts[violation.check] += 1
             self.first.setdefault(violation.check, violation)
