@@ -81,7 +81,8 @@ def test_a_history_within_the_bound_passes_with_its_figures():
     verdict = _check(_expect(("n1", "t1"), ("n1", "t2"), ("n2", "t1")), history)
     assert verdict.valid is True
     assert verdict.counts == {
-        "expected": 3, "judged": 3, "late": 0, "deferred": 0, "extended_by_fault": 0,
+        "expected": 3, "judged": 3, "late": 0, "deferred": 0, "redriven": 0,
+        "extended_by_fault": 0,
         "not_delivered": 0, "no_acceptance": 0, "worst_latency_ms": 59_500,
         "p50_latency_ms": 2_000, "p99_latency_ms": 58_350,
     }  # fmt: skip
@@ -207,6 +208,33 @@ def test_a_quiet_hours_deferral_is_measured_from_the_window_end():
     _push(history, 170.0, "n1")
     verdict = _check(_expect(("n1", "t1", 50.0)), history)
     assert verdict.counts["late"] == 1 and verdict.counts["deferred"] == 0
+
+
+def _redriven(history, at, nid, user="u1", tenant="acme"):
+    history.append("redriven", time=at, tenant_id=tenant, notification_id=nid, user_id=user)
+
+
+def test_a_push_whose_job_waited_in_the_dlq_is_measured_from_the_operators_redrive():
+    """Seed 004 parks a job after 3 receives (a consumer killed twice while holding it); the
+    time it waits there is the operator's: measured from the redrive of its job, never from a
+    redrive of another recipient's job, nor one after it arrived."""
+    history = History()
+    for nid in ("n1", "n2", "n3", "n4"):
+        _inject(history, 100.0, 100.0, nid)
+    _redriven(history, 150.0, "n1")  # its own job: 40 s after the redrive, in time
+    _push(history, 190.0, "n1")
+    _redriven(history, 150.0, "n2", user=None)  # a job that names no recipient: its whole post
+    _push(history, 195.0, "n2")
+    _redriven(history, 150.0, "n3", user="someone else")  # not its job: 90 s late
+    _push(history, 190.0, "n3")
+    _push(history, 170.0, "n4")  # arrived 70 s after acceptance, before its redrive: late
+    _redriven(history, 180.0, "n4")
+    verdict = _check(_expect(*((n, "t1") for n in ("n1", "n2", "n3", "n4"))), history)
+    assert verdict.counts["redriven"] == 2
+    assert verdict.counts["late"] == 2
+    late = {e["notification_id"]: e for e in verdict.details["examples"]}
+    assert set(late) == {"n3", "n4"}
+    assert late["n3"]["measured_from"] == 100.0 and late["n4"]["measured_from"] == 100.0
 
 
 def test_an_undelivered_push_is_counted_not_failed_and_optional_ones_are_not_judged():

@@ -8,7 +8,10 @@ provider request that delivered it (provider ledger rows: a 200, or accepted the
 must arrive by ``allowed_by``:
 
 * measured from the acceptance, or from the end of the recipient's quiet window when the oracle
-  deferred it there (``quiet_until``), whichever is later, plus the bound;
+  deferred it there (``quiet_until``), or from the operator's redrive when its job waited in a
+  dead-letter queue (a ``redriven`` row for its notification and recipient, before it arrived:
+  seed 004 parks a job after 3 receives, and the time it waits there is the operator's, not the
+  system's; how it got there is ``dlq_accountability``'s), whichever is latest, plus the bound;
 * a delivery whose allowance overlaps a stated fault window (history ``fault`` rows) may instead
   arrive up to ``recovery_s`` after that fault ended: ``max(start + bound, fault end +
   recovery_s)``, chained when the extended allowance meets the next fault.
@@ -17,7 +20,7 @@ A notification posted more than once with the same id (an idempotent retry, a pr
 again) is measured from the latest post sent before its first delivery: the most generous one.
 
 Counts: ``expected``, ``judged`` (delivered, so measured), ``late``, ``deferred`` (judged from
-a quiet window's end), ``extended_by_fault`` (judged with a fault's allowance),
+a quiet window's end), ``redriven`` (judged from a DLQ redrive), ``extended_by_fault`` (judged with a fault's allowance),
 ``not_delivered``, ``no_acceptance`` (delivered, but no post of it was accepted: not judged),
 and the judged latencies' ``worst_latency_ms``, ``p50_latency_ms``, ``p99_latency_ms``. A
 delivery that never arrived is ``effectively_once``'s business (``lost``): counted here, never
@@ -99,6 +102,36 @@ def acceptance(pair: np.ndarray, first_time: np.ndarray, posts: pd.DataFrame) ->
     return out
 
 
+def redriven_at(
+    expected: pd.DataFrame, history: pd.DataFrame, first_time: np.ndarray
+) -> np.ndarray:
+    """Per expected delivery: the latest redrive of its job (a ``redriven`` row of its tenant
+    and notification, naming its recipient or no one) at or before its first arrival; NaN when
+    none. A redrive after the push arrived is not what it waited for."""
+    out = np.full(len(expected), np.nan)
+    moved = history.loc[
+        history["kind"] == "redriven", ["tenant_id", "notification_id", "user_id", "time"]
+    ]
+    if not len(moved) or not len(expected):
+        return out
+    left = expected[["tenant_id", "notification_id", "user_id"]].astype(object).copy()
+    left["i"] = np.arange(len(expected))
+    left["first"] = first_time
+    moved = moved.astype({"tenant_id": object, "notification_id": object, "user_id": object})
+    named = moved[moved["user_id"].notna()]
+    anyone = moved[moved["user_id"].isna()].drop(columns="user_id")
+    found = pd.concat(
+        [
+            left.merge(named, on=["tenant_id", "notification_id", "user_id"]),
+            left.merge(anyone, on=["tenant_id", "notification_id"]),
+        ]
+    )
+    found = found[found["time"].astype(float) <= found["first"]]
+    latest = found.groupby("i")["time"].max()
+    out[latest.index.to_numpy(dtype=np.int64)] = latest.to_numpy(dtype=float)
+    return out
+
+
 def _figures(latency: np.ndarray) -> dict[str, int]:
     """Worst, median and 99th percentile of the judged latencies, in whole milliseconds (0
     when nothing was judged: the verdict is then unknown)."""
@@ -172,7 +205,9 @@ def check(
     quiet_until = expected["quiet_until"].to_numpy(dtype=float, na_value=np.nan)
     until = np.where(np.isnan(quiet_until), -np.inf, quiet_until)
     windows = fault_windows(history)
-    start = np.maximum(accepted, until)  # NaN when never accepted
+    redrive = redriven_at(expected, history, first_time)
+    waited = np.where(np.isnan(redrive), -np.inf, redrive)
+    start = np.maximum(np.maximum(accepted, until), waited)  # NaN when never accepted
     allowed, extended = allowance(start, bound_s, recovery_s, windows)
     arrived = ~np.isnan(first_time)
     judged = arrived & ~np.isnan(accepted)
@@ -182,6 +217,7 @@ def check(
         "judged": int(judged.sum()),
         "late": int(late.sum()),
         "deferred": int((judged & (until > accepted)).sum()),
+        "redriven": int((judged & (waited > np.maximum(accepted, until))).sum()),
         "extended_by_fault": int((judged & extended).sum()),
         "not_delivered": int((~arrived).sum()),
         "no_acceptance": int((arrived & np.isnan(accepted)).sum()),
@@ -222,21 +258,35 @@ def check_store(
     store.run(
         f"""CREATE OR REPLACE TABLE latency AS
         WITH d AS (
-            SELECT e.pos, e.key, e.tenant, e.nid, e.quiet_until, f.first_time
+            SELECT e.pos, e.key, e.tenant, e.nid, e.user_id, e.quiet_until, f.first_time
             FROM exp e LEFT JOIN {store.delivered_keys()} f ON f.key = e.key),
+        moved AS (
+            SELECT t.code AS tenant, n.code AS nid, o.user_id, o.time
+            FROM other o
+            JOIN tenants t ON t.value IS NOT DISTINCT FROM o.tenant_id
+            JOIN nids n ON n.value IS NOT DISTINCT FROM o.notification_id
+            WHERE o.kind = 'redriven' AND o.time IS NOT NULL),
+        r AS (
+            SELECT d.pos, max(m.time) AS redriven_at
+            FROM d JOIN moved m
+                ON m.tenant = d.tenant AND m.nid = d.nid
+                AND (m.user_id IS NULL OR m.user_id = d.user_id) AND m.time <= d.first_time
+            GROUP BY d.pos),
         earliest AS (
             SELECT tenant, nid, arg_min(accepted, sent) AS accepted
             FROM latency_posts GROUP BY tenant, nid),
         a AS (
-            SELECT d.pos, d.key, d.quiet_until, d.first_time,
+            SELECT d.pos, d.key, d.quiet_until, d.first_time, r.redriven_at,
                    coalesce(p.accepted, f.accepted) AS accepted
             FROM d
+            LEFT JOIN r ON r.pos = d.pos
             ASOF LEFT JOIN latency_posts p
                 ON p.tenant = d.tenant AND p.nid = d.nid AND d.first_time >= p.sent
             LEFT JOIN earliest f ON f.tenant = d.tenant AND f.nid = d.nid),
         s AS (
             SELECT *, CASE WHEN accepted IS NULL THEN NULL
-                           ELSE greatest(accepted, coalesce(quiet_until, '-inf'::DOUBLE)) END
+                           ELSE greatest(accepted, coalesce(quiet_until, '-inf'::DOUBLE),
+                                         coalesce(redriven_at, '-inf'::DOUBLE)) END
                       AS start
             FROM a)
         SELECT *, start + {bound} AS allowed, start + {bound} AS base FROM s"""
@@ -248,9 +298,11 @@ def check_store(
         )
     judged = "first_time IS NOT NULL AND accepted IS NOT NULL"
     late = f"{judged} AND first_time > allowed"
-    expected, judged_n, late_n, deferred, extended, missing, no_acceptance = store.one(
+    expected, judged_n, late_n, deferred, redriven, extended, missing, no_acceptance = store.one(
         f"""SELECT count(*), count(*) FILTER ({judged}), count(*) FILTER ({late}),
                    count(*) FILTER ({judged} AND quiet_until > accepted),
+                   count(*) FILTER ({judged} AND redriven_at >
+                                    greatest(accepted, coalesce(quiet_until, '-inf'::DOUBLE))),
                    count(*) FILTER ({judged} AND allowed > base),
                    count(*) FILTER (first_time IS NULL),
                    count(*) FILTER (first_time IS NOT NULL AND accepted IS NULL)
@@ -261,6 +313,7 @@ def check_store(
         "judged": int(judged_n),
         "late": int(late_n),
         "deferred": int(deferred),
+        "redriven": int(redriven),
         "extended_by_fault": int(extended),
         "not_delivered": int(missing),
         "no_acceptance": int(no_acceptance),

@@ -68,7 +68,7 @@ from harness.run.actions import unavailable as action_unavailable
 from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
 from harness.run.channel_ledgers import ChannelLedgers, opt_out_numbers, register_online_users
 from harness.run.dedup_keys import existing_keys, record_sample, run_pattern, sample_ttls
-from harness.run.dlq import redrive_all
+from harness.run.dlq import redrive_recorded
 from harness.run.provider_control import SimulatorControl
 from harness.run.python_steps import action_of, fault_of, judge
 from harness.run.sns_ledger import SnsObserver
@@ -577,8 +577,11 @@ def _reference_queues(info: StackInfo) -> Queues | None:
     return contract(info, durable=False).queues
 
 
-def _redrive_all(info: StackInfo, queues: Queues) -> str:
-    moved = redrive_all(info.aws_client("sqs"), queues)
+def _redrive_all(info: StackInfo, queues: Queues, history: History, prefix: str) -> str:
+    def mine(tenant: str) -> bool:
+        return not of_another_run(tenant, prefix)
+
+    moved = redrive_recorded(info.aws_client("sqs"), queues, history, mine)
     return f"moved {sum(moved.values())} message(s) back ({moved})"
 
 
@@ -1212,6 +1215,7 @@ def _inject_load(state: RunState) -> None:
     assert state.population is not None and state.targets is not None
     scenario, info, contract, progress = state.scenario, state.info, state.contract, state.progress
     queues = contract.queues
+    this_run = tenant_prefix(state.run_dir.name, state.target)
     if queues is not None:
         state.sampler = QueueSampler(info, state.history, queues=queues)
         state.sampler.start()
@@ -1222,7 +1226,11 @@ def _inject_load(state: RunState) -> None:
         seed=state.seed,
         table_writer=contract.table_writer,
         driver=contract.driver,
-        redrive=(lambda: _redrive_all(info, queues)) if queues is not None else None,
+        redrive=(
+            (lambda: _redrive_all(info, queues, state.history, this_run))
+            if queues is not None
+            else None
+        ),
         bound_s=scenario.preference_bound_s,
         send_raw=_raw_sender(info, queues) if queues is not None else None,
         poison_channels=_existing_poison_queues(info, queues) if queues is not None else (),
