@@ -267,6 +267,9 @@ def test_backpressure_flags_requests_inside_retry_after_per_scope():
     verdict = backpressure.check(history.frame(), slack_s=0.3)
     assert not verdict.valid
     assert verdict.counts["requests_inside_retry_after"] == 1
+    assert verdict.counts["furthest_inside_ms"] == 1000  # the answer at 10.0, the request at 11.0
+    [example] = verdict.details["examples"]
+    assert example["furthest_s"] == 1.0 and example["retry_after_s"] == 2.0
 
 
 def test_backpressure_rate_cap():

@@ -47,22 +47,32 @@ def requests_inside(
     retry_after: np.ndarray,
     slack_s: float,
     examples: int,
-) -> tuple[int, list[dict[str, Any]]]:
+) -> tuple[int, float, list[dict[str, Any]]]:
     """Within one scope (``times`` sorted): requests after a throttling answer's time plus
-    ``slack_s`` and before its Retry-After ran out, and up to ``examples`` examples. Both
-    engines count here."""
+    ``slack_s`` and before its Retry-After ran out, how far past the answer the furthest of
+    them came (seconds; 0 when none: a few just past the slack read as a client slow to react,
+    a Retry-After ignored reaches to its end), and up to ``examples`` examples. Both engines
+    count here."""
     answers = np.flatnonzero(throttled)
     lo = np.searchsorted(times, times[answers] + slack_s, side="right")
     hi = np.searchsorted(times, times[answers] + retry_after[answers], side="left")
     inside = np.maximum(hi - lo, 0)
+    hit = inside > 0
+    furthest = float((times[hi[hit] - 1] - times[answers[hit]]).max()) if hit.any() else 0.0
     found = []
-    for answer, requests in zip(answers[inside > 0], inside[inside > 0], strict=True):
+    for answer, last, requests in zip(answers[hit], hi[hit] - 1, inside[hit], strict=True):
         if len(found) >= examples:
             break
         found.append(
-            {"scope": scope_name, "throttled_at": float(times[answer]), "requests": int(requests)}
+            {
+                "scope": scope_name,
+                "throttled_at": float(times[answer]),
+                "retry_after_s": float(retry_after[answer]),
+                "requests": int(requests),
+                "furthest_s": round(float(times[last] - times[answer]), 3),
+            }
         )
-    return int(inside.sum()), found
+    return int(inside.sum()), furthest, found
 
 
 def check(history: pd.DataFrame, slack_s: float = 0.3, cap_per_s: float | None = None) -> Verdict:
@@ -75,14 +85,15 @@ def check(history: pd.DataFrame, slack_s: float = 0.3, cap_per_s: float | None =
     scope, scope_names = _scopes(history, rows)
     scope = scope[order]
     throttled = ~np.isnan(retry_after) & (retry_after > 0)
-    ignored, examples = 0, []
+    ignored, furthest, examples = 0, 0.0, []
     for code, scope_name in enumerate(scope_names):
         in_scope = scope == code
-        found, found_examples = requests_inside(
+        found, reach, found_examples = requests_inside(
             scope_name, times[in_scope], throttled[in_scope], retry_after[in_scope], slack_s,
             5 - len(examples),
         )  # fmt: skip
         ignored += found
+        furthest = max(furthest, reach)
         examples += found_examples
     throttles = int(np.count_nonzero(throttled))
     # Per whole second (``time.astype("int64")``, which truncates): times are sorted, so each
@@ -98,6 +109,7 @@ def check(history: pd.DataFrame, slack_s: float = 0.3, cap_per_s: float | None =
     counts = {
         "throttle_answers": throttles,
         "requests_inside_retry_after": ignored,
+        "furthest_inside_ms": round(furthest * 1000),
         "peak_requests_per_s": peak,
         "seconds_over_cap": over_cap,
     }
@@ -112,7 +124,7 @@ def check_store(
     scope at a time, and are counted as in memory."""
     scope = "coalesce(provider, '<NA>') || '/' || coalesce(project, '')"
     names = [n for (n,) in store.sql(f"SELECT DISTINCT {scope} FROM prov ORDER BY 1").fetchall()]
-    ignored, examples, throttles = 0, [], 0
+    ignored, furthest, examples, throttles = 0, 0.0, [], 0
     for name in names:
         found = store.sql(
             f"SELECT time, retry_after FROM prov WHERE {scope} = ? ORDER BY time", [name]
@@ -121,10 +133,11 @@ def check_store(
         retry_after = np.ma.filled(np.ma.asarray(found["retry_after"], dtype=float), np.nan)
         throttled = ~np.isnan(retry_after) & (retry_after > 0)
         throttles += int(np.count_nonzero(throttled))
-        count, more = requests_inside(
+        count, reach, more = requests_inside(
             name, times, throttled, retry_after, slack_s, 5 - len(examples)
         )
         ignored += count
+        furthest = max(furthest, reach)
         examples += more
         del found, times, retry_after, throttled
     peak, over_cap = store.one(
@@ -134,6 +147,7 @@ def check_store(
     counts = {
         "throttle_answers": throttles,
         "requests_inside_retry_after": ignored,
+        "furthest_inside_ms": round(furthest * 1000),
         "peak_requests_per_s": int(peak),
         "seconds_over_cap": int(over_cap) if cap_per_s else 0,
     }
