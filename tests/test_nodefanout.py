@@ -1005,3 +1005,21 @@ def test_the_launcher_prints_each_roles_command_line(tmp_path: Path) -> None:
     assert [line.split()[2] for line in lines] == list(launch.ROLES)
     assert "--port 18280" in lines[0] and "--dedup-redis redis://127.0.0.1:16580/0" in lines[2]
     assert (tmp_path / "apns.p8").is_file() and (tmp_path / "fcm.json").is_file()
+
+
+def test_a_sender_a_start_hook_left_running_is_stopped_and_waited_for():
+    """launch.stop_pid returns once the process is gone: after SIGTERM when it obeys, after
+    SIGKILL when it ignores SIGTERM (as a role finishing its work in hand may take too long);
+    the next deployment must not start beside it."""
+    script = "trap '' TERM; while :; do sleep 0.1; done"
+    for argv, timeout_s in ((["sleep", "60"], 5.0), (["sh", "-c", script], 0.5)):
+        # Adopted by init, as under a hook's nohup: not this process's child to wait for.
+        spawner = subprocess.run(
+            ["sh", "-c", f"{' '.join(map(repr, argv))} >/dev/null 2>&1 & echo $!"],
+            capture_output=True, text=True, check=True, timeout=10,
+        )  # fmt: skip
+        pid = int(spawner.stdout)
+        assert launch._alive(pid)
+        assert launch.stop_pid(pid, timeout_s=timeout_s)
+        assert not launch._alive(pid)
+    assert launch.stop_pid(pid)  # already gone: nothing to do

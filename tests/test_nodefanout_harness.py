@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -178,8 +176,11 @@ def nodefanout_up(
     finally:
         pid_file = run_dir / "sender.pid"
         if pid_file.exists():  # a sender the crash hook started, not the launcher
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+            with contextlib.suppress(ValueError, OSError):
+                pid = int(pid_file.read_text())
+                # Gone before the next deployment starts: two senders on one queue would each
+                # keep their own Retry-After pauses.
+                assert launch.stop_pid(pid), f"the sender {pid} a start hook left outlived SIGKILL"
 
 
 def run(target: Path, scenario: str, out: Path, env: dict[str, str]) -> tuple[int, dict, str]:

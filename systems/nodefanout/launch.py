@@ -9,6 +9,7 @@ nothing of the harness: nodefanout stands alone.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -211,6 +212,44 @@ class RoleProcess:
                 self.proc.kill()
                 self.proc.wait(timeout_s)
         return self.proc.returncode
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by whoever adopted it, does
+    not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc: signal 0 is all there is
+    return state != "Z"
+
+
+def stop_pid(pid: int, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+    """Stop a role this process did not start (a sender a target's start hook left running
+    under nohup): SIGTERM and SIGCONT, then SIGKILL after ``timeout_s``; returns once it is
+    gone (True), or False if it outlived the SIGKILL too. Waiting matters: a next deployment
+    started beside a sender still finishing would share its queues with it."""
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return True
+    for sig in (None, signal.SIGKILL):
+        if sig is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not _alive(pid):
+                return True
+            time.sleep(0.05)  # polling another process's end, bounded by the deadline
+    return not _alive(pid)
 
 
 def start_role(
