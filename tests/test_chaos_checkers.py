@@ -272,6 +272,32 @@ def test_backpressure_flags_requests_inside_retry_after_per_scope():
     assert example["furthest_s"] == 1.0 and example["retry_after_s"] == 2.0
 
 
+def test_backpressure_excuses_a_burst_read_after_a_silence_and_still_catches_a_client_that_goes_on():
+    """A simulator starved of CPU (or a client starved before it read the 429) reads, after a
+    silence, requests that may have been sent before the answer could be seen: the slack runs
+    from that first read. A client that goes on sending is read at once after the answer."""
+    history = History()
+    _request(history, 10.0, status=429, retry_after=2.0, nid="a")
+    for i, at in enumerate((10.5, 10.51, 10.52, 12.1)):  # silent for 0.5 s, then a burst
+        _request(history, at, nid=f"burst{i}")
+    verdict = backpressure.check(history.frame(), slack_s=0.3)
+    assert verdict.valid, verdict
+    assert verdict.counts["requests_inside_retry_after"] == 0
+    assert verdict.counts["excused_after_silence"] == 3
+    _request(history, 11.0, nid="past the burst's slack")
+    verdict = backpressure.check(history.frame(), slack_s=0.3)
+    assert not verdict.valid and verdict.counts["requests_inside_retry_after"] == 1
+    history = History()
+    _request(history, 20.0, status=429, retry_after=2.0, nid="b")
+    for i in range(1, 40):  # every 50 ms through the pause
+        _request(history, 20.0 + i * 0.05, nid=f"on{i}")
+    verdict = backpressure.check(history.frame(), slack_s=0.3)
+    assert not verdict.valid
+    # Read 50 ms after the answer: the slack runs from the answer, 20.35 .. 21.95 inside.
+    assert verdict.counts["requests_inside_retry_after"] == 33
+    assert verdict.counts["excused_after_silence"] == 0
+
+
 def test_backpressure_rate_cap():
     history = History()
     for i in range(12):

@@ -317,13 +317,29 @@ def test_a_request_inside_a_retry_after_is_seen_live_once_and_counted_finally(re
     live = _live(history)
     final = backpressure.check(frame, slack_s=live.slack_s)
     assert live.counts["inside_retry_after"] <= final.counts["requests_inside_retry_after"]
-    # Exactly the requests inside any window of their own scope (brute force).
+    # Exactly the requests inside any window of their own scope (brute force): the slack runs
+    # from the answer, or from the scope's first request after it when none came within it.
+    slack = live.slack_s
+
+    def opens(t: float, scope: tuple) -> float:
+        first = min((at for at, other, _, _ in requests if other == scope and at > t), default=t)
+        return (first if first > t + slack else t) + slack
+
     inside = sum(
         any(
-            scope == other and t + live.slack_s < at < t + r
+            scope == other and opens(t, other) < at < t + r
             for t, other, r, _ in requests
             if r is not None
         )
         for at, scope, _, _ in requests
     )
     assert live.counts["inside_retry_after"] == inside
+    # The final checker counts a request once per answer whose window holds it.
+    per_answer = sum(
+        opens(t, other) < at < t + r
+        for t, other, r, _ in requests
+        if r is not None
+        for at, scope, _, _ in requests
+        if scope == other
+    )
+    assert final.counts["requests_inside_retry_after"] == per_answer

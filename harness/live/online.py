@@ -28,8 +28,9 @@ is surely in: rows arrive in the order they are collected, not in the order they
   delivery: an injection is recorded when its answer comes back, and the earliest post of a
   shared event id may still be on its way (the checker takes the earliest).
 * ``inside_retry_after`` (backpressure): a request to a provider scope (APNs, or one FCM
-  project) after a throttling answer's time plus the checker's ``slack_s`` and before its
-  Retry-After ran out; judged :data:`DELIVERY_SETTLE_S` after the request (every answer before
+  project) after a throttling answer's time plus the checker's ``slack_s`` (counted from the
+  scope's first request after the answer, when none came within the slack) and before its Retry-After ran
+  out; judged :data:`DELIVERY_SETTLE_S` after the request (every answer before
   it is in by then). Counted once per request (the final checker counts it once per answer it
   falls inside: never fewer).
 * ``in_quiet_hours`` (quiet_hours): a delivery to a device of a user whose quiet window, placed
@@ -133,6 +134,12 @@ class OnlineChecks:
     slack_s: float = 0.3
     _paused: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     _scoped: deque[tuple[float, str]] = field(default_factory=deque)
+    # Per scope, the throttling answers (time, Retry-After) whose window is not yet placed, and
+    # the request times (sorted) that place them: the slack runs from the scope's first
+    # request after the answer when none came within it (the final checker's rule,
+    # harness.checkers.backpressure.requests_inside), known once the rows up to it are in.
+    _unread: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    _scope_times: dict[str, list[float]] = field(default_factory=dict)
 
     def watch_population(
         self,
@@ -242,12 +249,34 @@ class OnlineChecks:
         self._requests.append((at, key))
         project = row.get("project")
         scope = f"{provider}/{project if isinstance(project, str) else ''}"
+        bisect.insort(self._scope_times.setdefault(scope, []), at)
         retry_after = row.get("retry_after")
         if isinstance(retry_after, float | int) and retry_after == retry_after and retry_after > 0:
-            _pause(self._paused.setdefault(scope, ([], [])), at + self.slack_s, at + retry_after)
+            self._unread.setdefault(scope, []).append((at, float(retry_after)))
         self._scoped.append((at, scope))
 
+    def _place_windows(self, until: float) -> None:
+        """Place the Retry-After window of each throttling answer whose scope's first request
+        after it is in (every row up to ``until`` is); forget request times no answer needs."""
+        for scope, waiting in self._unread.items():
+            times = self._scope_times.get(scope, [])
+            still = []
+            for answered, pause_s in waiting:
+                n = bisect.bisect_right(times, answered)
+                first = times[n] if n < len(times) else float("inf")
+                if first > until:
+                    still.append((answered, pause_s))
+                    continue
+                silent = first > answered + self.slack_s  # through the whole slack
+                begin = (first if silent else answered) + self.slack_s
+                _pause(self._paused.setdefault(scope, ([], [])), begin, answered + pause_s)
+            self._unread[scope] = still
+        for scope, times in self._scope_times.items():
+            keep = min((a for a, _ in self._unread.get(scope, ())), default=until)
+            del times[: bisect.bisect_right(times, min(keep, until))]
+
     def _settle_scoped(self, until: float) -> list[LiveViolation]:
+        self._place_windows(until)
         found = []
         for at, scope in _take(self._scoped, until, lambda r: r[0]):
             starts, ends = self._paused.get(scope, ((), ()))
