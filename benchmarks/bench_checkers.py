@@ -971,6 +971,11 @@ def _finish(
     bad_event = rng.choice(np.flatnonzero(run.tenant == 0), len(bad_rounds))
     bad = _Rows()
     bad.add(a + bad_rounds * ROUND_S + 0.6, arr.d_tenant[bad_dev], bad_event, bad_dev, 429)
+    # A request just after each of those bursts, still within the slack of every throttling
+    # answer in it: none is then followed by silence, which would let the slack run from the
+    # planted request itself (the checker's rule for a burst read after a silence).
+    after_burst = a + bad_rounds * ROUND_S + BURST_S + 0.05
+    bad.add(after_burst, arr.d_tenant[bad_dev], bad_event, bad_dev, 429)
     sink.add_history(_provider_columns(bad.concat(), arr, run.nid))
     park_key = np.concatenate(run.parked)
     dlq = {"event": park_key // len(arr.u_tenant), "user": park_key % len(arr.u_tenant)}

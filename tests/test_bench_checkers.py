@@ -156,7 +156,12 @@ def ref_backpressure(rows, slack_s):
     ignored = 0
     for scope, at, retry_after in throttles:
         times = scopes[scope]
-        lo = bisect.bisect_right(times, at + slack_s)
+        # The slack runs from the scope's first request after the answer when none came
+        # within it (a burst read after a silence).
+        after = bisect.bisect_right(times, at)
+        first = times[after] if after < len(times) else at
+        begin = first if first > at + slack_s else at
+        lo = bisect.bisect_right(times, begin + slack_s)
         hi = bisect.bisect_left(times, at + retry_after)
         ignored += max(0, hi - lo)
     per_second = Counter(int(r["time"]) for r in rows if r["kind"] == "provider")
