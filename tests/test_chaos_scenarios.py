@@ -218,14 +218,17 @@ def test_skipping_dedup_and_dropping_failed_batch_entries_are_caught_under_sqs_r
     assert once["lost"] > 0
 
 
+@pytest.mark.parametrize("scenario", ["sqs-redelivery", "game-day"])
 def test_a_stop_condition_ends_a_drill_at_its_first_duplicate_with_every_fault_rolled_back(
-    tmp_path,
+    tmp_path, scenario
 ):
-    """Issue 22: with dedup skipped under SQS redelivery and ``--stop-on 'duplicates > 0'``, the
-    live view sees the first duplicate within seconds, the load stops, every fault is rolled
-    back, what was accepted drains and is judged, and the run ends ``aborted`` (exit 4) naming
-    the condition and its first evidence; the final checker agrees with what was seen live."""
-    path = _variant(tmp_path, "sqs-redelivery", ["skip_dedup"])
+    """Issue 22: with dedup skipped and ``--stop-on 'duplicates > 0'``, the live view sees the
+    first duplicate within seconds, the load stops, every fault is rolled back, what was
+    accepted drains and is judged, and the run ends ``aborted`` (exit 4) naming the condition
+    and its first evidence; the final checker agrees with what was seen live. Under SQS
+    redelivery alone, and on the game day itself (its dedup outage, APNs 429s and redelivery
+    rolled back midway)."""
+    path = _variant(tmp_path, scenario, ["skip_dedup"])
     result = run_cli(
         "run", str(path), "--seed", "7", "--out", str(tmp_path / "out"), "--no-report",
         "--stop-on", "duplicates > 0", timeout=400,
