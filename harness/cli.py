@@ -232,6 +232,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         except StopConditionError as exc:
             return _error(f"--stop-on: {exc}")
         scenario = replace(scenario, stop_conditions=scenario.stop_conditions + extra)
+    if args.no_live and scenario.stop_conditions:
+        stated = ", ".join(str(c) for c in scenario.stop_conditions)
+        return _error(f"--no-live: stop conditions ({stated}) need the live view")
     if not 0 <= args.metrics_port <= 65535:
         return _error(
             f"--metrics-port must be a port number (0: a free one), not {args.metrics_port}"
@@ -271,6 +274,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         target=target,
         reports=not args.no_report,
         metrics_port=args.metrics_port,
+        live_view=not args.no_live,
     )
     print(verdict_table(result.summary))
     print(f"run directory: {result.run_dir}")
@@ -407,6 +411,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Locust's own OpenTelemetry metrics, traces and logs (locust --otel), exported "
         "where the standard OTEL_* variables say (default OTLP over HTTP to localhost:4318)",
+    )
+    run.add_argument(
+        "--no-live",
+        action="store_true",
+        help="no live view: no metrics, no online checks, no stop conditions (the comparison "
+        "point of their cost; the verdict comes from the final checkers either way)",
     )
     run.add_argument(
         "--target",

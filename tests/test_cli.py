@@ -119,6 +119,33 @@ def test_smoke_run_passes_and_writes_its_run_directory(tmp_path):
     assert not any(_pid_alive(pid) for pid in pids.values())
 
 
+def test_no_live_with_a_stop_condition_is_a_clear_error(tmp_path):
+    result = run_cli(
+        "run", "smoke", "--no-live", "--stop-on", "duplicates > 0", "--out", str(tmp_path)
+    )
+    assert result.returncode == 2
+    assert "--no-live: stop conditions (duplicates > 0) need the live view" in result.stderr
+    assert list(tmp_path.iterdir()) == []  # refused before any run began
+
+
+@pytest.mark.integration
+@pytest.mark.wholerun
+def test_a_run_without_its_live_view_is_judged_the_same_and_states_its_own_cpu(tmp_path):
+    """``--no-live``: the comparison point of the live view's cost (benchmarks/bench_live_run):
+    no metrics served, no online checks, the verdict from the final checkers alone."""
+    result = run_cli(
+        "run", "smoke", "--seed", "42", "--no-live", "--no-report", "--out", str(tmp_path),
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "live      off" in result.stdout and "metrics at" not in result.stdout
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["verdict"] == "pass" and summary["live"] == {"off": True}
+    assert not (run_dir / "live.json").exists()
+    assert summary["harness_cpu_s"] > 0
+
+
 @pytest.mark.parametrize(
     ("module", "extra"),
     [

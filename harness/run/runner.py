@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import json
 import random
+import resource
 import signal
 import subprocess
 import sys
@@ -1489,10 +1490,13 @@ def run(
     target: Target | None = None,
     reports: bool = True,
     metrics_port: int = 0,
+    live_view: bool = True,
 ) -> RunResult:
     """``reports``: False writes junit.xml only (no charts, no html/md): for CI loops.
     ``metrics_port``: where the live metrics are served on 127.0.0.1 (0: a free port, printed
-    and written to ``live.json``).
+    and written to ``live.json``). ``live_view`` False: no metrics, no online checks, no stop
+    condition (the comparison point of their cost; a scenario that states stop conditions
+    needs them: ValueError).
 
     The scenario's stop conditions are watched live: when one fires, the load stops, every
     fault is rolled back, what was accepted drains and is judged, and the verdict is
@@ -1502,6 +1506,10 @@ def run(
     ``incomplete`` until the run has a verdict, and the history streams to ``history.arrows``.
     SIGINT and SIGTERM stop the run at once (faults undone, every process stopped within
     seconds) with verdict ``incomplete``; ``report`` reads what a killed run left."""
+    if not live_view and scenario.stop_conditions:
+        raise ValueError(
+            f"scenario {scenario.name} states stop conditions: they need the live view"
+        )
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
     progress = progress or Progress()
     run_id = new_run_id(scenario.name, seed, clock())
@@ -1525,24 +1533,33 @@ def run(
     reap_orphans()  # what an earlier run killed with -9 may have left
     history = History()
     history.stream_to(run_dir / STREAM_FILE)
-    live = LiveView(
-        history,
-        run_dir,
-        LiveMetrics(run_id, scenario.name, seed),
-        OnlineChecks(),
-        scenario.stop_conditions,
-        say=lambda line: progress("live", line),
-        port=metrics_port,
-    )
-    progress("live", f"metrics at {live.start()}")
+    cpu_at_start = _own_cpu_s()
+    live = None
+    if live_view:
+        live = LiveView(
+            history,
+            run_dir,
+            LiveMetrics(run_id, scenario.name, seed),
+            OnlineChecks(),
+            scenario.stop_conditions,
+            say=lambda line: progress("live", line),
+            port=metrics_port,
+        )
+        progress("live", f"metrics at {live.start()}")
+    else:
+        progress("live", "off: no metrics, no online checks, no stop conditions")
     try:
-        with interruptible(lever=live.pull_lever):
+        with interruptible(lever=live.pull_lever if live is not None else None):
             _history, _population, verdicts, error = execute(
                 scenario, seed, run_dir, progress, clock, stack_factory, locust_workers, target,
                 history, live,
             )  # fmt: skip
     finally:
-        live.finish()
+        if live is not None:
+            live.finish()
+    # The harness process's own CPU (its threads: collector, live view, checkers; not the
+    # stack's processes): what the live view's cost is measured against (bench_live_run).
+    summary["harness_cpu_s"] = round(_own_cpu_s() - cpu_at_start, 3)
     history.close_stream()
     history.write(run_dir / "history.parquet")
     (run_dir / STREAM_FILE).unlink(missing_ok=True)
@@ -1556,21 +1573,25 @@ def run(
     leftovers = _leftovers(history)
     if leftovers is not None:
         summary[LEFTOVERS] = leftovers
-    summary["live"] = {
-        "metrics_url": live.url,
-        "stop_conditions": [str(c) for c in scenario.stop_conditions],
-        "violations": dict(live.checks.counts),
-        "first_seen": {k: {"at": v.time, **v.evidence} for k, v in live.checks.first.items()},
-    }
-    if live.stopped is not None:
-        summary["stopped"] = live.stopped.to_dict()
+    stopped = live.stopped if live is not None else None
+    if live is not None:
+        summary["live"] = {
+            "metrics_url": live.url,
+            "stop_conditions": [str(c) for c in scenario.stop_conditions],
+            "violations": dict(live.checks.counts),
+            "first_seen": {k: {"at": v.time, **v.evidence} for k, v in live.checks.first.items()},
+        }
+    else:
+        summary["live"] = {"off": True}
+    if stopped is not None:
+        summary["stopped"] = stopped.to_dict()
     summary.update(
         verdict="incomplete"
         if interrupted
         else "unknown"
         if error is not None and error.startswith(DOES_NOT_FIT)
         else ABORTED
-        if live.stopped is not None
+        if stopped is not None
         else overall_verdict(verdicts, error),
         checkers={v.name: v.to_dict() for v in verdicts},
         history_rows=len(history),
@@ -1589,6 +1610,12 @@ def run(
     except Exception as exc:  # a broken report must not hide the verdict
         progress("report", f"could not write the reports: {exc}")
     return RunResult(run_dir, json.loads(json.dumps(summary, default=_json_default)))
+
+
+def _own_cpu_s() -> float:
+    """User and system CPU seconds of this process, every thread of it."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _leftovers(history: History) -> dict[str, int] | None:
