@@ -343,3 +343,128 @@ def test_a_request_inside_a_retry_after_is_seen_live_once_and_counted_finally(re
         if scope == other
     )
     assert final.counts["requests_inside_retry_after"] == per_answer
+
+
+def _latency_population():
+    from datetime import UTC, datetime
+
+    from harness.model.population import PopulationSpec, generate
+
+    spec = PopulationSpec(users_per_tenant=40, celebrity_followers=20, regular_authors=2)
+    return generate(5, datetime(2026, 11, 29, 12, tzinfo=UTC), spec)
+
+
+def _latency_checks(population, bound_s=60.0, recovery_s=30.0) -> OnlineChecks:
+    from harness.model.oracle import required_push_recipients
+
+    checks = OnlineChecks()
+    followers = {(a.tenant_id, a.user_id): frozenset(a.followers) for a in population.authors}
+    checks.watch_latency(required_push_recipients(population), followers, bound_s, recovery_s)
+    return checks
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from([5.0, 45.0, 59.0, 61.0, 75.0, 100.0, 140.0]), min_size=6, max_size=6),
+    st.lists(st.tuples(st.floats(0, 150), st.floats(0, 40)), max_size=2),  # faults (start, length)
+    st.lists(st.tuples(st.integers(0, 5), st.floats(0, 150)), max_size=2),  # redrives (row, at)
+)
+def test_a_late_delivery_seen_live_is_exactly_the_final_checkers(latencies, faults, redrives):
+    """Six required pushes of one post, each delivered after its latency; fault windows and
+    DLQ redrives in between: the live ``late_delivery`` count is delivery_latency's ``late``,
+    and every live one is a final one."""
+    from harness.checkers import delivery_latency
+    from harness.checkers.evidence import evidence_from
+    from harness.model.oracle import required_push_recipients
+
+    population = _latency_population()
+    recipients = required_push_recipients(population)
+    author = next(a for a in population.authors if not a.celebrity)
+    targets = [
+        (token, user)
+        for (tenant, token), users in sorted(recipients.items())
+        for user, until in users
+        if tenant == author.tenant_id and user in author.followers and until is None
+    ][:6]
+    assert len(targets) == 6
+    history, posted = History(), population.started_at + 10
+    history.append("inject", time=posted, end=posted + 0.2, tenant_id=author.tenant_id,
+                   author_id=author.user_id, notification_id="n1")  # fmt: skip
+    for n, (start, length) in enumerate(faults):
+        _fault(history, f"f{n}", posted + start, posted + start + length)
+    for row, at in redrives:
+        token, user = targets[row]
+        history.append("redriven", time=posted + at, tenant_id=author.tenant_id,
+                       notification_id="n1", user_id=user)  # fmt: skip
+    for (token, _), latency in zip(targets, latencies, strict=True):
+        history.extend_provider(
+            [{"received_at": posted + 0.2 + latency, "tenant_id": author.tenant_id,
+              "notification_id": "n1", "token": token, "provider": "apns", "status": 200,
+              "delivered": True}]
+        )  # fmt: skip
+    frame = history.frame().sort_values("time", kind="stable")
+    checks = _latency_checks(population)
+    checks.feed(frame.to_dict("records"))
+    checks.finish()
+    expectation = evidence_from(population, frame).expectation
+    final = delivery_latency.check(expectation, frame, 60.0, 30.0)
+    mine = expectation.deliveries[expectation.deliveries["notification_id"] == "n1"]
+    assert len(mine) >= 6  # the six are required (others of the post never arrived)
+    assert checks.counts["late_delivery"] == final.counts["late"]
+
+
+def test_late_delivery_is_judged_only_for_the_pushes_the_oracle_requires():
+    """A device of a user without consent, one quiet all run, a dead token, and a user who does
+    not follow the author: none is judged, however late; a quiet window's end moves the start."""
+    from harness.checkers import consent, quiet_hours
+
+    population = _latency_population()
+    author = next(a for a in population.authors if not a.celebrity)
+    tenant = author.tenant_id
+    refused = sorted(t for te, t in consent.refused_devices(population) if te == tenant)
+    quiet = sorted(t for te, t in quiet_hours.quiet_all_run(population) if te == tenant)
+    dead = sorted(d.token for d in population.devices if d.tenant_id == tenant and d.dead)
+    strangers = sorted(
+        d.token for d in population.devices
+        if d.tenant_id == tenant and d.user_id not in author.followers and not d.dead
+    )  # fmt: skip
+    history, posted = History(), population.started_at + 10
+    history.append("inject", time=posted, end=posted, tenant_id=tenant, author_id=author.user_id,
+                   notification_id="n1")  # fmt: skip
+    for token in [*refused[:1], *quiet[:1], *dead[:1], *strangers[:1]]:
+        _send_to(history, tenant, token, posted + 500)
+    checks = _latency_checks(population)
+    checks.feed(history.frame().to_dict("records"))
+    checks.finish()
+    assert checks.counts["late_delivery"] == 0
+    assert OnlineChecks().feed(history.frame().to_dict("records")) == []  # off unless watched
+
+
+def _send_to(history: History, tenant: str, token: str, at: float, nid: str = "n1") -> None:
+    history.extend_provider(
+        [{"received_at": at, "tenant_id": tenant, "notification_id": nid, "token": token,
+          "provider": "apns", "status": 200, "delivered": True}]
+    )  # fmt: skip
+
+
+def test_a_late_delivery_is_seen_once_its_posts_are_surely_in():
+    population = _latency_population()
+    from harness.model.oracle import required_push_recipients
+
+    author = next(a for a in population.authors if not a.celebrity)
+    tenant = author.tenant_id
+    token = next(
+        t for (te, t), users in sorted(required_push_recipients(population).items())
+        if te == tenant and any(u in author.followers and q is None for u, q in users)
+    )  # fmt: skip
+    history, posted = History(), population.started_at + 10
+    history.append("inject", time=posted, end=posted + 1, tenant_id=tenant,
+                   author_id=author.user_id, notification_id="n1")  # fmt: skip
+    _send_to(history, tenant, token, posted + 70)  # 69 s after its acceptance
+    checks = _latency_checks(population)
+    rows = history.frame().to_dict("records")
+    assert checks.feed(rows, now=posted + 70.5) == []  # a post sent before may be on its way
+    [late] = checks.feed([], now=posted + 70 + INJECT_SETTLE_S + 0.1)
+    assert late.check == "late_delivery" and late.time == posted + 70
+    assert late.evidence["measured_from"] == round(posted + 1, 3)
+    assert late.evidence["allowed_by"] == round(posted + 61, 3)

@@ -39,6 +39,14 @@ is surely in: rows arrive in the order they are collected, not in the order they
   only on a run that changes no user (:meth:`OnlineChecks.watch_population`): the final
   checkers leave a user the run changed to ``preference_changes``, and a change may come after
   the delivery.
+* ``late_delivery`` (delivery_latency): the first delivery of a notification to a device whose
+  recipient must get it (a follower of its author with push consent, not quiet for the whole
+  run, the device live) later than the bound after its acceptance (the latest post sent before
+  it), its recipient's quiet window's end, or a DLQ redrive of it, whichever is latest, with
+  every stated fault window the allowance meets extending it to ``recovery_s`` past the fault's
+  end (one still open: not late). Judged :data:`INJECT_SETTLE_S` after the delivery, only on a
+  run that changes no user and states no rate limit (:meth:`OnlineChecks.watch_latency`: the
+  final oracle then requires exactly these deliveries).
 
 Written by hand: no library checks these promises incrementally; the rules are the final
 checkers', read one row at a time.
@@ -140,6 +148,19 @@ class OnlineChecks:
     # harness.checkers.backpressure.requests_inside), known once the rows up to it are in.
     _unread: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     _scope_times: dict[str, list[float]] = field(default_factory=dict)
+    # late_delivery, armed by watch_latency: the bound and fault recovery; per (tenant, token)
+    # the recipients that must get what their authors post (user, end of their quiet window);
+    # per (tenant, author) its followers; the posts (sent, accepted, author) and redrives
+    # (time, recipient or None) of each notification; every fault window (start, stop or inf);
+    # and the first deliveries waiting to be judged.
+    bound_s: float = 60.0
+    recovery_s: float = 30.0
+    _recipients: dict[tuple[str, str], list[tuple[str, float | None]]] | None = None
+    _followers: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    _posts: dict[tuple[str, str], list[tuple[float, float, str]]] = field(default_factory=dict)
+    _redrives: dict[tuple[str, str], list[tuple[float, str | None]]] = field(default_factory=dict)
+    _all_windows: dict[str, list[float]] = field(default_factory=dict)
+    _firsts: deque[tuple[float, tuple[str, str, str]]] = field(default_factory=deque)
 
     def watch_population(
         self,
@@ -150,6 +171,21 @@ class OnlineChecks:
         those of users without consent (``harness.checkers.quiet_hours.quiet_all_run`` and
         ``harness.checkers.consent.refused_devices`` of a run that changes no user)."""
         self._never = {"in_quiet_hours": quiet_all_run, "without_consent": refused}
+
+    def watch_latency(
+        self,
+        recipients: Mapping[tuple[str, str], list[tuple[str, float | None]]],
+        followers: Mapping[tuple[str, str], frozenset[str]],
+        bound_s: float,
+        recovery_s: float,
+    ) -> None:
+        """Judge delivery latency live (``late_delivery``): ``recipients``, per (tenant, token),
+        the users that must get what the authors they follow post, with the end of their quiet
+        window (None: not quiet); ``followers`` per (tenant, author). A run that changes no user
+        and states no rate limit (the oracle's required deliveries are then exactly these)."""
+        self._recipients = dict(recipients)
+        self._followers = dict(followers)
+        self.bound_s, self.recovery_s = float(bound_s), float(recovery_s)
 
     def feed(
         self, rows: Iterable[Mapping[str, Any]], now: float | None = None
@@ -170,6 +206,8 @@ class OnlineChecks:
                 found += self._provider(row)
             elif kind == "change":
                 self._change(row)
+            elif kind == "redriven":
+                self._redriven(row)
             time = row.get("time")
             if isinstance(time, float | int) and time == time:
                 self._latest = max(self._latest, float(time))
@@ -185,6 +223,12 @@ class OnlineChecks:
         if not isinstance(detail, dict) or "window" not in detail:
             return
         start = detail.get("phase") == "start"
+        # Every stated window, by its id as delivery_latency reads them: a start opens it (to
+        # infinity), its stop closes it.
+        if start:
+            self._all_windows[str(detail["window"])] = [float(row["time"]), float("inf")]
+        elif str(detail["window"]) in self._all_windows:
+            self._all_windows[str(detail["window"])][1] = float(row["time"])
         # A window is its fault's: the final checkers read each fault's windows apart, so two
         # faults' records that share a window id must not close each other's.
         window = f"{detail.get('fault')}/{detail['window']}"
@@ -202,6 +246,17 @@ class OnlineChecks:
         key = (str(row.get("tenant_id")), str(row.get("notification_id")))
         at = float(row["time"])
         self._injected_at[key] = min(at, self._injected_at.get(key, at))
+        if self._recipients is not None:
+            end = row.get("end")
+            accepted = float(end) if isinstance(end, float | int) and end == end else at
+            self._posts.setdefault(key, []).append((at, accepted, str(row.get("author_id"))))
+
+    def _redriven(self, row: Mapping[str, Any]) -> None:
+        """A job the harness moved back from a DLQ: its push is measured from then."""
+        key = (str(row.get("tenant_id")), str(row.get("notification_id")))
+        user = row.get("user_id")
+        recipient = str(user) if isinstance(user, str) else None
+        self._redrives.setdefault(key, []).append((float(row["time"]), recipient))
 
     def finish(self) -> list[LiveViolation]:
         """The history is whole (the run ended): judge what still waited to be."""
@@ -215,6 +270,7 @@ class OnlineChecks:
             + self._settle_repeats(latest - DELIVERY_SETTLE_S)
             + self._settle_requests(latest - INJECT_SETTLE_S)
             + self._settle_scoped(latest - DELIVERY_SETTLE_S)
+            + self._settle_latency(latest - INJECT_SETTLE_S)
         )
 
     def _counted(self, found: list[LiveViolation]) -> list[LiveViolation]:
@@ -329,6 +385,8 @@ class OnlineChecks:
         delivery = _Delivery(at, int(row.get("seq") or 0), status, row.get("collapse_id") or None)
         seen = self._deliveries.setdefault(key, [])
         seen.append(delivery)
+        if len(seen) == 1 and self._recipients is not None:
+            self._firsts.append((at, key))
         if len(seen) > 1:
             # Either this one or an earlier-seen one is the repeat (by time): judge this one
             # and, if it came first, the earlier-seen one (queued when it was seen second).
@@ -385,6 +443,54 @@ class OnlineChecks:
             if not collapsed:
                 found.append(LiveViolation("visible_duplicates", delivery.time, evidence))
         return found
+
+    def _settle_latency(self, until: float) -> list[LiveViolation]:
+        found = []
+        for _, key in _take(self._firsts, until, lambda r: r[0]):
+            if (late := self._judge_latency(key)) is not None:
+                found.append(late)
+        return found
+
+    def _judge_latency(self, key: tuple[str, str, str]) -> LiveViolation | None:
+        """delivery_latency's rule for one (tenant, notification, token), its first delivery
+        and every post, redrive and fault window before it in."""
+        assert self._recipients is not None
+        tenant, notification, token = key
+        delivered = min(d.time for d in self._deliveries[key])
+        posts = sorted(self._posts.get((tenant, notification), ()))
+        if not posts:
+            return None  # never accepted (no_acceptance): not judged
+        # The latest post sent by the delivery (the earliest when none was); one instant's
+        # posts count from the earliest answer among them.
+        sent = max((p[0] for p in posts if p[0] <= delivered), default=posts[0][0])
+        accepted = min(p[1] for p in posts if p[0] == sent)
+        author = next(p[2] for p in posts if p[0] == sent)
+        followers = self._followers.get((tenant, author), frozenset())
+        redrives = self._redrives.get((tenant, notification), ())
+        windows = sorted((w[0], w[1]) for w in self._all_windows.values())
+        for user, quiet_until in self._recipients.get((tenant, token), ()):
+            if user not in followers:
+                continue
+            start = max(
+                accepted,
+                quiet_until if quiet_until is not None else -float("inf"),
+                max((t for t, r in redrives if t <= delivered and r in (None, user)),
+                    default=-float("inf")),
+            )  # fmt: skip
+            allowed = start + self.bound_s
+            for opened, closed in windows:
+                if opened <= allowed and closed >= start:
+                    allowed = max(allowed, closed + self.recovery_s)
+            if delivered > allowed:
+                evidence = {
+                    "tenant_id": tenant,
+                    "notification_id": notification,
+                    "token": token,
+                    "measured_from": round(start, 3),
+                    "allowed_by": round(allowed, 3),
+                }
+                return LiveViolation("late_delivery", delivered, evidence)
+        return None
 
     def _fault_windows(self, fault: str) -> list[Window]:
         """The windows of ``fault`` seen so far; one still open as never closing."""

@@ -22,6 +22,7 @@ LIVE_CHECKS = {
     "inside_retry_after": "backpressure",
     "in_quiet_hours": "quiet_hours",
     "without_consent": "consent",
+    "late_delivery": "delivery_latency",
 }
 CHECKS = LIVE_CHECKS
 _FORM = re.compile(r"^\s*([a-z_]+)\s*(>=|>)\s*(\d+)\s*$")

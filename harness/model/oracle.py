@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from harness.model.population import (
+    Device,
     Population,
     User,
     channel_switched_off,
@@ -50,6 +51,34 @@ class Expectation:
     # Required deliveries a stated rate limit may have withheld, moved to ``optional``
     # (harness/checkers/limited.py): ``rate_limit`` judges them (EXPECTED_COLUMNS).
     limited: pd.DataFrame = field(default_factory=lambda: _empty(EXPECTED_COLUMNS))
+
+
+def push_suppressed(user: User, device: Device) -> str | None:
+    """Why a push to a device of a user the run did not change must not be delivered
+    (``no_consent``, ``quiet_hours_pending``: quiet all run, ``dead_token``), or None: every
+    post of an author the user follows must reach it."""
+    if user.consent is None:
+        return "no_consent"
+    if user.quiet_state == "whole_run":
+        return "quiet_hours_pending"
+    if device.dead:
+        return "dead_token"
+    return None
+
+
+def required_push_recipients(
+    population: Population,
+) -> dict[tuple[str, str], list[tuple[str, float | None]]]:
+    """Per (tenant, token): the users (with the end of their quiet window, None when not
+    quiet) who must get on that device what the authors they follow post, on a run that
+    changes no user (the live latency check's share of :func:`expected_deliveries`)."""
+    found: dict[tuple[str, str], list[tuple[str, float | None]]] = {}
+    for user in population.users:
+        for device in population.devices_of(user.tenant_id, user.user_id):
+            if push_suppressed(user, device) is None:
+                recipients = found.setdefault((user.tenant_id, device.token), [])
+                recipients.append((user.user_id, user.quiet_until))
+    return found
 
 
 def expected_deliveries(
@@ -112,12 +141,8 @@ def expected_deliveries(
                 counted["no_device"] += 1
                 continue
             for device in devices:
-                if user.consent is None:
-                    counted["no_consent"] += 1
-                elif user.quiet_state == "whole_run":
-                    counted["quiet_hours_pending"] += 1
-                elif device.dead:
-                    counted["dead_token"] += 1
+                if (why := push_suppressed(user, device)) is not None:
+                    counted[why] += 1
                 elif unknown:
                     optional.append(
                         (event.tenant_id, event.notification_id, device.token, follower,

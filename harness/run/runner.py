@@ -33,6 +33,7 @@ from chaos.nemesis import Nemesis, ScheduledAction, ScheduledFault
 from emulators.providers.fcm_limits import DEVICE_PER_HOUR, DEVICE_PER_MINUTE
 from emulators.providers.fcm_limits import MINUTE as FCM_QUOTA_WINDOW_S
 from harness.checkers.consent import refused_devices
+from harness.checkers.delivery_latency import DEFAULT_RECOVERY_S
 from harness.checkers.evidence import evidence_from
 from harness.checkers.quiet_hours import quiet_all_run
 from harness.checkers.store import out_of_core_if_large
@@ -58,7 +59,7 @@ from harness.load.record import (
 )
 from harness.model import history as history_mod
 from harness.model.history import STREAM_FILE, History
-from harness.model.oracle import expected_channel_deliveries
+from harness.model.oracle import expected_channel_deliveries, required_push_recipients
 from harness.model.population import Population, bad_device_tokens, generate, of_another_run
 from harness.model.provider_limits import KIND as LIMITS_KIND
 from harness.model.provider_limits import ProviderLimits
@@ -1048,7 +1049,7 @@ def _arm_live(state: RunState) -> None:
 
 
 def _arm_live_population(state: RunState) -> None:
-    """The live quiet-hours and consent checks, on a run that changes no user and judges those
+    """The live quiet-hours, consent and latency checks, on a run that changes no user and judges those
     promises: the final checkers leave a changed user to ``preference_changes``, and a change
     (a built-in action's, or any a Python action may make) can come after a delivery."""
     if state.live is None or state.population is None:
@@ -1063,6 +1064,23 @@ def _arm_live_population(state: RunState) -> None:
         frozenset(quiet_all_run(population)) if "quiet_hours" in judged else frozenset(),
         frozenset(refused_devices(population)) if "consent" in judged else frozenset(),
     )
+    policy = state.contract.policy if state.contract is not None else None
+    limited = policy is None or policy.rate_limit_per_window or policy.daily_limit_per_device_type
+    if "delivery_latency" in judged and not limited:
+        # A stated rate limit makes some required pushes optional once its budget shows spent
+        # (harness.checkers.limited): the final would not judge them; live cannot tell yet.
+        assert policy is not None
+        tolerance = next(
+            (p.tolerance for p in scenario.probes if p.name == "delivery_latency"), None
+        )
+        tolerance = tolerance if isinstance(tolerance, dict) else {}
+        bound = tolerance.get("bound_s")
+        state.live.checks.watch_latency(
+            required_push_recipients(population),
+            {(a.tenant_id, a.user_id): frozenset(a.followers) for a in population.authors},
+            bound_s=float(policy.delivery_bound_s if bound is None else bound),
+            recovery_s=float(tolerance.get("recovery_s", DEFAULT_RECOVERY_S)),
+        )
 
 
 def _abort(state: RunState, stop: Stop) -> None:
