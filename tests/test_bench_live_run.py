@@ -8,6 +8,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from harness.model.history import History
@@ -60,3 +61,15 @@ def test_the_live_views_cost_is_its_extra_cpu_per_delivery(bench):
     assert bench.compare(dear, base)["under_limit"] is False
     nothing = {"harness_cpu_us_per_delivery": None, "deliveries_per_s": None}
     assert bench.compare(nothing, base)["under_limit"] is None
+
+
+def test_the_live_views_own_cpu_is_replayed_over_every_row_of_the_history(bench):
+    frame = _history([10.0, 11.0, 12.0, 14.0], [10.5, 30.0])
+    history = History()
+    history.extend_provider(
+        [{"received_at": 31.0, "tenant_id": "t", "notification_id": "n0", "token": "k",
+          "provider": "apns", "status": 200, "delivered": True}]  # n0 again, the last row
+    )  # fmt: skip
+    cpu, counts = bench.replayed_cpu_s(pd.concat([frame, history.frame()], ignore_index=True))
+    assert cpu > 0
+    assert counts["duplicates"] == 1  # the last batch was fed and judged
