@@ -434,6 +434,24 @@ def test_a_volatile_store_crash_is_admitted_only_for_a_volatile_store():
     assert not durable.valid and durable.counts["unattributed_duplicates"] == 1
 
 
+def test_a_push_claimed_before_a_volatile_store_crash_and_read_during_it_is_the_crashs():
+    """CI: pushes claimed before the dedup store crashed reached the provider 10-100 ms after
+    the crash was recorded; the store came back empty, so their second send is the failover's.
+    One first delivered after the store came back is not."""
+    population = _population()
+    expectation = _expectation(population, _history_with_injection(population))
+    rows = list(expectation.deliveries.itertuples())
+    for first, admitted in ((15.1, True), (16.5, False)):
+        history = _history_with_injection(population)
+        _fault(history, "dedup-crash", 15.0, 16.0)
+        for row in rows:
+            _deliver_at(history, row, 10.0 if row is not rows[0] else first, collapse_id="c1")
+        _deliver_at(history, rows[0], 20.0, collapse_id="c1")
+        verdict = effectively_once.check(expectation, history.frame(), durable=False)
+        assert verdict.counts["duplicates_volatile_store_failover"] == int(admitted)
+        assert verdict.valid is admitted, verdict.counts
+
+
 def test_optional_deliveries_are_neither_lost_nor_unexpected_but_never_twice():
     import pandas as pd
 

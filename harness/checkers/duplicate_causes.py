@@ -16,7 +16,10 @@ from the history alone, first rule that matches:
   recorded: nothing else can send before the restart), and the duplicate came after the kill:
   the send happened, its 'sent' mark did not;
 * ``volatile_store_failover``: the dedup store crashed (``dedup-crash``) between the previous
-  delivery and this one, and the system states a store that does not keep its keys;
+  delivery and this one, or that delivery reached the provider while the store was down (a push
+  claimed before the crash, read by a loaded provider after it was recorded: nothing claims
+  while the store is down, and a push sent then is ``fail_closed``'s), and the system states a
+  store that does not keep its keys;
 * ``dedup_ttl_expired``: the previous delivery is older than the 30-day dedup window;
 * otherwise ``unattributed``.
 """
@@ -74,7 +77,7 @@ def cause_after(
         return "accepted_then_error"
     if any(k.start - kill_window_s <= last < k.stop and k.start <= now for k in kills):
         return "consumer_killed"
-    if not durable and any(last <= c.start <= now for c in crashes):
+    if not durable and any(last < c.stop and c.start <= now for c in crashes):
         return "volatile_store_failover"
     if now - last > DEDUP_WINDOW_S:
         return "dedup_ttl_expired"
