@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -1007,18 +1008,25 @@ def test_the_launcher_prints_each_roles_command_line(tmp_path: Path) -> None:
     assert (tmp_path / "apns.p8").is_file() and (tmp_path / "fcm.json").is_file()
 
 
-def test_a_sender_a_start_hook_left_running_is_stopped_and_waited_for():
+def test_a_sender_a_start_hook_left_running_is_stopped_and_waited_for(tmp_path):
     """launch.stop_pid returns once the process is gone: after SIGTERM when it obeys, after
     SIGKILL when it ignores SIGTERM (as a role finishing its work in hand may take too long);
     the next deployment must not start beside it."""
-    script = "trap '' TERM; while :; do sleep 0.1; done"
-    for argv, timeout_s in ((["sleep", "60"], 5.0), (["sh", "-c", script], 0.5)):
+    ready = tmp_path / "deaf"
+    # Ignores SIGTERM, and says so once it does (a signal before that would end it at once).
+    deaf = (
+        "import pathlib, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"pathlib.Path({str(ready)!r}).touch(); time.sleep(60)"
+    )
+    for argv, timeout_s in ((["sleep", "60"], 5.0), ([sys.executable, "-c", deaf], 0.5)):
         # Adopted by init, as under a hook's nohup: not this process's child to wait for.
         spawner = subprocess.run(
-            ["sh", "-c", f"{' '.join(map(repr, argv))} >/dev/null 2>&1 & echo $!"],
+            ["sh", "-c", f"{shlex.join(argv)} >/dev/null 2>&1 & echo $!"],
             capture_output=True, text=True, check=True, timeout=10,
         )  # fmt: skip
         pid = int(spawner.stdout)
+        if argv[0] == sys.executable:
+            wait_for(ready.exists, 30, "the process that ignores SIGTERM")
         assert launch._alive(pid)
         assert launch.stop_pid(pid, timeout_s=timeout_s)
         assert not launch._alive(pid)
