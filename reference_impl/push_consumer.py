@@ -191,6 +191,7 @@ class PushConsumer(JobConsumer):
         # What the round's accepted publishes were, written in one pipeline once the round's
         # sends are done (:meth:`remember_sent`).
         self._sent_notes: list[Command] = []
+        self._round_text: str | None = None  # the push_text_of_round_head defect's
         daily = config.daily_limit_per_device_type
         if daily and "daily_cap_off_by_one" in self.defects:
             daily += 1  # the defect: `count > cap` where `count >= cap` was meant
@@ -306,6 +307,10 @@ class PushConsumer(JobConsumer):
         """``digest``: the (text, collapse id) of a digest push instead of the job's own."""
         nid = job["notification_id"]
         text, collapse_id = digest or (f"{job['author_id']} {job['kind']}", nid)
+        if digest is None and "push_text_of_round_head" in self.defects:
+            # The defect: the text made once per round (a value hoisted out of the loop), so
+            # every other job of the round carries its first job's text under its own id.
+            text = self._round_text = self._round_text or text
         if digest is None and "collapse_id_per_author" in self.defects:
             collapse_id = f"author-{job['author_id']}"  # the defect: one author's pushes replace
         if self.sns is not None:
@@ -369,6 +374,7 @@ class PushConsumer(JobConsumer):
     def send_round(
         self, pending: Sequence[tuple[JobState, Delivery, str]], dead: set[tuple[str, str]]
     ) -> None:
+        self._round_text = None
         try:
             super().send_round(pending, dead)
         finally:

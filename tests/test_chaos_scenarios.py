@@ -431,19 +431,27 @@ def test_seven_independent_defects_in_one_smoke_run_are_each_caught(tmp_path):
     assert summary["checkers"]["effectively_once"]["lost"] == 0  # late, never lost
 
 
-def test_quiet_hours_on_standard_time_all_year_and_ids_minted_in_1970_are_caught(tmp_path):
+def test_quiet_hours_on_standard_time_ids_minted_in_1970_and_a_rounds_text_are_caught(tmp_path):
     # Whatever the date, some of the population's zones (New York, London, St John's, Lord
     # Howe, Chatham) are on summer time: their windows end an hour (Lord Howe: 30 min) late.
     # And (red team 3) the Event API mints smoke's ids (load.system_minted_ids) from whole
     # seconds, which python-ulid reads as milliseconds: every id carries a time in 1970, which
     # only notification_ids reads (no delivery, window or inbox row depends on the id's time).
-    path = _variant(tmp_path, "smoke", ["quiet_hours_ignore_dst", "event_ids_in_whole_seconds"])
+    # And (issue 21) a push text made once per send round: a round's other jobs carry its first
+    # job's author under their own id, through SNS; only push_attributes reads the text against
+    # the event the harness posted (wrong_text), every other push attribute right.
+    defects = ["quiet_hours_ignore_dst", "event_ids_in_whole_seconds", "push_text_of_round_head"]
+    path = _variant(tmp_path, "smoke", defects)
     code, summary, _ = _run(str(path), tmp_path / "out")
     assert code == 1
     result = _failed(summary, "quiet_hours")
     assert result["deferred_never_released"] + result["delivered_inside_window"] > 0
     ids = _failed(summary, "notification_ids")
     assert ids["minted_off_acceptance"] == ids["judged"] == ids["ids"] > 0
+    text = _failed(summary, "push_attributes")
+    assert 0 < text["wrong_text"] < text["judged"]
+    assert text["wrong_push_type"] == text["wrong_priority"] == text["not_stored"] == 0
+    assert all(e["value"] != e["judged_as"] for e in text["examples"]), text["examples"]
 
 
 def test_a_deferral_that_is_never_requeued_is_caught_by_quiet_hours(tmp_path):

@@ -86,7 +86,7 @@ def test_what_the_reference_sends_passes_on_both_providers():
     assert verdict.details["examples"] == []
     assert verdict.details["expected_attributes"] == {
         "apns_push_type": "alert", "apns_priority": 10, "fcm_priority": "high",
-        "push_min_ttl_s": 1.0, "push_text_required": True,
+        "push_min_ttl_s": 1.0, "push_text_required": True, "push_text": None,
     }  # fmt: skip
 
 
@@ -175,7 +175,7 @@ def test_only_deliveries_of_required_pushes_are_judged():
     verdict = _check(_expect(("n1", "a1"), ("n2", "a1"), optional=[("n3", "a1")]), history)
     assert verdict.counts["judged"] == 2
     assert _violations(verdict) == {
-        "wrong_push_type": 1, "wrong_priority": 1, "not_stored": 1, "empty_text": 1,
+        "wrong_push_type": 1, "wrong_priority": 1, "not_stored": 1, "empty_text": 1, "wrong_text": 0,
     }  # fmt: skip
     assert {e["notification_id"] for e in verdict.details["examples"]} == {"n2"}
 
@@ -198,7 +198,7 @@ def test_the_system_states_what_its_pushes_ask_for():
     _push(history, "n1", "f1", "fcm", priority="normal", expiration="0s")
     keys = _expect(("n1", "a1"), ("n1", "f1"))
     assert _violations(_check(keys, history)) == {
-        "wrong_push_type": 1, "wrong_priority": 2, "not_stored": 2, "empty_text": 2,
+        "wrong_push_type": 1, "wrong_priority": 2, "not_stored": 2, "empty_text": 2, "wrong_text": 0,
     }  # fmt: skip
     silent = SystemPolicy.from_mapping(
         {"apns_push_type": "background", "apns_priority": 5, "fcm_priority": "NORMAL",
@@ -257,3 +257,104 @@ def test_a_policy_value_no_provider_has_is_refused(key, value):
     with pytest.raises(ValueError, match=key):
         SystemPolicy.from_mapping({key: value})
     assert SystemPolicy.from_mapping({}).to_dict()[key] is not None
+
+
+# -- the text the event asked for ----------------------------------------------------------
+
+TEMPLATE = SystemPolicy.from_mapping({"push_text": "New activity\n{author_id} {kind}"})
+
+
+def _post(history, nid, author, kind="post", tenant="acme", object_id="o1"):
+    history.append("inject", time=AT - 5, end=AT - 4.9, tenant_id=tenant, notification_id=nid,
+                   author_id=author, detail=kind, object_id=object_id)  # fmt: skip
+
+
+def test_a_push_carrying_another_notifications_text_is_wrong_text():
+    """Judged against the template rendered over the harness's own record of each event: the
+    right text passes, another notification's (or one made of the wrong field) is counted with
+    what was expected, whichever provider carried it."""
+    history = History()
+    _post(history, "n1", "u1", "like")
+    _post(history, "n2", "u2", "post")
+    _push(history, "n1", "a1", push_type="alert", text="New activity\nu1 like")
+    _push(history, "n2", "a1", push_type="alert", text="New activity\nu1 like")  # n1's text
+    _push(history, "n2", "f1", "fcm", text="New activity\nr9 post")  # the recipient's name
+    keys = _expect(("n1", "a1"), ("n2", "a1"), ("n2", "f1"))
+    verdict = _check(keys, history, policy=TEMPLATE)
+    assert verdict.valid is False
+    assert _violations(verdict) == {**NONE, "wrong_text": 2}
+    assert [(e["notification_id"], e["token"], e["value"], e["judged_as"])
+            for e in verdict.details["examples"]] == [
+        ("n2", "a1", "New activity\nu1 like", "New activity\nu2 post"),
+        ("n2", "f1", "New activity\nr9 post", "New activity\nu2 post"),
+    ]  # fmt: skip
+    assert verdict.details["expected_attributes"]["push_text"] == TEMPLATE.push_text
+    # Without a template, which text is not judged (only that there is one).
+    assert _check(keys, history).valid is True
+
+
+def test_wrong_text_reads_each_tenants_event_and_every_post_of_an_id():
+    """Two tenants' events may share an id (each its own author), and an id posted twice may
+    carry either post's text; a push whose event the harness never posted is not judged."""
+    history = History()
+    _post(history, "n1", "u1", tenant="acme")
+    _post(history, "n1", "u7", tenant="globex")
+    _post(history, "n2", "u2", object_id="o2")
+    _post(history, "n2", "u3", object_id="o3")
+    for tenant, author in (("acme", "u1"), ("globex", "u7")):
+        history.extend_provider([{
+            "received_at": AT, "tenant_id": tenant, "notification_id": "n1", "token": "a1",
+            "provider": "apns", "status": 200, "delivered": True, "push_type": "alert",
+            "text": f"New activity\n{author} post",
+        }])  # fmt: skip
+    _push(history, "n2", "a1", push_type="alert", text="New activity\nu3 post")
+    _push(history, "n3", "a1", push_type="alert", text="anything")  # no event recorded
+    deliveries = pd.DataFrame(
+        [("acme", "n1", "a1", "u1", None), ("globex", "n1", "a1", "u1", None),
+         ("acme", "n2", "a1", "u1", None), ("acme", "n3", "a1", "u1", None)],
+        columns=EXPECTED_COLUMNS,
+    )  # fmt: skip
+    verdict = _check(Expectation(deliveries), history, policy=TEMPLATE)
+    assert verdict.valid is True, verdict.details
+    assert verdict.counts["judged"] == 4
+    # The globex push with acme's text is wrong: the tenant is part of the event's key.
+    history = History()
+    _post(history, "n1", "u1", tenant="acme")
+    _post(history, "n1", "u7", tenant="globex")
+    history.extend_provider([{
+        "received_at": AT, "tenant_id": "globex", "notification_id": "n1", "token": "a1",
+        "provider": "apns", "status": 200, "delivered": True, "push_type": "alert",
+        "text": "New activity\nu1 post",
+    }])  # fmt: skip
+    one = pd.DataFrame([("globex", "n1", "a1", "u1", None)], columns=EXPECTED_COLUMNS)
+    assert _violations(_check(Expectation(one), history, policy=TEMPLATE))["wrong_text"] == 1
+
+
+@pytest.mark.parametrize(
+    "template",
+    ["{author_id} {kind}", "New {kind}\n{author_id} {kind}", "{author_id} {kind}\n{object_id}",
+     "{tenant_id}/{notification_id}: {kind}", "static text"],
+)  # fmt: skip
+def test_the_sql_rendering_is_render_push_text(template):
+    """The checker's SQL and harness.model.system.render_push_text make the same text: a push
+    carrying the Python rendering passes, one character more fails."""
+    from harness.model.system import render_push_text
+
+    event = {"tenant_id": "acme", "notification_id": "n1", "author_id": "u{kind}", "kind": "like",
+             "object_id": "o-1"}  # fmt: skip
+    policy = SystemPolicy.from_mapping({"push_text": template})
+    rendered = render_push_text(template, event)
+    for text, wrong in ((rendered, 0), (rendered + ".", 1)):
+        history = History()
+        _post(history, "n1", event["author_id"], event["kind"], object_id=event["object_id"])
+        _push(history, "n1", "a1", push_type="alert", text=text)
+        verdict = _check(_expect(("n1", "a1")), history, policy=policy)
+        assert verdict.counts["wrong_text"] == wrong, (template, text)
+
+
+@pytest.mark.parametrize(
+    "template", ["{recipient} {kind}", "{kind!r}", "{kind:>9}", "a {{brace}}", "{kind", "", 7]
+)
+def test_a_push_text_template_the_harness_cannot_render_is_refused(template):
+    with pytest.raises(ValueError, match="push_text"):
+        SystemPolicy.from_mapping({"push_text": template})

@@ -23,6 +23,12 @@ attribute off), with these defaults, Apple's and Google's meaning of each:
   (APNs stores it, FCM keeps it four weeks). A value no provider reads counts too.
 * ``empty_text``: no alert, or one with nothing in it (APNs ``aps.alert``; FCM the
   notification's title and body), with ``policy.push_text_required``.
+* ``wrong_text``: a text other than the one the system says it makes of this notification's
+  event (``policy.push_text``, a template over the fields the harness posted: author, kind,
+  object, tenant, id; title and body joined by a newline, as the simulators record them):
+  another notification's text under the right id, a text made of the wrong field. The event is
+  the harness's own ``inject`` row for the (tenant, notification); an id posted more than once
+  may carry any of its posts' texts. Null (the default): which text is not judged.
 
 Judged: every provider request that delivered (a 200, or accepted then an error) a push the
 oracle requires (``Expectation.deliveries``; optional and rate-limited ones are not judged),
@@ -53,19 +59,22 @@ from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
 from harness.checkers.windows import delivery_rows
 from harness.model.oracle import Expectation
-from harness.model.system import SystemPolicy
+from harness.model.system import PUSH_TEXT_FIELDS, SystemPolicy
 
 NAME = "push_attributes"
 KEY = ["tenant_id", "notification_id", "token"]
 ATTRIBUTES = ["push_type", "priority", "expiration", "text"]
 COLUMNS = ["pos", *KEY, "provider", "time", *ATTRIBUTES]
-KINDS = ("wrong_push_type", "wrong_priority", "not_stored", "empty_text")
+# The event each judged push's text is made of: the harness's inject rows.
+EVENT_COLUMNS = ["tenant_id", "notification_id", "author_id", "kind", "object_id"]
+KINDS = ("wrong_push_type", "wrong_priority", "not_stored", "empty_text", "wrong_text")
 # what each kind shows of the row: the value as sent, and the value judged
 SHOWN = {
     "wrong_push_type": ("push_type", "push_type"),
     "wrong_priority": ("priority", "effective_priority"),
     "not_stored": ("expiration", "lifetime_s"),
     "empty_text": ("text", "text"),
+    "wrong_text": ("text", "expected_text"),
 }
 EXAMPLES = 5
 PROVIDERS = ("apns", "fcm")
@@ -80,6 +89,7 @@ class Rules:
     fcm_priority: str | None = "high"
     min_ttl_s: float | None = 1.0
     text_required: bool = True
+    text_template: str | None = None
 
     @classmethod
     def from_policy(cls, policy: SystemPolicy) -> Rules:
@@ -89,6 +99,7 @@ class Rules:
             None if policy.fcm_priority is None else policy.fcm_priority.lower(),
             policy.push_min_ttl_s,
             policy.push_text_required,
+            policy.push_text,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,14 +109,31 @@ class Rules:
             "fcm_priority": self.fcm_priority,
             "push_min_ttl_s": self.min_ttl_s,
             "push_text_required": self.text_required,
+            "push_text": self.text_template,
         }
 
 
+# The texts each (tenant, notification) may carry: $template rendered over each of its events
+# ({events}: a relation with EVENT_COLUMNS), a replace per field in PUSH_TEXT_FIELDS' order
+# (harness.model.system.render_push_text is the same rule).
+_RENDERED = "$template"
+for _field in PUSH_TEXT_FIELDS:
+    _RENDERED = f"replace({_RENDERED}, '{{{_field}}}', coalesce(CAST({_field} AS VARCHAR), ''))"
+_TEXTS = f"""
+texts AS (
+    SELECT tenant_id, notification_id, list(DISTINCT {_RENDERED} ORDER BY {_RENDERED}) AS texts
+    FROM {{events}}
+    WHERE $template IS NOT NULL
+    GROUP BY tenant_id, notification_id)"""
+
 # The rule, over a relation of judged rows (COLUMNS). Parameters: $push_type, $apns_priority,
-# $fcm_priority, $min_ttl (NULL: not judged), $text_required, $offset (the system's clock
-# offset, seconds).
-_FEATURES = r"""
-WITH f AS (
+# $fcm_priority, $min_ttl (NULL: not judged), $text_required, $template (NULL: not judged),
+# $offset (the system's clock offset, seconds).
+_FEATURES = (
+    "WITH "
+    + _TEXTS
+    + r""",
+f AS (
     SELECT *,
         CASE WHEN provider = 'apns' THEN coalesce(priority, '10')
              WHEN priority IS NULL THEN CASE WHEN text IS NULL THEN 'normal' ELSE 'high' END
@@ -118,8 +146,11 @@ WITH f AS (
              WHEN regexp_full_match(expiration, '[0-9]{1,15}')
                  THEN CASE WHEN CAST(expiration AS DOUBLE) = 0 THEN 0.0
                            ELSE CAST(expiration AS DOUBLE) - (time + $offset) END
-             ELSE '-inf'::DOUBLE END AS lifetime_s
-    FROM {source}
+             ELSE '-inf'::DOUBLE END AS lifetime_s,
+        t.texts[1] AS expected_text,
+        t.texts AS texts
+    FROM {source} s
+    LEFT JOIN texts t USING (tenant_id, notification_id)
     WHERE provider IN ('apns', 'fcm'))
 SELECT *,
     provider = 'apns' AND $push_type IS NOT NULL
@@ -129,9 +160,11 @@ SELECT *,
     OR (provider = 'fcm' AND $fcm_priority IS NOT NULL
         AND effective_priority IS DISTINCT FROM $fcm_priority) AS wrong_priority,
     coalesce($min_ttl IS NOT NULL AND lifetime_s < $min_ttl, false) AS not_stored,
-    $text_required AND regexp_full_match(coalesce(text, ''), '\s*') AS empty_text
+    $text_required AND regexp_full_match(coalesce(text, ''), '\s*') AS empty_text,
+    coalesce(NOT list_contains(texts, coalesce(text, '')), false) AS wrong_text
 FROM f
 """
+)
 
 
 def _parameters(rules: Rules, clock_offset_s: float) -> dict[str, Any]:
@@ -141,6 +174,7 @@ def _parameters(rules: Rules, clock_offset_s: float) -> dict[str, Any]:
         "fcm_priority": rules.fcm_priority,
         "min_ttl": rules.min_ttl_s,
         "text_required": rules.text_required,
+        "template": rules.text_template,
         "offset": float(clock_offset_s),
     }
 
@@ -162,13 +196,14 @@ def _example(kind: str, row: Mapping[str, Any]) -> dict[str, Any]:
 def _judge(
     con: duckdb.DuckDBPyConnection,
     source: str,
+    events: str,
     rules: Rules,
     clock_offset_s: float,
     expected: int,
 ) -> Verdict:
     """The verdict over the judged rows in ``source`` (a relation with ``COLUMNS``)."""
     params = _parameters(rules, clock_offset_s)
-    query = _FEATURES.replace("{source}", source)
+    query = _FEATURES.replace("{source}", source).replace("{events}", events)
     con.execute(f"CREATE OR REPLACE TEMP TABLE push_attribute_rows AS {query}", params)
     filters = ", ".join(f"count(*) FILTER ({kind})" for kind in KINDS)
     found = con.execute(
@@ -230,7 +265,23 @@ def check(
     table = pa.table(arrays)
     with duckdb.connect() as con:
         con.register("judged_rows", table)
-        return _judge(con, "judged_rows", rules, clock_offset_s, len(expected))
+        con.register("judged_events", _events(history))
+        return _judge(con, "judged_rows", "judged_events", rules, clock_offset_s, len(expected))
+
+
+def _events(history: pd.DataFrame) -> pa.Table:
+    """The history's accepted events (its ``inject`` rows) as EVENT_COLUMNS; ``kind`` is the
+    row's ``detail``."""
+    injected = history[history["kind"] == "inject"] if "kind" in history else history.iloc[:0]
+    arrays = {}
+    for column in EVENT_COLUMNS:
+        source = "detail" if column == "kind" else column
+        if source in injected:
+            values = injected[source].astype(object)
+            arrays[column] = pa.array(values.where(values.notna(), None).tolist(), pa.string())
+        else:
+            arrays[column] = pa.nulls(len(injected), pa.string())
+    return pa.table(arrays)
 
 
 def check_store(
@@ -255,8 +306,15 @@ def check_store(
     )
     source = f"""(SELECT j.pos, {select}, nullif(h.time, 'NaN'::DOUBLE) AS time
         FROM {history} h JOIN push_attribute_judged j ON j.pos = h.file_row_number)"""
+    events_select = ", ".join(
+        f'h."{"detail" if c == "kind" else c}" AS "{c}"'
+        if ("detail" if c == "kind" else c) in present
+        else f'NULL::VARCHAR AS "{c}"'
+        for c in EVENT_COLUMNS
+    )
+    events = f"(SELECT {events_select} FROM {history} h WHERE h.kind = 'inject')"
     (expected,) = store.one("SELECT count(*) FROM exp")
-    verdict = _judge(store.con, source, rules, clock_offset_s, int(expected))
+    verdict = _judge(store.con, source, events, rules, clock_offset_s, int(expected))
     store.run("DROP TABLE push_attribute_judged")
     return verdict
 

@@ -181,7 +181,10 @@ def post_event(
     call = driver.post_event(Event(tenant_id, author_id, kind, object_id, event_id))
     for attempt in range(RETRIES + 1):
         started = time.time()
-        fields = {"time": started, "tenant_id": tenant_id, "author_id": author_id, "detail": kind}
+        fields = {
+            "time": started, "tenant_id": tenant_id, "author_id": author_id, "detail": kind,
+            "object_id": object_id,
+        }  # fmt: skip
         try:
             response = http.request(call.method, call.url, json=call.body)
         except httpx.HTTPError:

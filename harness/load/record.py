@@ -257,6 +257,7 @@ class LoadTail:
             author_id=row["author_id"],
             notification_id=row["notification_id"],
             detail=row.get("kind"),
+            object_id=row.get("object_id"),
         )
         if kind == "inject":
             self.accepted += 1

@@ -294,6 +294,7 @@ class FanoutUser(FastHttpUser):
             "notification_id": client_id,
             "client_id": client_id,
             "kind": kind,
+            "object_id": object_id,
             "user_class": type(self).__name__,
         }
         record = context().record

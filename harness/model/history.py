@@ -34,6 +34,8 @@ COLUMNS = {
     # The user an operation acted for: a reader, a changed or erased user.
     "user_id": "string",
     "author_id": "string",
+    # Inject rows: the event's object (what it is about), as the harness posted it.
+    "object_id": "string",
     "notification_id": "string",
     "token": "string",
     "provider": "string",

@@ -6,6 +6,7 @@ them in its target file, the reference's launcher derives them from the referenc
 
 from __future__ import annotations
 
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,11 @@ class SystemPolicy:
     fcm_priority: str | None = "high"
     push_min_ttl_s: float | None = 1.0
     push_text_required: bool = True
+    # The alert text the system makes of an event (push_attributes' wrong_text): a template
+    # over the event's fields (PUSH_TEXT_FIELDS, in braces), the title and body joined by a
+    # newline as the simulators record them. None: which text is not judged, only that there
+    # is some. No seed names one ("a reference plus a generic body when locked").
+    push_text: str | None = None
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> SystemPolicy:
@@ -116,6 +122,7 @@ class SystemPolicy:
             "fcm_priority": self.fcm_priority,
             "push_min_ttl_s": self.push_min_ttl_s,
             "push_text_required": self.push_text_required,
+            "push_text": self.push_text,
         }
 
 
@@ -154,4 +161,45 @@ def _push_attribute_policy(data: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(
             f"push_text_required must be true or false: {data['push_text_required']!r}"
         )
+    if "push_text" in data:
+        out["push_text"] = check_push_text(data["push_text"])
     return out
+
+
+# The event's fields a push_text template may name: what the harness posted (and the id the
+# system answered with).
+PUSH_TEXT_FIELDS = ("tenant_id", "author_id", "kind", "object_id", "notification_id")
+
+
+def check_push_text(value: Any) -> str | None:
+    """``value`` as a push_text template, or ValueError saying what is wrong with it."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"push_text must be a non-empty template string or null: {value!r}")
+    if "{{" in value or "}}" in value:
+        raise ValueError(f"push_text cannot hold a literal brace ({{{{ or }}}}): {value!r}")
+    try:
+        parts = list(string.Formatter().parse(value))
+    except ValueError as exc:
+        raise ValueError(f"push_text is not a template: {exc}: {value!r}") from exc
+    for _, name, spec, conversion in parts:
+        if name is None:
+            continue
+        if name not in PUSH_TEXT_FIELDS or spec or conversion:
+            raise ValueError(
+                f"push_text names {{{name}{'!' + conversion if conversion else ''}"
+                f"{':' + spec if spec else ''}}}; it may name only "
+                + ", ".join("{" + f + "}" for f in PUSH_TEXT_FIELDS)
+            )
+    return value
+
+
+def render_push_text(template: str, event: Mapping[str, Any]) -> str:
+    """The text ``template`` makes of ``event`` (a mapping of PUSH_TEXT_FIELDS; a missing one is
+    empty). The same rule as push_attributes' SQL (a replace per field)."""
+    text = template
+    for name in PUSH_TEXT_FIELDS:
+        value = event.get(name)
+        text = text.replace("{" + name + "}", "" if value is None else str(value))
+    return text

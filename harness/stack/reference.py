@@ -152,6 +152,8 @@ def policy(config: Config, durable: bool) -> SystemPolicy:
         fcm_projects=tuple(config.fcm_projects),
         fcm_mapping=DIGITS_MOD,  # the consumer routes by recipient_user_id mod K
         preferences_cache_ttl_s=float(PREFERENCES_CACHE_SECONDS),
+        # Its alerts: a fixed title, the author and the kind (push_consumer.send, sns_push).
+        push_text="New activity\n{author_id} {kind}",
     )
 
 
