@@ -126,7 +126,7 @@ def test_failing_open_only_on_a_timeout_passes_a_refusing_outage_and_is_caught_b
     memorydb-timeout (the store black-holes, only the client's 1 s socket timeout ends a call)
     sees its sends inside the window. memorydb-outage publishes through SNS, memorydb-timeout
     straight to APNs and FCM: fail_closed catches a consumer failing open on both paths."""
-    defect = ["dedup_fail_open_on_timeout"]
+    defect = ["dedup_fail_open_on_timeout"]  # and a second one on the black hole's run, below
     code, summary, output = _run(
         str(_variant(tmp_path, "memorydb-outage", defect)), tmp_path / "refused"
     )
@@ -135,11 +135,17 @@ def test_failing_open_only_on_a_timeout_passes_a_refusing_outage_and_is_caught_b
     # Pushes decided before the cut may still land in it on a loaded machine (26 did in CI):
     # what the refusing outage cannot see is a decision taken inside it.
     assert refused["valid"] is True and refused["decided_during_outage"] == 0
-    code, summary, _ = _run(str(_variant(tmp_path, "memorydb-timeout", defect)), tmp_path / "hung")
+    # With a second, independent defect (issue 21): a dedup key without its tenant, which
+    # memorydb-timeout's two tenants posting the same ids to shared devices show on the direct
+    # path (tenant-collision shows it through SNS): 8 of tenant-1's deliveries lost at seed 7.
+    defects = [*defect, "dedup_key_without_tenant"]
+    path = _variant(tmp_path, "memorydb-timeout", defects)
+    code, summary, _ = _run(str(path), tmp_path / "hung")
     assert code == 1
     hung = _failed(summary, "fail_closed")
     assert hung["deliveries_during_outage"] > 0
     assert hung["decided_during_outage"] + hung["backlog_sent_late"] > 0
+    assert _failed(summary, "tenant_isolation")["shared_id_deliveries_lost"] > 0
 
 
 def test_fallback_without_recheck_and_fallback_marks_without_a_ttl_are_both_caught(tmp_path):

@@ -577,7 +577,7 @@ def test_the_harness_reads_a_scenario_with_chaos_toolkit_keys_it_does_not_use():
 TRANSPORTS = ("sns", "direct")
 # Checkers whose promise both paths could judge but that no shipped scenario judges on direct
 # yet (each named, with why, in the doc's table). Closing one means removing it here.
-TRANSPORT_GAPS = frozenset({"erasure", "preference_changes", "tenant_isolation"})
+TRANSPORT_GAPS: frozenset[str] = frozenset()
 
 
 def _probed_by_transport() -> dict[str, dict[str, list[str]]]:
