@@ -136,6 +136,10 @@ class PageTask:
     event: FanoutEvent
     tier: Tier
     key: str | None
+    # Which fan-out of the event this task belongs to (the Kinesis record's sequence number:
+    # the same across that record's retries, new for an event posted again): a walk step is
+    # claimed per (event, run, key), so a duplicated walk task does not fork the walk.
+    run: str | None = None
 
 
 class MalformedTask(ValueError):
@@ -145,6 +149,8 @@ class MalformedTask(ValueError):
 def task_entry(task: PageTask, entry_id: str) -> dict[str, Any]:
     """A SendMessageBatch entry; like every job, it names its tenant as a message attribute."""
     body = {"task": task.kind, "event": asdict(task.event), "tier": task.tier, "key": task.key}
+    if task.run is not None:
+        body["run"] = task.run
     return {
         "Id": entry_id,
         "MessageBody": json.dumps(body, separators=(",", ":")),
@@ -158,21 +164,32 @@ def parse_task(body: str) -> PageTask:
     try:
         raw = json.loads(body)
         event = parse_event(json.dumps(raw["event"]).encode())
-        kind, tier, key = raw["task"], raw["tier"], raw["key"]
-    except (MalformedEvent, KeyError, TypeError, json.JSONDecodeError) as exc:
+        kind, tier, key, run = raw["task"], raw["tier"], raw["key"], raw.get("run")
+    except (MalformedEvent, KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
         raise MalformedTask(f"not a page task: {exc}") from exc
     if kind not in ("walk", "page") or tier not in ("write", "celebrity"):
         raise MalformedTask(f"unknown task {kind!r} or tier {tier!r}")
     if (key is not None and not valid_id(key)) or (kind == "page" and key is None):
         raise MalformedTask("key must be a follower id (and is required for a page task)")
-    return PageTask(kind, event, tier, key)
+    if run is not None and (not isinstance(run, str) or not run.isalnum() or len(run) > 128):
+        raise MalformedTask("run must be a Kinesis sequence number")
+    return PageTask(kind, event, tier, key, run)
 
 
 def walk_tasks(
-    event: FanoutEvent, tier: Tier, page_keys: Sequence[str], rest: str | None
+    event: FanoutEvent,
+    tier: Tier,
+    page_keys: Sequence[str],
+    rest: str | None,
+    run: str | None = None,
 ) -> list[PageTask]:
     """A page task per listed page, and a walk task for what the listing did not reach."""
-    tasks = [PageTask("page", event, tier, key) for key in page_keys]
+    tasks = [PageTask("page", event, tier, key, run) for key in page_keys]
     if rest is not None:
-        tasks.append(PageTask("walk", event, tier, rest))
+        tasks.append(PageTask("walk", event, tier, rest, run))
     return tasks
+
+
+def walk_claim_key(event: FanoutEvent, run: str, after: str | None) -> str:
+    """The dedup store key that claims one walk step of one fan-out of an event."""
+    return f"fanout:walk:{event.tenant_id}:{event.notification_id}:{run}:{after or ''}"

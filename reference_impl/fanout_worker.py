@@ -15,7 +15,9 @@ import logging
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
+
+import redis as redis_lib
 
 from reference_impl.audit import AuditSink, seal_record
 from reference_impl.audit_keys import AuditKeys, DataKey, User
@@ -42,11 +44,57 @@ from reference_impl.fanout import (
     pointer_item,
     sqs_entries,
     task_entry,
+    walk_claim_key,
     walk_tasks,
 )
 from reference_impl.follower_pages import FollowerPages
+from reference_impl.redis_store import connect_redis
 
 log = logging.getLogger("reference_impl.fanout_worker")
+
+# A walk step's claim: held while the step runs, then marked done for a day (a fan-out's walk
+# ends long before). A copy that finds the claim held comes back with its visibility timeout.
+WALK_LEASE_MS = 30_000
+WALK_DONE_SECONDS = 86_400
+Claim = Literal["mine", "done", "busy", "unclaimed"]
+
+
+class WalkStepBusy(RuntimeError):
+    """Another copy of this walk step is under way: this one comes back later."""
+
+
+class WalkClaims:
+    """Why: a walk task hands on the next walk task, so a copy of one that SQS delivered twice
+    (Standard queues do) would walk the rest of the follower list twice, and every further copy
+    doubles it again: under a redelivery fault a 2,500-follower walk ran 54 times over (a page
+    duplicated is only that page's jobs, which the dedup store absorbs; a walk duplicated is
+    every page after it). Each step is claimed in the dedup store (``SET NX`` with a lease,
+    then ``done``) per (event, fan-out run, key). A store that cannot be reached does not stop
+    the fan-out: the step runs unclaimed (at worst the old duplicate work, absorbed)."""
+
+    def __init__(self, redis: Any) -> None:
+        self.redis = redis
+
+    def claim(self, key: str) -> Claim:
+        try:
+            if self.redis.set(key, "pending", nx=True, px=WALK_LEASE_MS):
+                return "mine"
+            value = self.redis.get(key)
+        except redis_lib.RedisError as exc:
+            log.warning("walk step %s runs unclaimed: %s", key, exc)
+            return "unclaimed"
+        return "done" if value == b"done" else "busy"
+
+    def settle(self, key: str, done: bool) -> None:
+        """``done``: the step's tasks are on the queue; else give the claim back for a retry."""
+        try:
+            if done:
+                self.redis.set(key, "done", ex=WALK_DONE_SECONDS)
+            else:
+                self.redis.delete(key)
+        except redis_lib.RedisError as exc:
+            # Not done: its lease runs out. Done but unmarked: a copy may walk on again.
+            log.warning("walk step %s not settled: %s", key, exc)
 
 
 class FanoutWorker:
@@ -58,6 +106,7 @@ class FanoutWorker:
         self.pages_queue = queue_url(self.sqs, config.queue_name(PAGES_QUEUE))
         self.pages_poison_queue = queue_url(self.sqs, config.queue_name(PAGES_QUEUE, "-poison"))
         self.pages = FollowerPages.from_config(config, self.ddb)
+        self.walk_claims = WalkClaims(connect_redis(config))
         # Every queue a configured kind can reach, resolved once: a missing one fails the start.
         routed = {c for channels in config.channels_by_kind.values() for c in channels}
         self.queues = {"push": self.push_queue} | {
@@ -129,7 +178,7 @@ class FanoutWorker:
             [(tenant, f) for f in followers] + [(tenant, event.author_id)]
         )
 
-    def fan_out(self, event: FanoutEvent) -> dict[str, Any]:
+    def fan_out(self, event: FanoutEvent, run: str | None = None) -> dict[str, Any]:
         """Choose the tier, write the pointer of a celebrity post, then walk the follower
         pages: an author with one page is fanned out here; more pages go out as tasks on the
         page queue, so no call, this one included, is O(followers)."""
@@ -140,16 +189,34 @@ class FanoutWorker:
                 TableName=self.config.table("celebrity_posts"),
                 Item=pointer_item(event, "inbox_ttl_in_milliseconds" in self.config.defects),
             )
-        return {"tier": tier, **self.walk(event, tier, None)}
+        return {"tier": tier, **self.walk(event, tier, None, run)}
 
-    def walk(self, event: FanoutEvent, tier: Tier, after: str | None) -> dict[str, Any]:
+    def walk(
+        self, event: FanoutEvent, tier: Tier, after: str | None, run: str | None = None
+    ) -> dict[str, Any]:
+        """List the next pages after ``after`` and hand each on as a page task, and the rest as
+        the next walk task; a single page is fanned out here. ``run`` (the fan-out's Kinesis
+        sequence number) claims the step, so that a copy of this walk task does not walk on
+        twice (:class:`WalkClaims`); raises :class:`WalkStepBusy` while another copy runs."""
         keys, rest = self.pages.page_keys(
             event.tenant_id, event.author_id, after, self.config.pages_per_walk
         )
         if after is None and rest is None and len(keys) <= 1:
             return {"jobs": sum(self.fan_out_page(event, tier, key) for key in keys)}
-        tasks = walk_tasks(event, tier, keys, rest)
-        self.send_tasks(tasks)
+        claim_key = walk_claim_key(event, run, after) if run is not None else None
+        claim: Claim = self.walk_claims.claim(claim_key) if claim_key else "unclaimed"
+        if claim == "done":
+            return {"page_tasks": 0, "walk_on": False, "already_walked": True}
+        if claim == "busy":
+            raise WalkStepBusy(claim_key)
+        try:
+            self.send_tasks(walk_tasks(event, tier, keys, rest, run))
+        except BaseException:
+            if claim_key is not None and claim == "mine":
+                self.walk_claims.settle(claim_key, done=False)
+            raise
+        if claim_key is not None and claim == "mine":
+            self.walk_claims.settle(claim_key, done=True)
         return {"page_tasks": len(keys), "walk_on": rest is not None}
 
     def fan_out_page(self, event: FanoutEvent, tier: Tier, key: str) -> int:
@@ -196,10 +263,14 @@ class FanoutWorker:
                 continue
             try:
                 if task.kind == "walk":
-                    result = self.walk(task.event, task.tier, task.key)
+                    result = self.walk(task.event, task.tier, task.key, task.run)
                 else:
                     assert task.key is not None
                     result = {"jobs": self.fan_out_page(task.event, task.tier, task.key)}
+            except WalkStepBusy as exc:
+                log.info("walk step %s under way in another copy: this one comes back", exc)
+                failures.append({"itemIdentifier": record["messageId"]})
+                continue
             except Exception:
                 log.exception("page task %s failed", record.get("messageId"))
                 failures.append({"itemIdentifier": record["messageId"]})
@@ -239,7 +310,7 @@ class FanoutWorker:
                 log.error("skipping malformed record %s: %s", sequence, exc)
                 continue
             try:
-                result = self.fan_out(fanout_event)
+                result = self.fan_out(fanout_event, run=sequence)
             except Exception:
                 log.exception("fan-out of %s failed", fanout_event.notification_id)
                 return {"batchItemFailures": [{"itemIdentifier": sequence}]}

@@ -4,6 +4,7 @@ DynamoDB adapter against the stack's real dynalite, including concurrent writers
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import random
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -181,3 +182,96 @@ def test_page_tasks_get_a_visibility_timeout_of_their_own(stack):
     assert visibility(config.queue_name("pages")) == config.page_task_visibility_seconds
     assert visibility(config.queue_name("push")) == config.visibility_timeout_seconds
     assert config.page_task_visibility_seconds > config.visibility_timeout_seconds
+
+
+# -- a walk task delivered twice -----------------------------------------------------------------
+
+
+def _walk_worker(stack, **overrides):
+    """A fan-out worker with queues of its own (the running workers drain the stack's), pages of
+    five followers, two pages a walk step."""
+    import json as json_lib
+
+    from reference_impl.config import PAGES_QUEUE, Config
+    from reference_impl.fanout_worker import FanoutWorker
+
+    prefix = f"walk-{uuid.uuid4().hex[:8]}"
+    base = json_lib.loads(stack.reference_config().to_json())
+    config = Config.from_mapping(
+        base | {"audit_bucket": None, "queue_prefix": prefix, "follower_page_size": 5,
+                "pages_per_walk": 2} | overrides
+    )  # fmt: skip
+    sqs = stack.info.aws_client("sqs")
+    for name in ("push", "email", "in_app", "sms"):
+        sqs.create_queue(QueueName=config.queue_name(name))
+    pages_url = sqs.create_queue(QueueName=config.queue_name(PAGES_QUEUE))["QueueUrl"]
+    sqs.create_queue(QueueName=config.queue_name(PAGES_QUEUE, "-poison"))
+    return FanoutWorker(config), sqs, pages_url
+
+
+def _drain(sqs, url) -> list[dict]:
+    """Every task on the queue (deleted as read), parsed."""
+    import json as json_lib
+
+    tasks = []
+    for _ in range(20):
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
+        messages = got.get("Messages", [])
+        if not messages:
+            break
+        for m in messages:
+            tasks.append(json_lib.loads(m["Body"]))
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    return tasks
+
+
+@pytest.mark.integration
+def test_a_walk_task_delivered_twice_walks_on_once(stack):
+    """Issue 25: a walk task hands on the next one, so a copy SQS delivered twice used to walk
+    the rest of the list twice, and each further copy doubled it (a 2,500-follower walk ran 54
+    times over under celebrity-scale's redelivery fault). Each step is claimed per (event, run,
+    key): the second copy walks nothing, a copy that finds the step under way comes back, a
+    fan-out posted again (another run) walks again, and a dedup store that cannot be reached
+    lets the step run unclaimed rather than stop the fan-out."""
+    from datetime import UTC, datetime
+
+    from reference_impl.fanout import FanoutEvent, PageTask, task_entry, walk_claim_key
+    from reference_impl.fanout_worker import WalkClaims
+
+    worker, sqs, pages_url = _walk_worker(stack)
+    tenant = f"wk-{uuid.uuid4().hex[:8]}"
+    worker.pages.add(tenant, "star", [f"u{n:03d}" for n in range(40)])  # 8 pages of 5
+    event = FanoutEvent(tenant, "star", "post", "o1", "01JD5V3KX9B9Q0ZC4S6Y2M8N7P",
+                        datetime.now(UTC).isoformat())  # fmt: skip
+    first = worker.pages.page_keys(tenant, "star", None, 2)[1]
+    walk = PageTask("walk", event, "celebrity", first, run="4900001")
+
+    def deliver(task: PageTask, message_id: str = "m1") -> dict:
+        body = task_entry(task, "0")["MessageBody"]
+        return worker.handle_tasks({"Records": [{"messageId": message_id, "body": body}]}, None)
+
+    assert deliver(walk) == {"batchItemFailures": []}
+    handed_on = _drain(sqs, pages_url)
+    assert [t["task"] for t in handed_on] == ["page", "page", "walk"]
+    assert all(t["run"] == "4900001" for t in handed_on)
+    # The copy: claimed and done, so nothing more goes out.
+    assert deliver(walk, "m2") == {"batchItemFailures": []}
+    assert _drain(sqs, pages_url) == []
+    # A copy while the step is under way comes back (its visibility timeout), sends nothing.
+    under_way = dataclasses.replace(walk, key=handed_on[-1]["key"])
+    claim = walk_claim_key(event, "4900001", under_way.key)
+    worker.walk_claims.redis.set(claim, "pending", px=30_000)
+    assert deliver(under_way, "m3") == {"batchItemFailures": [{"itemIdentifier": "m3"}]}
+    assert _drain(sqs, pages_url) == []
+    worker.walk_claims.redis.delete(claim)
+    # The event posted again is another run: walked again.
+    assert deliver(dataclasses.replace(walk, run="4900777"), "m4") == {"batchItemFailures": []}
+    assert len(_drain(sqs, pages_url)) == 3
+    # The store out of reach: the step runs unclaimed, the fan-out goes on.
+    import redis as redis_lib
+
+    worker.walk_claims = WalkClaims(
+        redis_lib.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    )
+    assert deliver(dataclasses.replace(walk, run="4900999"), "m5") == {"batchItemFailures": []}
+    assert len(_drain(sqs, pages_url)) == 3
