@@ -144,6 +144,16 @@ def test_a_run_without_its_live_view_is_judged_the_same_and_states_its_own_cpu(t
     assert summary["verdict"] == "pass" and summary["live"] == {"off": True}
     assert not (run_dir / "live.json").exists()
     assert summary["harness_cpu_s"] > 0
+    # What each phase and checker cost (issue 25: how a run's cost grows with its size).
+    phases = summary["phase_seconds"]
+    assert set(phases) == {
+        "bring_up", "load_population", "inject", "await", "collect", "judge", "tear_down",
+        "report",
+    }  # fmt: skip
+    assert all(seconds >= 0 for seconds in phases.values()) and phases["bring_up"] > 0
+    assert set(summary["checker_seconds"]) == {c for c in summary["checkers"]}
+    assert sum(summary["checker_seconds"].values()) <= phases["judge"]
+    assert summary["harness_peak_rss_mb"] > 50
 
 
 @pytest.mark.parametrize(

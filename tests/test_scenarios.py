@@ -182,8 +182,32 @@ def test_scale_grows_every_count_together():
     assert big.faults == base.faults and big.probes == base.probes
     small = scaled(base, 0.01)
     assert small.population.users_per_tenant > small.population.celebrity_followers >= 1
+    # The timeout stays as written, unless the scenario says how long a unit of scale takes.
+    assert big.timeout_seconds == base.timeout_seconds
+    drill = get("celebrity-scale")
+    assert drill.timeout_per_scale_s == 3
+    assert scaled(drill, 1000).timeout_seconds == drill.timeout_seconds + 3 * 999
+    assert scaled(drill, 0.5).timeout_seconds == drill.timeout_seconds
+    # A checker's bound may grow with the scale too (a drain rate): <key>_per_scale per unit.
+    latency = {p.name: p.tolerance for p in scaled(drill, 101).probes}["delivery_latency"]
+    assert latency["bound_s"] == 60 + 3 * 100
+    assert {p.name: p.tolerance for p in scaled(drill, 1).probes}["delivery_latency"][
+        "bound_s"
+    ] == 60
     with pytest.raises(ScenarioError, match="positive"):
         scaled(base, 0)
+
+
+@pytest.mark.parametrize(
+    "tolerance",
+    [{"bound_s_per_scale": 3}, {"bound_s": 60, "bound_s_per_scale": "3"},
+     {"bound_s": 60, "bound_s_per_scale": -1}, {"bound_s": True, "bound_s_per_scale": 1}],
+)  # fmt: skip
+def test_a_tolerance_that_grows_with_the_scale_needs_both_numbers(tolerance):
+    probe = {"name": "delivery_latency", "tolerance": tolerance}
+    data = {"title": "t", "steady-state-hypothesis": {"probes": [probe]}}
+    with pytest.raises(ScenarioError, match="bound_s_per_scale grows bound_s"):
+        scenarios.parse(data, "t")
 
 
 # -- a team's own functions (module-level: the scenario names them test_scenarios.<func>) -------

@@ -42,6 +42,7 @@ CONFIGURATION_KEYS = frozenset(
         "reference",
         "stop_conditions",
         "timeout_s",
+        "timeout_per_scale_s",
     }
 )
 # ``configuration.providers``: the providers' limits the run sets (and records) before its load.
@@ -164,6 +165,10 @@ class Scenario:
     reference: dict[str, Any] = field(default_factory=dict)
     durable_redis: bool = False
     timeout_seconds: float = 90.0
+    # Seconds the timeout grows by per unit of ``--scale`` above 1 (``configuration.
+    # timeout_per_scale_s``): a scenario sized for scaling says how long a unit takes to deliver.
+    # 0: the timeout stays as written, whatever the scale.
+    timeout_per_scale_s: float = 0.0
     # How soon a changed preference (consent, quiet hours, zone) or an erasure must take effect
     # after the system acknowledged it (seed 000: invalidation now; the 5-minute TTL is only a
     # backstop).
@@ -188,7 +193,8 @@ class Scenario:
 
 def scaled(scenario: Scenario, factor: float) -> Scenario:
     """Every count grows together: users, followers, regular authors, Locust's background and
-    celebrities; fault timings and probes stay as written."""
+    celebrities; fault timings and probes stay as written, and the timeout grows by the
+    scenario's ``timeout_per_scale_s`` per unit above 1."""
     from dataclasses import replace
 
     if factor <= 0:
@@ -200,6 +206,11 @@ def scaled(scenario: Scenario, factor: float) -> Scenario:
         users_per_tenant=max(population.users_per_tenant, population.celebrity_followers + 1),
     )
     locust = scenario.locust
+    probes = tuple(_probe_at_scale(p, factor) for p in scenario.probes)
+    scenario = replace(scenario, probes=probes)
+    if factor > 1 and scenario.timeout_per_scale_s:
+        grown = scenario.timeout_seconds + scenario.timeout_per_scale_s * (factor - 1)
+        scenario = replace(scenario, timeout_seconds=grown)
     quota = scenario.fcm_project_quota
     if quota is not None:
         # The backlog grows with the population: so does the quota it is bled out at.
@@ -215,6 +226,26 @@ def scaled(scenario: Scenario, factor: float) -> Scenario:
             plan[key] = max(1, round(plan.get(key, default) * factor))
         locust = replace(locust, plan=plan)
     return replace(scenario, population=population, locust=locust)
+
+
+SCALE_SUFFIX = "_per_scale"
+
+
+def _probe_at_scale(probe: Probe, factor: float) -> Probe:
+    """A checker's tolerance at ``--scale factor``: each ``<key>_per_scale`` adds its value per
+    unit above 1 to ``<key>`` (``bound_s: 60, bound_s_per_scale: 1.5``: a latency bound that
+    is a drain rate, for a burst that grows with the scale). Below 1 nothing shrinks."""
+    tolerance = probe.tolerance
+    if not isinstance(tolerance, dict) or not any(k.endswith(SCALE_SUFFIX) for k in tolerance):
+        return probe
+    from dataclasses import replace
+
+    grown = dict(tolerance)
+    for key, per_unit in tolerance.items():
+        if key.endswith(SCALE_SUFFIX):
+            base = key[: -len(SCALE_SUFFIX)]
+            grown[base] = grown[base] + per_unit * max(0.0, factor - 1)
+    return replace(probe, tolerance=grown)
 
 
 def known() -> list[str]:
@@ -356,6 +387,7 @@ def parse(data: Any, name: str) -> Scenario:
         reference=dict(_mapping(config.get("reference"), "configuration.reference")),
         durable_redis=bool(config.get("durable_redis", False)),
         timeout_seconds=float(timeout),
+        timeout_per_scale_s=_number(config, "timeout_per_scale_s", "configuration", 0.0),
         preference_bound_s=_number(config, "preference_bound_s", "configuration", 5.0),
         clock=_clock(config.get("clock")),
         stop_conditions=_stop_conditions(config.get("stop_conditions")),
@@ -495,7 +527,18 @@ def _probe(value: Any, where: str) -> Probe:
             "(or name your own function with provider: {type: python, module, func})"
         )
     tolerance = dict(_mapping(probe.get("tolerance"), "tolerance"))
-    unknown = checker_registry.unknown_tolerances(name, tolerance)
+    per_scale = {k for k in tolerance if isinstance(k, str) and k.endswith(SCALE_SUFFIX)}
+    for key in sorted(per_scale):
+        base, value = key[: -len(SCALE_SUFFIX)], tolerance[key]
+        numbers = [v for v in (value, tolerance.get(base)) if isinstance(v, int | float)]
+        if len(numbers) < 2 or any(isinstance(v, bool) or v < 0 for v in numbers):
+            raise ScenarioError(
+                f"{where} ({name}): {key} grows {base} per unit of --scale above 1: both must "
+                f"be numbers >= 0"
+            )
+    unknown = checker_registry.unknown_tolerances(
+        name, {k: v for k, v in tolerance.items() if k not in per_scale}
+    )
     if unknown:
         allowed = ", ".join(sorted(checker_registry.get(name).tolerances)) or "none"
         raise ScenarioError(

@@ -930,6 +930,20 @@ class RunState:
     # load when a stop condition fires.
     live: LiveView | None = None
     load_stop: threading.Event = field(default_factory=threading.Event)
+    # Wall seconds of each phase, and of each checker while judging (the summary's
+    # ``phase_seconds`` and ``checker_seconds``: how a run's cost grows with its size).
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    checker_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _timed(state: RunState, phase: str, step: Callable[[RunState], Any]) -> Any:
+    """``step(state)``, its wall time added to ``phase`` (also when it raises)."""
+    started = time.monotonic()
+    try:
+        return step(state)
+    finally:
+        spent = time.monotonic() - started
+        state.phase_seconds[phase] = round(state.phase_seconds.get(phase, 0.0) + spent, 3)
 
 
 def execute(
@@ -943,9 +957,11 @@ def execute(
     target: Target | None = None,
     history: History | None = None,
     live: LiveView | None = None,
+    timings: dict[str, dict[str, float]] | None = None,
 ) -> tuple[History, Population | None, list[Verdict], str | None]:
     """The run's phases in order: bring up, load the population, inject (faults on their
-    schedule), await the outcome, collect, judge; the stack always comes down."""
+    schedule), await the outcome, collect, judge; the stack always comes down. ``timings``
+    gets each phase's wall seconds (``phases``) and each checker's (``checkers``)."""
     # A team's long-lived environment, when it is up, serves the run (`harness env up`).
     attach = environment.running(target) if target is not None else None
     if attach is not None:
@@ -972,20 +988,23 @@ def execute(
     if live is not None:
         state.live = live
         live.on_stop = lambda stop: _abort(state, stop)
+    if timings is not None:
+        timings["phases"] = state.phase_seconds
+        timings["checkers"] = state.checker_seconds
     try:
-        _bring_up(state)
+        _timed(state, "bring_up", _bring_up)
         _arm_live(state)
         _state_provider_limits(state)
-        _move_clock(state)
-        _load_population(state)
+        _timed(state, "bring_up", _move_clock)
+        _timed(state, "load_population", _load_population)
         if live is not None:
             live.lever_armed.set()
-        _inject_load(state)
-        _await_outcome(state)
+        _timed(state, "inject", _inject_load)
+        _timed(state, "await", _await_outcome)
         if live is not None:
             live.lever_armed.clear()
-        _collect(state)
-        verdicts = _judge(state)
+        _timed(state, "collect", _collect)
+        verdicts = _timed(state, "judge", _judge)
         return state.history, state.population, verdicts, "; ".join(errors) or None
     except RunInterrupted as exc:
         interrupted = True
@@ -997,7 +1016,7 @@ def execute(
         errors.append(f"{type(exc).__name__}: {exc}")
         (run_dir / "error.txt").write_text(traceback.format_exc())
     finally:
-        _tear_down(state, interrupted)
+        _timed(state, "tear_down", lambda s: _tear_down(s, interrupted))
     return state.history, state.population, [], "; ".join(errors)
 
 
@@ -1450,8 +1469,18 @@ def _judge(state: RunState) -> list[Verdict]:
     )
     capabilities = state.contract.capabilities()
     # A large history is checked out of core (DuckDB within a memory cap).
+    state.progress(
+        "judge", f"{len(state.scenario.probes)} checker(s) over {len(state.history)} history rows"
+    )
     with out_of_core_if_large(evidence, state.run_dir / "checker-store") as evidence:
-        verdicts = [judge(p, evidence, capabilities) for p in state.scenario.probes]
+        verdicts = []
+        for probe in state.scenario.probes:
+            started = time.monotonic()
+            verdicts.append(judge(probe, evidence, capabilities))
+            spent = time.monotonic() - started
+            state.checker_seconds[probe.name] = round(
+                state.checker_seconds.get(probe.name, 0.0) + spent, 3
+            )
     # Only a promise that turns on the day (a daily cap judged by rate_limit) needs the load
     # to cross the midnight; a run that moves the clock for anything else does not.
     daily = state.contract.policy.daily_limit_per_device_type > 0 and any(
@@ -1566,11 +1595,12 @@ def run(
         progress("live", f"metrics at {live.start()}")
     else:
         progress("live", "off: no metrics, no online checks, no stop conditions")
+    timings: dict[str, dict[str, float]] = {}
     try:
         with interruptible(lever=live.pull_lever if live is not None else None):
             _history, _population, verdicts, error = execute(
                 scenario, seed, run_dir, progress, clock, stack_factory, locust_workers, target,
-                history, live,
+                history, live, timings,
             )  # fmt: skip
     finally:
         if live is not None:
@@ -1578,6 +1608,8 @@ def run(
     # The harness process's own CPU (its threads: collector, live view, checkers; not the
     # stack's processes): what the live view's cost is measured against (bench_live_run).
     summary["harness_cpu_s"] = round(_own_cpu_s() - cpu_at_start, 3)
+    summary["phase_seconds"] = dict(timings.get("phases", {}))
+    summary["checker_seconds"] = dict(timings.get("checkers", {}))
     history.close_stream()
     history.write(run_dir / "history.parquet")
     (run_dir / STREAM_FILE).unlink(missing_ok=True)
@@ -1618,6 +1650,7 @@ def run(
     _write_summary(run_dir, summary)
     if interrupted:
         progress("run", f"{error}: verdict incomplete, the history and logs are kept")
+    report_started = time.monotonic()
     try:
         from harness.report import junit_xml, write_reports
 
@@ -1627,6 +1660,12 @@ def run(
             (run_dir / "junit.xml").write_text(junit_xml(summary, time.monotonic() - started))
     except Exception as exc:  # a broken report must not hide the verdict
         progress("report", f"could not write the reports: {exc}")
+    summary["phase_seconds"]["report"] = round(time.monotonic() - report_started, 3)
+    # The harness process's peak resident memory (Linux: ru_maxrss in KiB), the report included.
+    summary["harness_peak_rss_mb"] = round(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
+    )
+    _write_summary(run_dir, summary)
     return RunResult(run_dir, json.loads(json.dumps(summary, default=_json_default)))
 
 
