@@ -52,8 +52,10 @@ from reference_impl.redis_store import connect_redis
 
 log = logging.getLogger("reference_impl.fanout_worker")
 
-# A walk step's claim: held while the step runs, then marked done for a day (a fan-out's walk
-# ends long before). A copy that finds the claim held comes back with its visibility timeout.
+# A walk step's claim: held while the step runs (at most half the page queue's visibility
+# timeout and 30 s: a copy that found it held comes back after the timeout and finds it either
+# done or free, even if the worker holding it died), then marked done for a day (a fan-out's
+# walk ends long before).
 WALK_LEASE_MS = 30_000
 WALK_DONE_SECONDS = 86_400
 Claim = Literal["mine", "done", "busy", "unclaimed"]
@@ -72,12 +74,13 @@ class WalkClaims:
     then ``done``) per (event, fan-out run, key). A store that cannot be reached does not stop
     the fan-out: the step runs unclaimed (at worst the old duplicate work, absorbed)."""
 
-    def __init__(self, redis: Any) -> None:
+    def __init__(self, redis: Any, lease_ms: int = WALK_LEASE_MS) -> None:
         self.redis = redis
+        self.lease_ms = lease_ms
 
     def claim(self, key: str) -> Claim:
         try:
-            if self.redis.set(key, "pending", nx=True, px=WALK_LEASE_MS):
+            if self.redis.set(key, "pending", nx=True, px=self.lease_ms):
                 return "mine"
             value = self.redis.get(key)
         except redis_lib.RedisError as exc:
@@ -106,7 +109,8 @@ class FanoutWorker:
         self.pages_queue = queue_url(self.sqs, config.queue_name(PAGES_QUEUE))
         self.pages_poison_queue = queue_url(self.sqs, config.queue_name(PAGES_QUEUE, "-poison"))
         self.pages = FollowerPages.from_config(config, self.ddb)
-        self.walk_claims = WalkClaims(connect_redis(config))
+        lease_ms = min(WALK_LEASE_MS, config.page_task_visibility_seconds * 1000 // 2)
+        self.walk_claims = WalkClaims(connect_redis(config), max(1, lease_ms))
         # Every queue a configured kind can reach, resolved once: a missing one fails the start.
         routed = {c for channels in config.channels_by_kind.values() for c in channels}
         self.queues = {"push": self.push_queue} | {
