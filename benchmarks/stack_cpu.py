@@ -48,6 +48,31 @@ def group_cpu_seconds(pgids: Sequence[int]) -> dict[int, float]:
     return totals
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def group_usage(pgids: Sequence[int]) -> dict[int, tuple[float, int]]:
+    """(CPU seconds, resident bytes) of each process group in ``pgids`` (one pass over /proc):
+    the CPU as :func:`group_cpu_seconds` counts it, the RSS summed over its live processes."""
+    wanted = set(pgids)
+    totals = {pgid: (0.0, 0) for pgid in pgids}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields is None:
+            continue
+        pgrp = int(fields[2])
+        if pgrp in wanted:
+            cpu, rss = totals[pgrp]
+            # stat fields after the name: utime..cstime are 11-14, rss (pages) is 21
+            totals[pgrp] = (
+                cpu + sum(int(f) for f in fields[11:15]) / _TICKS,
+                rss + int(fields[21]) * _PAGE,
+            )
+    return totals
+
+
 @dataclass
 class CpuTimeline:
     """Samples every ``interval`` s: (epoch time, {part: CPU seconds so far}) for the parts
