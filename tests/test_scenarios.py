@@ -177,6 +177,8 @@ def test_scale_grows_every_count_together():
     assert big.population.users_per_tenant == 3 * base.population.users_per_tenant
     assert big.population.celebrity_followers == 3 * base.population.celebrity_followers
     assert big.population.regular_authors == 3 * base.population.regular_authors
+    # Each regular author keeps its followers: their deliveries grow 3x, not 9x.
+    assert big.population.regular_followers == base.population.regular_followers
     assert big.locust.plan["background_users"] == 3 * base.locust.plan["background_users"]
     assert big.locust.plan["celebrities"] == 3 * base.locust.plan["celebrities"]
     assert big.faults == base.faults and big.probes == base.probes
@@ -185,12 +187,12 @@ def test_scale_grows_every_count_together():
     # The timeout stays as written, unless the scenario says how long a unit of scale takes.
     assert big.timeout_seconds == base.timeout_seconds
     drill = get("celebrity-scale")
-    assert drill.timeout_per_scale_s == 3
-    assert scaled(drill, 1000).timeout_seconds == drill.timeout_seconds + 3 * 999
+    assert drill.timeout_per_scale_s == 5
+    assert scaled(drill, 1000).timeout_seconds == drill.timeout_seconds + 5 * 999
     assert scaled(drill, 0.5).timeout_seconds == drill.timeout_seconds
     # A checker's bound may grow with the scale too (a drain rate): <key>_per_scale per unit.
     latency = {p.name: p.tolerance for p in scaled(drill, 101).probes}["delivery_latency"]
-    assert latency["bound_s"] == 60 + 3 * 100
+    assert latency["bound_s"] == 60 + 5 * 100
     assert {p.name: p.tolerance for p in scaled(drill, 1).probes}["delivery_latency"][
         "bound_s"
     ] == 60

@@ -192,8 +192,8 @@ class Scenario:
 
 
 def scaled(scenario: Scenario, factor: float) -> Scenario:
-    """Every count grows together: users, followers, regular authors, Locust's background and
-    celebrities; fault timings and probes stay as written, and the timeout grows by the
+    """Every count grows together, and so the deliveries: users, celebrity followers, regular
+    authors (each keeps its followers), Locust's background and celebrities; fault timings and probes stay as written, and the timeout grows by the
     scenario's ``timeout_per_scale_s`` per unit above 1."""
     from dataclasses import replace
 
@@ -203,6 +203,9 @@ def scaled(scenario: Scenario, factor: float) -> Scenario:
     population = replace(
         population,
         regular_authors=max(1, round(scenario.population.regular_authors * factor)),
+        # More regular authors, each with the followers it had: their deliveries grow with the
+        # factor, not with its square (celebrity-scale at 100 expected 208,466, not ~118,000).
+        regular_followers=scenario.population.regular_followers,
         users_per_tenant=max(population.users_per_tenant, population.celebrity_followers + 1),
     )
     locust = scenario.locust
