@@ -221,7 +221,10 @@ SCENARIOS = ("smoke", "memorydb-outage", "sqs-redelivery", "consumer-crash", "ga
 PLANTED = (
     (("no_id_check", "dedup_short_ttl"), "smoke",
      {"poison_queue": "delivered", "dedup_window": "missing_full_window"}),
-    (("dedup_fail_open",), "memorydb-outage", {"fail_closed": "decided_during_outage"}),
+    # Failing open shows as sends decided inside the outage or, when every post of a loaded run
+    # came before the cut (CI: 0 and 30), as the backlog sent past the decision lag: either.
+    (("dedup_fail_open",), "memorydb-outage",
+     {"fail_closed": ("decided_during_outage", "backlog_sent_late")}),
 )  # fmt: skip
 
 
@@ -255,9 +258,11 @@ def _rounds_on_one_environment(deps: Deps, tmp_path: Path, rounds: int) -> None:
             with nodefanout_up(deps, at, env_dir, bugs=bugs):
                 code, defect, output = run(target, scenario, tmp_path / "-".join(bugs), env)
             assert code == 1 and defect["verdict"] == "fail", output
-            for checker, count in caught.items():
+            for checker, counts in caught.items():
                 verdict = defect["checkers"][checker]
-                assert verdict["valid"] is False and verdict[count] > 0, (bugs, verdict)
+                named = (counts,) if isinstance(counts, str) else counts
+                assert verdict["valid"] is False, (bugs, verdict)
+                assert sum(verdict[c] for c in named) > 0, (bugs, verdict)
 
 
 @pytest.mark.wholerun
