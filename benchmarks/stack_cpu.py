@@ -34,18 +34,7 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 def group_cpu_seconds(pgids: Sequence[int]) -> dict[int, float]:
     """CPU seconds of each process group in ``pgids`` (one pass over /proc)."""
-    wanted = set(pgids)
-    totals = dict.fromkeys(pgids, 0.0)
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(int(entry.name))
-        if fields is None:
-            continue
-        pgrp = int(fields[2])
-        if pgrp in wanted:
-            totals[pgrp] += sum(int(f) for f in fields[11:15]) / _TICKS
-    return totals
+    return {pgid: cpu for pgid, (cpu, _) in group_usage(pgids).items()}
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -53,7 +42,8 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 def group_usage(pgids: Sequence[int]) -> dict[int, tuple[float, int]]:
     """(CPU seconds, resident bytes) of each process group in ``pgids`` (one pass over /proc):
-    the CPU as :func:`group_cpu_seconds` counts it, the RSS summed over its live processes."""
+    its live processes' user and system time plus what their reaped children spent, and their
+    resident memory summed."""
     wanted = set(pgids)
     totals = {pgid: (0.0, 0) for pgid in pgids}
     for entry in os.scandir("/proc"):
