@@ -4,6 +4,7 @@ real proxy process against real dynalite."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import sys
@@ -793,3 +794,91 @@ def test_provisioning_enables_ttl_once_and_says_when_it_cannot(clients, dynalite
 def test_the_dynamodb_proxy_part_names_its_missing_upstream(tmp_path):
     with pytest.raises(StackError, match="dynamodb-proxy needs an upstream: the dynamodb part"):
         Stack(tmp_path, parts=["dynamodb-proxy"]).up()
+
+
+@pytest.mark.integration
+def test_an_image_read_the_upstream_fails_once_is_read_again(dynalite):
+    """The proxy's own reads for a record's images are idempotent: one that upstream answers
+    with a 5xx (a keep-alive connection closed under it comes back as a 502) is tried again,
+    so the record keeps its event name (INSERT, not the MODIFY of an unknown old image)."""
+    from emulators.aws_proxy.server import AwsProxy
+    from emulators.http_server import Request, Response
+
+    proxy = AwsProxy(dynalite, streams=StreamStore(time.time))
+    assert proxy.capture is not None
+    forward = proxy.capture.send
+    failed: list[str] = []
+
+    async def first_read_fails(request: Request) -> Response:
+        target = request.headers.get("x-amz-target", "")
+        if target.endswith(".BatchGetItem") and not failed:
+            failed.append(target)
+            return Response(502, {"content-type": "application/json"}, b"{}")
+        return await forward(request)
+
+    proxy.capture.send = first_read_fails
+
+    def call(operation: str, body: dict) -> dict:
+        request = Request(
+            method="POST",
+            path="/",
+            headers={
+                "x-amz-target": f"DynamoDB_20120810.{operation}",
+                "content-type": "application/x-amz-json-1.0",
+                "host": dynalite.removeprefix("http://"),
+                # dynalite asks for a signature's presence, not its worth
+                "x-amz-date": "20260101T000000Z",
+                "authorization": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/"
+                "dynamodb/aws4_request, SignedHeaders=host;x-amz-date, Signature=00",
+            },
+            body=json.dumps(body).encode(),
+            http_version="1.1",
+        )
+        request.raw_headers = list(request.headers.items())
+        answer = asyncio.run_coroutine_threadsafe(proxy.handle(request), loop).result(30)
+        assert answer.status == 200, answer.body
+        return json.loads(answer.body or b"{}")
+
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    try:
+        table = f"t-{uuid.uuid4().hex[:10]}"
+        created = call(
+            "CreateTable",
+            {
+                "TableName": table,
+                "KeySchema": KEYS,
+                "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}],
+                "BillingMode": "PAY_PER_REQUEST",
+                "StreamSpecification": {"StreamEnabled": True, "StreamViewType": "KEYS_ONLY"},
+            },
+        )
+        items = [{"pk": {"S": k}} for k in ("a", "b")]
+        call(
+            "BatchWriteItem",
+            {"RequestItems": {table: [{"PutRequest": {"Item": i}} for i in items]}},
+        )
+        arn = created["TableDescription"]["LatestStreamArn"]
+
+        def stream(operation: str, body: dict) -> dict:
+            return json.loads(proxy.capture.store.call(operation, body))
+
+        shards = stream("DescribeStream", {"StreamArn": arn})["StreamDescription"]["Shards"]
+        iterator = stream(
+            "GetShardIterator",
+            {
+                "StreamArn": arn,
+                "ShardId": shards[0]["ShardId"],
+                "ShardIteratorType": "TRIM_HORIZON",
+            },
+        )["ShardIterator"]
+        records = stream("GetRecords", {"ShardIterator": iterator})["Records"]
+    finally:
+        if proxy._session is not None:
+            asyncio.run_coroutine_threadsafe(proxy._session.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(10)
+    assert failed, "the read the test fails was never made"
+    assert [r["eventName"] for r in records] == ["INSERT", "INSERT"]
+    assert proxy.capture.health()["capture_errors"] == 0

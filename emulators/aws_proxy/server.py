@@ -105,6 +105,7 @@ HOP_BY_HOP = frozenset(
 NO_AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 START_KEYS = frozenset({"fault", "params", "duration"})
 UPSTREAM_TIMEOUT_SECONDS = 120.0
+UPSTREAM_KEEPALIVE_SECONDS = 2.0  # below Node's 5 s keepAliveTimeout
 
 
 def _url_host(host: str) -> str:
@@ -206,7 +207,12 @@ class AwsProxy:
             self._session = aiohttp.ClientSession(
                 auto_decompress=False,
                 timeout=aiohttp.ClientTimeout(total=UPSTREAM_TIMEOUT_SECONDS),
-                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
+                # Node's servers (dynalite, kinesalite) close a keep-alive connection idle
+                # for 5 s; aiohttp would keep it 15 s and could send on it just as it closes
+                # (ServerDisconnectedError, a 502 for a request that upstream never saw).
+                connector=aiohttp.TCPConnector(
+                    limit=0, ttl_dns_cache=None, keepalive_timeout=UPSTREAM_KEEPALIVE_SECONDS
+                ),
                 skip_auto_headers=NO_AUTO_HEADERS,
             )
         return self._session

@@ -76,6 +76,8 @@ NOT_FOR_READS = frozenset(
 TTL_CALLS = ("UpdateTimeToLive", "DescribeTimeToLive")
 BATCH_GET_MAX = 100
 BATCH_GET_ATTEMPTS = 5
+READ_ATTEMPTS = 4
+READ_RETRY_SECONDS = 0.05
 
 
 def error_answer(error: AwsError) -> Response:
@@ -205,7 +207,16 @@ class StreamCapture:
             http_version="1.1",
             raw_headers=headers,
         )
-        answer = await self.send(request)
+        # Reads are idempotent: one the upstream did not answer (a 5xx of its own or of the
+        # proxy's, a connection closed under it) is tried again rather than recorded without
+        # its image.
+        for attempt in range(READ_ATTEMPTS):
+            answer = await self.send(request)
+            if answer.status < 500:
+                break
+            log.warning("%s for a stream image answered %s", operation, answer.status)
+            if attempt + 1 < READ_ATTEMPTS:
+                await asyncio.sleep(READ_RETRY_SECONDS * 2**attempt)
         return answer, self._body_of(answer) if answer.status == 200 else None
 
     @staticmethod
