@@ -154,6 +154,9 @@ def test_a_run_without_its_live_view_is_judged_the_same_and_states_its_own_cpu(t
     assert set(summary["checker_seconds"]) == {c for c in summary["checkers"]}
     assert sum(summary["checker_seconds"].values()) <= phases["judge"]
     assert summary["harness_peak_rss_mb"] > 50
+    peaks = summary["phase_peak_rss_mb"]  # never falls: a peak so far, taken as each phase ends
+    assert set(peaks) == set(phases) and peaks["report"] == summary["harness_peak_rss_mb"]
+    assert peaks["bring_up"] <= peaks["judge"] <= peaks["report"]
 
 
 @pytest.mark.parametrize(

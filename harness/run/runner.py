@@ -934,6 +934,8 @@ class RunState:
     # ``phase_seconds`` and ``checker_seconds``: how a run's cost grows with its size).
     phase_seconds: dict[str, float] = field(default_factory=dict)
     checker_seconds: dict[str, float] = field(default_factory=dict)
+    # The harness's peak resident memory when each phase ended (MB): which phase grows it.
+    phase_peak_rss_mb: dict[str, float] = field(default_factory=dict)
 
 
 def _timed(state: RunState, phase: str, step: Callable[[RunState], Any]) -> Any:
@@ -944,6 +946,7 @@ def _timed(state: RunState, phase: str, step: Callable[[RunState], Any]) -> Any:
     finally:
         spent = time.monotonic() - started
         state.phase_seconds[phase] = round(state.phase_seconds.get(phase, 0.0) + spent, 3)
+        state.phase_peak_rss_mb[phase] = _peak_rss_mb()
 
 
 def execute(
@@ -991,6 +994,7 @@ def execute(
     if timings is not None:
         timings["phases"] = state.phase_seconds
         timings["checkers"] = state.checker_seconds
+        timings["peak_rss_mb"] = state.phase_peak_rss_mb
     try:
         _timed(state, "bring_up", _bring_up)
         _arm_live(state)
@@ -1610,6 +1614,7 @@ def run(
     summary["harness_cpu_s"] = round(_own_cpu_s() - cpu_at_start, 3)
     summary["phase_seconds"] = dict(timings.get("phases", {}))
     summary["checker_seconds"] = dict(timings.get("checkers", {}))
+    summary["phase_peak_rss_mb"] = dict(timings.get("peak_rss_mb", {}))
     history.close_stream()
     history.write(run_dir / "history.parquet")
     (run_dir / STREAM_FILE).unlink(missing_ok=True)
@@ -1662,11 +1667,14 @@ def run(
         progress("report", f"could not write the reports: {exc}")
     summary["phase_seconds"]["report"] = round(time.monotonic() - report_started, 3)
     # The harness process's peak resident memory (Linux: ru_maxrss in KiB), the report included.
-    summary["harness_peak_rss_mb"] = round(
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
-    )
+    summary["harness_peak_rss_mb"] = summary["phase_peak_rss_mb"]["report"] = _peak_rss_mb()
     _write_summary(run_dir, summary)
     return RunResult(run_dir, json.loads(json.dumps(summary, default=_json_default)))
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory so far (Linux: ru_maxrss in KiB), in MB."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def _own_cpu_s() -> float:
