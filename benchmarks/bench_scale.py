@@ -78,8 +78,8 @@ def growth_class(exponent: float | None) -> str:
 
 
 def fit(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per cost (each phase, each checker, the harness's CPU and memory, the stack's CPU, the
-    history's and the report's bytes, the whole wall time): its exponent and its class over the
+    """Per cost (each phase, each checker, the harness's CPU and memory, the stack's CPU and each
+    part's, the history's rows and bytes, the report's bytes, the whole wall time): its exponent and its class over the
     runs' deliveries; and the phase that grows worst among those that cost at least
     ``RANKED_FLOOR`` seconds at the largest size."""
     ok = [r for r in runs if r.get("deliveries")]
@@ -99,6 +99,9 @@ def fit(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         add("harness_cpu_s", r["harness_cpu_s"])
         add("harness_peak_rss_mb", r["harness_peak_rss_mb"])
         add("stack_cpu_s", sum(p["cpu_s"] for p in r["parts"].values()))
+        for part in sorted({p for run in ok for p in run["parts"]}):
+            add(f"part:{part}", (r["parts"].get(part) or {}).get("cpu_s", 0.0))
+        add("history_rows", r.get("history_rows"))
         add("history_bytes", r["history_bytes"])
         add("report_bytes", r["report_bytes"])
     out: dict[str, Any] = {}
@@ -223,6 +226,7 @@ def run_size(scale: float, seed: int, out: Path) -> dict[str, Any]:
         "checker_seconds": summary.get("checker_seconds", {}),
         "harness_cpu_s": summary.get("harness_cpu_s"),
         "harness_peak_rss_mb": summary.get("harness_peak_rss_mb"),
+        "phase_peak_rss_mb": summary.get("phase_peak_rss_mb", {}),
         "parts": sampler.parts(),
         "history_rows": summary.get("history_rows"),
         "history_bytes": _bytes([run_dir / "history.parquet"]),

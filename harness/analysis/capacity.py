@@ -22,8 +22,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.analysis.drill_size import DrillEstimate, DrillSizeError, estimate_drill
+from harness.analysis.drill_size import render_markdown as drill_markdown
+
 EXIT_USAGE = 2
 DEFAULT_BENCH_DIR = Path("reports") / "bench"
+SCALE_BENCH = "scale.json"  # benchmarks/bench_scale.py's default output
 
 # The seed's scenario (seeds/000_f9ea1b06a48595a4.txt); the defaults reproduce its figures.
 SEED_FOLLOWERS = 50_000_000
@@ -781,6 +785,24 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", metavar="DIR", help="write capacity.json, capacity.md and capacity.png here"
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    drill = parser.add_argument_group(
+        "a drill's machines (from the whole drills benchmarks/bench_scale.py measured)"
+    )
+    drill.add_argument(
+        "--drill",
+        metavar="DELIVERIES",
+        type=_number,
+        help="also size a drill of this many push deliveries (e.g. 1e7) from scale.json",
+    )
+    drill.add_argument(
+        "--drill-minutes", type=_number, default=15.0, help="drain it within (default 15)"
+    )
+    drill.add_argument(
+        "--machine-cores", type=_number, default=16, help="cores a machine (default 16)"
+    )
+    drill.add_argument(
+        "--machine-memory-gb", type=_number, default=64.0, help="GB a machine (default 64)"
+    )
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -822,20 +844,52 @@ def resolve_bench_dir(bench: str | None) -> Path | None:
     return path
 
 
+def drill_from_args(args: argparse.Namespace, bench_dir: Path | None) -> DrillEstimate | None:
+    """The drill estimate ``--drill`` asks for, from ``scale.json`` in the bench directory."""
+    if getattr(args, "drill", None) is None:
+        return None
+    if not _is_whole(args.machine_cores) or args.machine_cores < 1:
+        raise CapacityError(
+            f"--machine-cores must be a whole number above 0, not {args.machine_cores!r}"
+        )
+    path = (bench_dir or DEFAULT_BENCH_DIR) / SCALE_BENCH
+    bench = _read_json(path)
+    if bench is None:
+        raise CapacityError(
+            f"--drill needs {path}: run `.venv/bin/python benchmarks/bench_scale.py` "
+            "(or `make bench`) first"
+        )
+    try:
+        return estimate_drill(
+            bench,
+            args.drill,
+            drain_s=args.drill_minutes * 60,
+            machine_cores=int(args.machine_cores),
+            machine_memory_gb=args.machine_memory_gb,
+        )
+    except DrillSizeError as exc:
+        raise CapacityError(f"--drill: {exc}") from exc
+
+
 def run_command(args: argparse.Namespace) -> int:
     """``python -m harness capacity``: print the plan; 2 on bad input."""
     try:
         inputs = inputs_from_args(args)
         bench_dir = resolve_bench_dir(args.bench)
         plan = build_plan(inputs, load_bench_rates(bench_dir), bench_dir)
+        drill = drill_from_args(args, bench_dir)
         out = Path(args.out) if args.out else None
         if out is not None and out.exists() and not out.is_dir():
             raise CapacityError(f"--out {out}: exists and is not a directory")
     except CapacityError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    document = json.dumps(plan.to_dict(), indent=2)
+    document = json.dumps(
+        {**plan.to_dict(), **({"drill": drill.to_dict()} if drill is not None else {})}, indent=2
+    )
     markdown = render_markdown(plan)
+    if drill is not None:
+        markdown += "\n" + drill_markdown(drill)
     print(document if args.json else markdown, end="\n" if args.json else "")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
