@@ -35,12 +35,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from stack_cpu import group_usage
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = "celebrity-scale"
 OWNED_DIR = ROOT / ".stack" / "owned"
 MB = 1024 * 1024
+# A defect so rare that only a large run meets it: one delivery in 100,000 sent twice.
+RARE_DEFECT = "sent_twice_one_in_100k"
 # A cost below this at the largest size is noise, not a growth to rank (seconds, MB).
 RANKED_FLOOR = 1.0
 
@@ -179,15 +182,29 @@ def _bytes(paths: Sequence[Path]) -> int:
     return sum(p.stat().st_size for p in paths if p.is_file())
 
 
-def run_size(scale: float, seed: int, out: Path) -> dict[str, Any]:
-    """One run of the scenario at ``scale``, as a user runs it, and its figures."""
+def planted(out: Path, defect: str) -> Path:
+    """The scenario with ``defect`` planted in the reference (a file in ``out``, named as the
+    scenario so that its run directory is found the same way)."""
+    data = yaml.safe_load((ROOT / "scenarios" / f"{SCENARIO}.yaml").read_text())
+    configuration = data.setdefault("configuration", {})
+    configuration.setdefault("reference", {})["defects"] = [defect]
+    path = out / "planted" / f"{SCENARIO}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run_size(scale: float, seed: int, out: Path, defect: str | None = None) -> dict[str, Any]:
+    """One run of the scenario at ``scale`` (with ``defect`` planted in the reference), as a
+    user runs it, and its figures."""
+    out.mkdir(parents=True, exist_ok=True)
+    scenario = SCENARIO if defect is None else str(planted(out, defect))
     argv = [
-        sys.executable, "-m", "harness", "run", SCENARIO, "--scale", str(scale),
+        sys.executable, "-m", "harness", "run", scenario, "--scale", str(scale),
         "--seed", str(seed), "--out", str(out),
     ]  # fmt: skip
     started = time.monotonic()
     log = out / f"run-{scale:g}.log"
-    out.mkdir(parents=True, exist_ok=True)
     with log.open("w") as stream:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT)
         sampler = PartSampler(proc.pid)
@@ -214,6 +231,7 @@ def run_size(scale: float, seed: int, out: Path) -> dict[str, Any]:
     report = [run_dir / "report.html", run_dir / "report.md", *(run_dir / "charts").glob("*")]
     return {
         "scale": scale,
+        "defect": defect,
         "exit_code": code,
         "verdict": summary["verdict"],
         "checkers": {k: v.get("valid") for k, v in summary["checkers"].items()},
@@ -228,6 +246,7 @@ def run_size(scale: float, seed: int, out: Path) -> dict[str, Any]:
         "harness_peak_rss_mb": summary.get("harness_peak_rss_mb"),
         "phase_peak_rss_mb": summary.get("phase_peak_rss_mb", {}),
         "parts": sampler.parts(),
+        "effectively_once": {k: v for k, v in once.items() if not isinstance(v, dict | list)},
         "history_rows": summary.get("history_rows"),
         "history_bytes": _bytes([run_dir / "history.parquet"]),
         "report_bytes": _bytes(report),
@@ -243,6 +262,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", type=Path, help="keep the run directories here")
+    parser.add_argument(
+        "--defect",
+        default=RARE_DEFECT,
+        help=f"at the largest size, a second run with this defect planted, which must be caught "
+        f"(default {RARE_DEFECT}: does the verdict drown in scale?); 'none' for no such run",
+    )
     args = parser.parse_args(argv)
     try:
         sizes = [float(s) for s in args.sizes.split(",") if s.strip()]
@@ -260,17 +285,39 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps({k: figures.get(k) for k in (
                 "scale", "verdict", "deliveries", "deliveries_per_s", "wall_s",
                 "harness_cpu_s", "harness_peak_rss_mb")}), flush=True)  # fmt: skip
+        planted_run = None
+        if args.defect != "none":
+            largest = max(sizes)
+            print(f"== celebrity-scale --scale {largest:g}, {args.defect} planted", flush=True)
+            planted_run = run_size(
+                largest, args.seed, where / f"scale-{largest:g}-{args.defect}", args.defect
+            )
+            print(json.dumps(caught(planted_run)), flush=True)
     result = {
         "scenario": SCENARIO,
         "seed": args.seed,
         "cpus": os.cpu_count(),
         "runs": runs,
         "growth": fit(runs),
+        "planted": None if planted_run is None else {**planted_run, **caught(planted_run)},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(json.dumps(result["growth"], indent=2))
-    return 0 if all(r.get("verdict") == "pass" for r in runs) else 1
+    clean = all(r.get("verdict") == "pass" for r in runs)
+    return 0 if clean and (planted_run is None or result["planted"]["caught"]) else 1
+
+
+def caught(run: Mapping[str, Any]) -> dict[str, Any]:
+    """Whether a planted run was caught: failed, with effectively_once among the failures."""
+    checkers = run.get("checkers") or {}
+    return {
+        "defect": run.get("defect"),
+        "scale": run.get("scale"),
+        "caught": run.get("verdict") == "fail" and checkers.get("effectively_once") is False,
+        "failed": sorted(k for k, v in checkers.items() if v is False),
+        "effectively_once": run.get("effectively_once"),
+    }
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ DEFECTS = (
     "apns_background_push_type",  # alerts sent as apns-push-type background at priority 5
     "apns_expiration_zero",  # apns-expiration 0: deliver once, never kept for an offline device
     "push_text_of_round_head",  # the text made once per send round, of its first job
+    "sent_twice_one_in_100k",  # one delivery in 100,000 (by its ids' hash) sent a second time
     "delete_before_send",  # acknowledge the whole batch on receipt
     "skip_dedup",  # no dedup check at all ("send and pray")
     "dedup_window_one_hour",  # 'sent' marks live an hour, not 30 days (EX 3600)

@@ -18,6 +18,7 @@ one push per device under its own deterministic id, deduplicated like any notifi
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import sys
@@ -148,6 +149,16 @@ def parse_job(record: dict[str, Any]) -> dict[str, Any]:
         ):
             raise PoisonJob("digest must hold channel, window_start_ms and closes_at_ms")
     return job
+
+
+RARE_ONE_IN = 100_000
+
+
+def rare_pick(tenant_id: str, notification_id: str, token: str) -> bool:
+    """Whether the ``sent_twice_one_in_100k`` defect doubles this delivery: one in
+    :data:`RARE_ONE_IN`, by a hash of its ids (the same delivery is picked in every process)."""
+    digest = hashlib.sha256(f"{tenant_id}|{notification_id}|{token}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % RARE_ONE_IN == 0
 
 
 @dataclass
@@ -305,6 +316,20 @@ class PushConsumer(JobConsumer):
         self, job: dict[str, Any], device: dict[str, Any], digest: tuple[str, str] | None = None
     ) -> SendResult:
         """``digest``: the (text, collapse id) of a digest push instead of the job's own."""
+        result = self._send_once(job, device, digest)
+        if (
+            "sent_twice_one_in_100k" in self.defects
+            and result.outcome == "sent"
+            and rare_pick(job["tenant_id"], job["notification_id"], device["token"])
+        ):
+            # The defect: a retry path that fires after a success, so rarely that no small
+            # run meets it (a million deliveries meet about ten).
+            self._send_once(job, device, digest)
+        return result
+
+    def _send_once(
+        self, job: dict[str, Any], device: dict[str, Any], digest: tuple[str, str] | None
+    ) -> SendResult:
         nid = job["notification_id"]
         text, collapse_id = digest or (f"{job['author_id']} {job['kind']}", nid)
         if digest is None and "push_text_of_round_head" in self.defects:

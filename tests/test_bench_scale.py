@@ -69,3 +69,37 @@ def test_the_worst_phase_is_the_steepest_that_costs_something():
     # A run that delivered nothing is left out of the fit, never a point at zero.
     failed = {**_run(1, 0, 0, 0), "deliveries": 0}
     assert bench_scale.fit([failed, *runs])["costs"] == costs
+
+
+def test_a_planted_run_is_caught_only_when_it_fails_on_effectively_once():
+    run = {"defect": "d", "scale": 1000.0, "verdict": "fail", "effectively_once": {"duplicated": 9}}
+    run["checkers"] = {"effectively_once": False, "fail_closed": True, "audit_per_copy": False}
+    found = bench_scale.caught(run)
+    assert found["caught"] and found["failed"] == ["audit_per_copy", "effectively_once"]
+    assert found["effectively_once"] == {"duplicated": 9}
+    # Failed for another reason, or passed: not caught.
+    assert not bench_scale.caught({**run, "checkers": {"effectively_once": True}})["caught"]
+    assert not bench_scale.caught({**run, "verdict": "pass"})["caught"]
+
+
+def test_the_planted_scenario_is_celebrity_scale_with_the_defect_in_the_reference(tmp_path):
+    import yaml
+
+    path = bench_scale.planted(tmp_path, bench_scale.RARE_DEFECT)
+    assert path.name == "celebrity-scale.yaml"
+    data = yaml.safe_load(path.read_text())
+    assert data["configuration"]["reference"]["defects"] == ["sent_twice_one_in_100k"]
+    shipped = yaml.safe_load((ROOT / "scenarios" / "celebrity-scale.yaml").read_text())
+    assert (
+        data["method"] == shipped["method"]
+        and data["steady-state-hypothesis"] == (shipped["steady-state-hypothesis"])
+    )
+
+
+def test_the_rare_defect_doubles_about_one_delivery_in_100k():
+    from reference_impl.push_consumer import RARE_ONE_IN, rare_pick
+
+    picked = sum(rare_pick("tenant-0", f"n{i:07d}", "tok") for i in range(1_000_000))
+    assert RARE_ONE_IN == 100_000
+    assert 2 <= picked <= 25  # Poisson with mean 10: outside this, the pick is not 1 in 100k
+    assert rare_pick("t", "n", "x") == rare_pick("t", "n", "x")  # every process picks the same
