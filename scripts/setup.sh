@@ -44,14 +44,14 @@ fi
 
 py_stamp=.venv/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -f "$py_stamp" ]; then
-  say "installing the project and its test tools into .venv"
+  say "installing the project, its test tools and the docs site's tools into .venv"
   if ! { .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip &&
-         .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'; } >.venv/pip.log 2>&1; then
+         .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,docs]'; } >.venv/pip.log 2>&1; then
     tail -30 .venv/pip.log >&2
     echo "setup: error: pip install failed (full log: .venv/pip.log)" >&2
     exit 1
   fi
-  .venv/bin/python -c 'import harness, reference_impl, prometheus_client, libfaketime, locust, boto3, ulid, redis, pandas, matplotlib, moto, h2, jwt, aioapns, pyfcm, uvicorn, uvloop, httptools, schemathesis, granian' \
+  .venv/bin/python -c 'import harness, reference_impl, prometheus_client, libfaketime, locust, boto3, ulid, redis, pandas, matplotlib, moto, h2, jwt, aioapns, pyfcm, uvicorn, uvloop, httptools, schemathesis, granian, mkdocs, material' \
     || { echo "setup: error: python packages failed to install" >&2; exit 1; }
   rm -f .venv/.installed-*
   touch "$py_stamp"
