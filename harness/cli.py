@@ -201,6 +201,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             require_node_emulators()
     except StackError as exc:
         return _error(str(exc))
+    try:
+        from harness.checkers.store import out_of_core_rows
+
+        out_of_core_rows()  # a bad FANOUT_OUT_OF_CORE_ROWS, said now rather than after the run
+    except ValueError as exc:
+        return _error(str(exc))
     if args.scale is not None:
         if not math.isfinite(args.scale) or args.scale <= 0:
             return _error(f"--scale must be a positive number, not {args.scale!r}")

@@ -525,3 +525,27 @@ def test_a_large_history_is_checked_out_of_core_with_the_same_verdicts(synthetic
             tolerance = bench.TOLERANCES.get(name, {})
             assert run_probe(name, tolerance, large) == run_probe(name, tolerance, evidence)
     assert not workdir.exists()
+
+
+def test_judged_on_disk_every_checker_ignores_the_evidences_own_frame(synthetic, tmp_path):
+    """What the runner does with a large history: the whole history on disk, the evidence's own
+    frame without the rows only checkers read (and without, here, everything else a checker
+    could read from it but the oracle's inputs): every checker still reaches the verdict it
+    reaches in memory, so none reads ``evidence.history`` beside the store."""
+    from harness.checkers.store import judged_on_disk
+    from harness.model.history import CHECKER_ONLY_KINDS, SCHEMA
+
+    full = synthetic.evidence()
+    path = tmp_path / "history.parquet"
+    pq.write_table(
+        pa.Table.from_pandas(synthetic.history, schema=SCHEMA, preserve_index=False), path
+    )
+    kinds = synthetic.history["kind"]
+    assert kinds.isin(CHECKER_ONLY_KINDS).any()  # the audit rows the slim frame leaves out
+    slim = synthetic.history[kinds.isin(["inject", "inject_info"])]
+    with judged_on_disk(dataclasses.replace(full, history=slim), path, tmp_path / "store") as disk:
+        assert disk.store is not None
+        for name in synthetic.planted:
+            tolerance = bench.TOLERANCES.get(name, {})
+            assert run_probe(name, tolerance, disk) == run_probe(name, tolerance, full), name
+    assert not (tmp_path / "store").exists()

@@ -198,6 +198,14 @@ def test_bad_numbers_exit_2_with_one_clear_line(args, message, tmp_path):
     assert not any(tmp_path.iterdir())  # nothing started, nothing written
 
 
+@pytest.mark.parametrize("value", ["lots", "-1", "1.5"])
+def test_a_bad_out_of_core_threshold_exits_2_before_the_run(value, tmp_path):
+    result = run_cli("run", "smoke", "--out", str(tmp_path), env={"FANOUT_OUT_OF_CORE_ROWS": value})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"FANOUT_OUT_OF_CORE_ROWS={value!r}: a whole number of rows" in result.stderr
+    assert not any(tmp_path.iterdir())
+
+
 def test_out_naming_a_file_or_an_unwritable_place_exits_2(tmp_path):
     a_file = tmp_path / "a-file"
     a_file.write_text("x")

@@ -54,3 +54,14 @@ def test_the_written_and_the_streamed_history_read_back_as_the_frame(monkeypatch
     expected = history.frame()
     pd.testing.assert_frame_equal(read(tmp_path / "history.parquet"), expected)
     pd.testing.assert_frame_equal(read_partial(tmp_path / "history.arrows"), expected)
+
+
+def test_a_frame_without_some_kinds_leaves_them_out_and_goes_stale_with_a_new_row(monkeypatch):
+    history = _filled(12, seal_rows=5, monkeypatch=monkeypatch)
+    history.append("audit", detail="{}")
+    history.append("receive", detail="{}")
+    slim = history.frame(without=("audit", "receive"))
+    assert list(slim["kind"].unique()) == ["inject"] and len(slim) == 12
+    assert len(history.frame()) == 14  # the whole frame is kept apart
+    history.append("fault", detail="{}")
+    assert list(history.frame(without=("audit", "receive"))["kind"])[-1] == "fault"

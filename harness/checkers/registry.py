@@ -151,6 +151,25 @@ def run_probe(
     return verdict
 
 
+def with_whole_history(evidence: Evidence) -> Evidence:
+    """The evidence with its whole history (and expectation) in memory: as it is when nothing
+    is on disk; else read back from the store. Correct, not cheap: for a checker that says
+    nothing of what it reads, and a team's probe function, which may read any row."""
+    store = evidence.store
+    if store is None:
+        return evidence
+    import pandas as pd
+
+    from harness.model.history import read
+
+    expectation = evidence.expectation
+    if store.expected_path is not None:
+        expectation = dataclasses.replace(
+            expectation, deliveries=pd.read_parquet(store.expected_path)
+        )
+    return dataclasses.replace(evidence, history=read(store.history_path), expectation=expectation)
+
+
 def in_memory_for(spec: Checker, evidence: Evidence) -> Evidence:
     """The evidence a checker gets: as it is, unless the history is on disk and the checker
     does not query the store itself; then its history (and, when on disk, its expectation) is
@@ -160,18 +179,9 @@ def in_memory_for(spec: Checker, evidence: Evidence) -> Evidence:
         return evidence
     import pandas as pd
 
-    from harness.model.history import read
-
     expectation = evidence.expectation
     if spec.reads is None:
-        # Correct, not cheap: the whole history (and expectation) in memory.
-        if store.expected_path is not None:
-            expectation = dataclasses.replace(
-                expectation, deliveries=pd.read_parquet(store.expected_path)
-            )
-        return dataclasses.replace(
-            evidence, history=read(store.history_path), expectation=expectation
-        )
+        return with_whole_history(evidence)
     users: set[tuple[str, str]] = set()
     if evidence.timeline is not None:
         timeline = evidence.timeline

@@ -32,6 +32,7 @@ equal).
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -54,9 +55,28 @@ DEFAULT_MEMORY_LIMIT_GB = 4.0
 # From this many history rows on, a run's checkers query a store (benchmarks/bench_checkers.py:
 # at 10M rows pandas peaked at 15 GB, DuckDB at 2.7 GB under its 4 GB cap).
 OUT_OF_CORE_ROWS = 5_000_000
+# A machine with little memory judges smaller histories on disk (0: every history).
+OUT_OF_CORE_ROWS_VARIABLE = "FANOUT_OUT_OF_CORE_ROWS"
 # A (tenant, notification, token) key is one BIGINT while the dictionaries' sizes multiply
 # below this.
 _KEY_LIMIT = 2**62
+
+
+def out_of_core_rows() -> int:
+    """From how many history rows a run is judged on disk: :data:`OUT_OF_CORE_ROWS`, or the
+    whole number in the environment's ``FANOUT_OUT_OF_CORE_ROWS``."""
+    given = os.environ.get(OUT_OF_CORE_ROWS_VARIABLE, "").strip()
+    if not given:
+        return OUT_OF_CORE_ROWS
+    try:
+        rows = int(given.replace("_", ""))
+    except ValueError:
+        rows = -1
+    if rows < 0:
+        raise ValueError(
+            f"{OUT_OF_CORE_ROWS_VARIABLE}={given!r}: a whole number of rows, 0 or more, is needed"
+        )
+    return rows
 
 
 def _quote(path: Path) -> str:
@@ -448,6 +468,21 @@ def out_of_core_if_large(
         yield evidence
         return
     store = HistoryStore.from_frame(evidence.history, evidence.expectation, workdir=workdir)
+    try:
+        yield dataclasses.replace(evidence, store=store)
+    finally:
+        store.close()
+
+
+@contextmanager
+def judged_on_disk(evidence: Evidence, history: Path, workdir: Path) -> Iterator[Evidence]:
+    """The evidence with a store over the whole history at ``history`` (a Parquet file of
+    :data:`harness.model.history.SCHEMA`; the store's work directory ``workdir`` is removed
+    after). ``evidence.history`` may then hold only the rows the oracle and the timeline read:
+    every checker reads the store, or the frames :func:`harness.checkers.registry.in_memory_for`
+    reads back from it, never ``evidence.history``."""
+    store = HistoryStore(history, evidence.expectation, workdir=workdir)
+    store._own_dir = True
     try:
         yield dataclasses.replace(evidence, store=store)
     finally:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import IO, Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 COLUMNS = {
@@ -77,6 +79,12 @@ STREAM_FILE = "history.arrows"
 # Arrow record batch: a dict row costs ~1.2 KB, the same row in Arrow ~100 bytes, and the
 # history of a million-delivery run has millions of rows.
 SEAL_ROWS = 20_000
+# Rows only the checkers read (the system's audit trail, SQS's receive log, SNS's endpoint
+# events): most of a large history's rows and nearly all its bytes (an audit record's JSON is
+# ~600 bytes, two or three a delivery). The oracle, the timeline and the run's summaries never
+# read them, so they build on :meth:`History.frame` ``without`` them; with the history judged
+# on disk, the checkers read them from there.
+CHECKER_ONLY_KINDS = ("audit", "receive", "sns_endpoint")
 _PANDAS_TYPES = {pa.string(): pd.StringDtype("pyarrow"), pa.bool_(): pd.BooleanDtype()}
 
 
@@ -91,7 +99,8 @@ class History:
         self._streamed = 0  # batches written to the stream
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
-        self._frame: pd.DataFrame | None = None  # the last frame(), while no row came after
+        # The last frame() of every row or ``without`` some kinds, while no row came after.
+        self._frames: dict[tuple[str, ...], pd.DataFrame] = {}
 
     # -- streaming to disk ----------------------------------------------------------------------
 
@@ -161,7 +170,7 @@ class History:
             }
             row.setdefault("time", time.time())
             self._pending.append(row)
-            self._frame = None
+            self._frames.clear()
             if len(self._pending) >= SEAL_ROWS:
                 self._seal()
 
@@ -205,22 +214,28 @@ class History:
                 first += batch.num_rows
             return rows + self._pending[max(0, position - self._sealed) :]
 
-    def table(self) -> pa.Table:
-        """Every row so far, as one Arrow table."""
+    def table(self, without: Collection[str] = ()) -> pa.Table:
+        """Every row so far (less those of the kinds ``without``), as one Arrow table."""
         with self._lock:
             self._seal()
-            return pa.Table.from_batches(self._batches, schema=SCHEMA)
+            table = pa.Table.from_batches(self._batches, schema=SCHEMA)
+        if without:
+            table = table.filter(pc.invert(pc.is_in(table["kind"], pa.array(sorted(without)))))
+        return table
 
-    def frame(self) -> pd.DataFrame:
-        """Every row so far. Built once while no row is appended (the judging phase asks for it
-        many times): each caller gets its own shallow copy, which copy-on-write keeps apart."""
+    def frame(self, without: Collection[str] = ()) -> pd.DataFrame:
+        """Every row so far (less those of the kinds ``without``). Built once while no row is
+        appended (the judging phase asks for it many times): each caller gets its own shallow
+        copy, which copy-on-write keeps apart."""
+        key = tuple(sorted(without))
         with self._lock:
-            cached = self._frame
+            cached = self._frames.get(key)
+            count = self._sealed + len(self._pending)
         if cached is None:
-            cached = to_frame(self.table())
+            cached = to_frame(self.table(key))
             with self._lock:
-                if len(cached) == self._sealed + len(self._pending):
-                    self._frame = cached
+                if self._sealed + len(self._pending) == count:  # no row came meanwhile
+                    self._frames[key] = cached
         return cached.copy(deep=False)
 
     def write(self, path: Path) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 from chaos.faults import Fault, make_fault
 from harness.checkers import run_probe
 from harness.checkers.evidence import Evidence
-from harness.checkers.registry import unknown_verdict
+from harness.checkers.registry import unknown_verdict, with_whole_history
 from harness.checkers.verdict import Verdict
 from harness.model.scenarios import ActionStep, FaultStep, Probe
 from harness.model.tolerance import ToleranceError, within_tolerance
@@ -57,7 +57,7 @@ def judge(probe: Probe, evidence: Evidence, capabilities: frozenset[str] | None)
     if probe.provider is None:
         return run_probe(probe.name, probe.tolerance, evidence, capabilities)
     try:
-        output = probe.provider.call(evidence, tolerance=probe.tolerance)
+        output = probe.provider.call(with_whole_history(evidence), tolerance=probe.tolerance)
     except Exception as exc:  # a crashing probe must never read as a pass
         return unknown_verdict(
             probe.name,

@@ -34,9 +34,9 @@ from emulators.providers.fcm_limits import DEVICE_PER_HOUR, DEVICE_PER_MINUTE
 from emulators.providers.fcm_limits import MINUTE as FCM_QUOTA_WINDOW_S
 from harness.checkers.consent import refused_devices
 from harness.checkers.delivery_latency import DEFAULT_RECOVERY_S
-from harness.checkers.evidence import evidence_from
+from harness.checkers.evidence import Evidence, evidence_from
 from harness.checkers.quiet_hours import quiet_all_run
-from harness.checkers.store import out_of_core_if_large
+from harness.checkers.store import judged_on_disk, out_of_core_rows
 from harness.checkers.verdict import STATUS_WORDS, SWITCHED_OFF, Verdict, result_status
 from harness.contract.clock import (
     CACHE_SECONDS,
@@ -58,7 +58,7 @@ from harness.load.record import (
     read_rows,
 )
 from harness.model import history as history_mod
-from harness.model.history import STREAM_FILE, History
+from harness.model.history import CHECKER_ONLY_KINDS, STREAM_FILE, History
 from harness.model.oracle import expected_channel_deliveries, required_push_recipients
 from harness.model.population import Population, bad_device_tokens, generate, of_another_run
 from harness.model.provider_limits import KIND as LIMITS_KIND
@@ -631,7 +631,7 @@ def _record_dlqs(info: StackInfo, history: History, queues: Queues, prefix: str)
     earlier run's when it names another run's tenant, or carries a malformed-job id this run
     did not inject (a long-lived system's DLQ keeps what every run parked)."""
     sqs = info.aws_client("sqs")
-    frame = history.frame()
+    frame = history.frame(without=CHECKER_ONLY_KINDS)
     ours = set(frame.loc[frame["kind"] == "malformed", "notification_id"].astype(str))
     recorded = earlier = 0
     for channel in queues.delivery_channels:
@@ -1323,9 +1323,12 @@ def _await_outcome(state: RunState) -> None:
     assert state.channels is not None
     scenario, info, progress, history = state.scenario, state.info, state.progress, state.history
     policy, queues = state.contract.policy, state.contract.queues
-    injected = state.injected = history.frame().query("kind == 'inject'")
+    injected = state.injected = history.frame(without=CHECKER_ONLY_KINDS).query("kind == 'inject'")
     expectation = evidence_from(
-        state.population, history.frame(), policy, scenario.preference_bound_s
+        state.population,
+        history.frame(without=CHECKER_ONLY_KINDS),
+        policy,
+        scenario.preference_bound_s,
     ).expectation
     expected = set(
         expectation.deliveries[["tenant_id", "notification_id", "token"]].itertuples(
@@ -1465,18 +1468,29 @@ def _judge(state: RunState) -> list[Verdict]:
     assert state.population is not None and state.contract is not None
     assert state.nemesis is not None
     state.errors += state.nemesis.errors
+    # A large history is checked out of core (DuckDB within a memory cap), written to disk
+    # from its Arrow batches: the evidence's own frame then leaves out the rows only checkers
+    # read, which are most of it.
+    large = len(state.history) >= out_of_core_rows()
     evidence = evidence_from(
         state.population,
-        state.history.frame(),
+        state.history.frame(without=CHECKER_ONLY_KINDS if large else ()),
         state.contract.policy,
         state.scenario.preference_bound_s,
     )
     capabilities = state.contract.capabilities()
-    # A large history is checked out of core (DuckDB within a memory cap).
     state.progress(
-        "judge", f"{len(state.scenario.probes)} checker(s) over {len(state.history)} history rows"
+        "judge",
+        f"{len(state.scenario.probes)} checker(s) over {len(state.history)} history rows"
+        + (" on disk" if large else ""),
     )
-    with out_of_core_if_large(evidence, state.run_dir / "checker-store") as evidence:
+    on_disk: contextlib.AbstractContextManager[Evidence] = contextlib.nullcontext(evidence)
+    if large:
+        store_dir = state.run_dir / "checker-store"
+        store_dir.mkdir(parents=True, exist_ok=True)
+        state.history.write(store_dir / "history.parquet")
+        on_disk = judged_on_disk(evidence, store_dir / "history.parquet", store_dir)
+    with on_disk as evidence:
         verdicts = []
         for probe in state.scenario.probes:
             started = time.monotonic()
@@ -1490,7 +1504,7 @@ def _judge(state: RunState) -> list[Verdict]:
     daily = state.contract.policy.daily_limit_per_device_type > 0 and any(
         p.name == "rate_limit" for p in state.scenario.probes
     )
-    boundary = boundary_crossed(state.history.frame()) if daily else None
+    boundary = boundary_crossed(state.history.frame(without=CHECKER_ONLY_KINDS)) if daily else None
     return verdicts + ([boundary] if boundary is not None else [])
 
 
@@ -1619,10 +1633,10 @@ def run(
     history.write(run_dir / "history.parquet")
     (run_dir / STREAM_FILE).unlink(missing_ok=True)
     interrupted = error is not None and error.startswith(INTERRUPTED)
-    moved = clock_summary(history.frame())
+    moved = clock_summary(history.frame(without=CHECKER_ONLY_KINDS))
     if moved is not None:
         summary["clock"] = moved
-    limits = limits_summary(history.frame())
+    limits = limits_summary(history.frame(without=CHECKER_ONLY_KINDS))
     if limits is not None:
         summary["provider_limits"] = limits
     leftovers = _leftovers(history)
@@ -1684,7 +1698,7 @@ def _own_cpu_s() -> float:
 
 
 def _leftovers(history: History) -> dict[str, int] | None:
-    frame = history.frame()
+    frame = history.frame(without=CHECKER_ONLY_KINDS)
     for detail in frame.loc[frame["kind"] == "phase", "detail"].dropna():
         text = str(detail)
         if text.startswith("{") and LEFTOVERS in text:
