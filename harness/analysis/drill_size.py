@@ -141,8 +141,9 @@ def estimate_drill(
         notes.append(
             f"the harness would need {memory_gb:,.0f} GB, over one machine's "
             f"{machine_memory_gb:g} GB: its history and checkers do not spread over machines "
-            "today (the checkers run out of core on DuckDB past "
-            f"{OUT_OF_CORE_ROWS:,} rows, but the history is still read into memory first)"
+            "today (past "
+            f"{OUT_OF_CORE_ROWS:,} rows the checkers run out of core on DuckDB, but the run "
+            "holds its history in memory, as Arrow batches, until it is written)"
         )
     largest = int(sizes[-1])
     if deliveries > 10 * largest:
