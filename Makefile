@@ -18,12 +18,12 @@ demo: setup
 	@$(PY) -m harness run $(DEMO_SCENARIO) $(if $(SEED),--seed $(SEED),)
 
 lint: setup
-	@$(VENV)/bin/ruff check harness emulators reference_impl chaos locustfiles benchmarks systems tests docs
-	@$(VENV)/bin/ruff format --check harness emulators reference_impl chaos locustfiles benchmarks systems tests docs
+	@$(VENV)/bin/ruff check harness emulators reference_impl chaos locustfiles benchmarks systems tests docs/hooks.py
+	@$(VENV)/bin/ruff format --check harness emulators reference_impl chaos locustfiles benchmarks systems tests docs/hooks.py
 
 format: setup
-	@$(VENV)/bin/ruff format harness emulators reference_impl chaos locustfiles benchmarks systems tests docs
-	@$(VENV)/bin/ruff check --fix harness emulators reference_impl chaos locustfiles benchmarks systems tests docs
+	@$(VENV)/bin/ruff format harness emulators reference_impl chaos locustfiles benchmarks systems tests docs/hooks.py
+	@$(VENV)/bin/ruff check --fix harness emulators reference_impl chaos locustfiles benchmarks systems tests docs/hooks.py
 
 docs: setup
 	@$(DOCS_BUILD)
