@@ -65,3 +65,30 @@ def test_a_frame_without_some_kinds_leaves_them_out_and_goes_stale_with_a_new_ro
     assert len(history.frame()) == 14  # the whole frame is kept apart
     history.append("fault", detail="{}")
     assert list(history.frame(without=("audit", "receive"))["kind"])[-1] == "fault"
+
+
+def test_a_streamed_history_keeps_only_its_latest_rows_in_memory_and_reads_the_rest_back(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setattr(history_mod, "SEAL_ROWS", 10)
+    monkeypatch.setattr(history_mod, "KEEP_ROWS_IN_MEMORY", 15)
+    history = History()
+    stream = tmp_path / "history.arrows"
+    history.stream_to(stream, interval_s=60)
+    for i in range(57):
+        history.append("inject", tenant_id="t", notification_id=f"n{i}")
+        if i % 10 == 9:
+            history.flush()
+    history.flush()
+    in_memory = [b for b in history._batches if b is not None]
+    assert sum(b.num_rows for b in in_memory) <= 15 + 10  # older batches only on disk
+    assert history._batches[0] is None
+    history.close_stream()
+    history.write(tmp_path / "history.parquet")
+    stream.unlink()  # as the run does: its summaries still read the rows afterwards
+    ids = [f"n{i}" for i in range(57)]
+    assert list(history.frame()["notification_id"]) == ids
+    assert list(read(tmp_path / "history.parquet")["notification_id"]) == ids
+    for cursor in (0, 5, 33, 50, 57):  # a reader behind the rows kept, and one within them
+        assert [r["notification_id"] for r in history.rows_since(cursor)] == ids[cursor:]
+    assert list(history.frame(without=("inject",))["seq"]) == []

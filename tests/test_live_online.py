@@ -170,9 +170,13 @@ _injects = st.fixed_dictionaries(
 def test_every_live_violation_is_also_a_final_one(deliveries, faults, injects):
     """Rows in the order a run writes them (a fault's at its instant, a provider's when the
     collector's next poll reads it, an injection when its answer came back), fed to the live
-    checks; what they report is never more than the final checkers find."""
+    checks; what they report is never more than the final checkers find. A delivery's time
+    counts from its event's posting: no provider gets a push before the harness posted the
+    event (one drawn before it, inside an outage that began at 0, read as decided there live
+    and not by the final checker, which bounds a decision below by the posting)."""
     events: list[tuple[float, str, tuple]] = []
-    for nid, token, at, status, collapse, read_after in deliveries:
+    for nid, token, after_post, status, collapse, read_after in deliveries:
+        at = injects[nid][0] + after_post
         events.append((at + read_after, "send", (at, nid, token, status, collapse)))
     for name, start, length in faults:
         record = {"unavailable": "dedup"} if name != "consumer-crash" else {}

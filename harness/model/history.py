@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection
+import weakref
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -85,13 +86,22 @@ SEAL_ROWS = 20_000
 # read them, so they build on :meth:`History.frame` ``without`` them; with the history judged
 # on disk, the checkers read them from there.
 CHECKER_ONLY_KINDS = ("audit", "receive", "sns_endpoint")
+# A streamed history keeps only its latest rows in memory (a live reader's cursor is never
+# that far behind); older batches are read back from the stream file when asked for, so the
+# harness's memory does not grow with the run.
+KEEP_ROWS_IN_MEMORY = 200_000
 _PANDAS_TYPES = {pa.string(): pd.StringDtype("pyarrow"), pa.bool_(): pd.BooleanDtype()}
 
 
 class History:
     def __init__(self) -> None:
-        self._batches: list[pa.RecordBatch] = []  # sealed rows, in order
+        # Sealed rows, in order: a batch, or None for one only in the stream file.
+        self._batches: list[pa.RecordBatch | None] = []
+        self._sizes: list[int] = []  # rows of each sealed batch
         self._sealed = 0  # rows in _batches
+        self._spilled = 0  # leading batches only in the stream file
+        self._reader: IO[bytes] | None = None  # the stream file, open for reading back
+        self._read_lock = threading.Lock()
         self._pending: list[dict[str, Any]] = []  # rows after them, not sealed yet
         self._lock = threading.Lock()
         self._stream: IO[bytes] | None = None
@@ -109,6 +119,10 @@ class History:
         rows at least every ``interval_s`` (and at :meth:`close_stream`)."""
         self._stream = open(path, "wb")  # noqa: SIM115 - closed by close_stream
         self._writer = pa.ipc.new_stream(self._stream, SCHEMA)
+        # Open for as long as the history lives: the run removes the file once it wrote the
+        # Parquet, and its summaries still read rows.
+        self._reader = open(path, "rb")  # noqa: SIM115 - closed by the finalizer
+        weakref.finalize(self, self._reader.close)
         self.flush()
         self._flusher = threading.Thread(
             target=self._flush_forever, args=(interval_s,), name="history-flush", daemon=True
@@ -124,18 +138,58 @@ class History:
             batches = self._batches[self._streamed :]
             self._streamed = len(self._batches)
             for batch in batches:
+                assert batch is not None  # only streamed batches are spilled
                 self._writer.write_batch(batch)
             assert self._stream is not None
             self._stream.flush()
-        return sum(b.num_rows for b in batches)
+            self._spill()
+        return sum(b.num_rows for b in batches if b is not None)
 
     def _seal(self) -> None:
         """The pending rows become one record batch (the lock held)."""
         if self._pending:
             batch = pa.RecordBatch.from_pylist(self._pending, schema=SCHEMA)
             self._batches.append(batch)
+            self._sizes.append(batch.num_rows)
             self._sealed += batch.num_rows
             self._pending = []
+
+    def _spill(self) -> None:
+        """Drop from memory the streamed batches before the latest
+        :data:`KEEP_ROWS_IN_MEMORY` rows (the lock held)."""
+        kept = 0
+        for i in range(self._streamed - 1, self._spilled - 1, -1):
+            kept += self._sizes[i]
+            if kept > KEEP_ROWS_IN_MEMORY:
+                for j in range(self._spilled, i + 1):
+                    self._batches[j] = None
+                self._spilled = i + 1
+                return
+
+    def _from_file(self, count: int) -> Iterator[pa.RecordBatch]:
+        """The stream file's first ``count`` batches, read one at a time."""
+        if not count:
+            return
+        assert self._reader is not None
+        with self._read_lock:
+            self._reader.seek(0)
+            reader = pa.ipc.open_stream(pa.PythonFile(self._reader, mode="r"))
+            for _ in range(count):
+                yield reader.read_next_batch()
+
+    def _snapshot(self) -> tuple[int, list[pa.RecordBatch | None]]:
+        """(leading batches only on disk, the sealed batches): every row so far sealed."""
+        with self._lock:
+            self._seal()
+            return self._spilled, list(self._batches)
+
+    def _each_batch(self) -> Iterator[pa.RecordBatch]:
+        """Every row so far, batch by batch, in order (those only on disk read back)."""
+        spilled, batches = self._snapshot()
+        yield from self._from_file(spilled)
+        for batch in batches[spilled:]:
+            assert batch is not None
+            yield batch
 
     def _flush_forever(self, interval_s: float) -> None:
         while not self._stop.wait(interval_s):
@@ -206,22 +260,34 @@ class History:
         """The rows appended from ``position`` on (a live reader's cursor), in order; a sealed
         row comes back with every column (null ones as None)."""
         with self._lock:
-            rows: list[dict[str, Any]] = []
-            first = 0  # the first row of the batch at hand
-            for batch in self._batches:
+            spilled = self._spilled
+            batches = list(self._batches)
+            sizes = list(self._sizes)
+            pending = self._pending[max(0, position - self._sealed) :]
+        rows: list[dict[str, Any]] = []
+        first = 0  # the first row of the batch at hand
+        on_disk = sum(sizes[:spilled])
+        if position < on_disk:  # a reader far behind: read the file (slow, but exact)
+            for batch in self._from_file(spilled):
                 if first + batch.num_rows > position:
                     rows += batch.slice(max(0, position - first)).to_pylist()
                 first += batch.num_rows
-            return rows + self._pending[max(0, position - self._sealed) :]
+        first = on_disk
+        for batch in batches[spilled:]:
+            assert batch is not None
+            if first + batch.num_rows > position:
+                rows += batch.slice(max(0, position - first)).to_pylist()
+            first += batch.num_rows
+        return rows + pending
 
     def table(self, without: Collection[str] = ()) -> pa.Table:
         """Every row so far (less those of the kinds ``without``), as one Arrow table."""
-        with self._lock:
-            self._seal()
-            table = pa.Table.from_batches(self._batches, schema=SCHEMA)
-        if without:
-            table = table.filter(pc.invert(pc.is_in(table["kind"], pa.array(sorted(without)))))
-        return table
+        leave_out = pa.array(sorted(without), pa.string())
+        batches = [
+            batch.filter(pc.invert(pc.is_in(batch.column("kind"), leave_out))) if without else batch
+            for batch in self._each_batch()
+        ]
+        return pa.Table.from_batches(batches, schema=SCHEMA)
 
     def frame(self, without: Collection[str] = ()) -> pd.DataFrame:
         """Every row so far (less those of the kinds ``without``). Built once while no row is
@@ -239,7 +305,10 @@ class History:
         return cached.copy(deep=False)
 
     def write(self, path: Path) -> None:
-        pq.write_table(self.table(), path)
+        """The history as Parquet, batch by batch (never all of it in memory at once)."""
+        with pq.ParquetWriter(path, SCHEMA) as writer:
+            for batch in self._each_batch():
+                writer.write_batch(batch)
 
 
 def to_frame(rows: list[dict[str, Any]] | pa.Table) -> pd.DataFrame:
