@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import fields
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 from test_docs_site import outside_pages
 
@@ -177,21 +178,17 @@ def _headings(section: str) -> set[str]:
     return set(re.findall(r"^### (\S+)$", section, flags=re.M))
 
 
-def test_every_target_key_is_in_targets_md():
-    section = _section(_read(DOCS / "TARGETS.md"), "## Target keys")
-    missing = _missing((f.name for f in fields(Target)), _headings(section))
-    assert not missing, (
-        f"target keys missing from docs/TARGETS.md: {', '.join(missing)}; give each a "
-        "### <key> heading (type, default, what it does) under ## Target keys"
+@pytest.mark.parametrize(
+    ("what", "keys", "section"),
+    [("target", Target, "## Target keys"), ("policy", SystemPolicy, "## Policy keys")],
+)
+def test_every_target_and_policy_key_is_in_targets_md(what, keys, section):
+    missing = _missing(
+        (f.name for f in fields(keys)), _headings(_section(_read(DOCS / "TARGETS.md"), section))
     )
-
-
-def test_every_policy_key_is_in_targets_md():
-    section = _section(_read(DOCS / "TARGETS.md"), "## Policy keys")
-    missing = _missing((f.name for f in fields(SystemPolicy)), _headings(section))
     assert not missing, (
-        f"policy keys missing from docs/TARGETS.md: {', '.join(missing)}; give each a "
-        "### <key> heading (type, default, what it does) under ## Policy keys"
+        f"{what} keys missing from docs/TARGETS.md: {', '.join(missing)}; give each a "
+        f"### <key> heading (type, default, what it does) under {section}"
     )
 
 
