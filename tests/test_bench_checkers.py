@@ -26,7 +26,6 @@ from harness.checkers.store import (
     HistoryStore,
     _dictionary_join,
     _Finishing,
-    out_of_core_if_large,
 )
 from harness.model.history import COLUMNS
 from harness.model.oracle import expected_deliveries
@@ -510,21 +509,6 @@ def test_a_provider_row_that_says_nothing_is_unknown_on_both_engines(synthetic):
             in_memory, out_of_core = (run_probe(name, tolerance, e) for e in (evidence, on_disk))
             assert (in_memory.valid is None) == (out_of_core.valid is None), name
             assert (out_of_core.valid is None) == (name != "backpressure"), name
-
-
-def test_a_large_history_is_checked_out_of_core_with_the_same_verdicts(synthetic, tmp_path):
-    """What the runner does: below the threshold the evidence as it is; from it on, a store
-    (removed after), and the same verdicts."""
-    evidence = synthetic.evidence()
-    workdir = tmp_path / "store"
-    with out_of_core_if_large(evidence, workdir) as small:
-        assert small is evidence
-    with out_of_core_if_large(evidence, workdir, rows=len(synthetic.history)) as large:
-        assert large.store is not None and workdir.exists()
-        for name in ("effectively_once", "dead_tokens"):
-            tolerance = bench.TOLERANCES.get(name, {})
-            assert run_probe(name, tolerance, large) == run_probe(name, tolerance, evidence)
-    assert not workdir.exists()
 
 
 def test_judged_on_disk_every_checker_ignores_the_evidences_own_frame(synthetic, tmp_path):

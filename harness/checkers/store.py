@@ -459,22 +459,6 @@ def _column(name: str, present: bool) -> str:
 
 
 @contextmanager
-def out_of_core_if_large(
-    evidence: Evidence, workdir: Path, rows: int = OUT_OF_CORE_ROWS
-) -> Iterator[Evidence]:
-    """The evidence as it is for a small history; for one of ``rows`` rows or more, with a
-    store over it (in ``workdir``, removed after) so that the checkers run out of core."""
-    if len(evidence.history) < rows:
-        yield evidence
-        return
-    store = HistoryStore.from_frame(evidence.history, evidence.expectation, workdir=workdir)
-    try:
-        yield dataclasses.replace(evidence, store=store)
-    finally:
-        store.close()
-
-
-@contextmanager
 def judged_on_disk(evidence: Evidence, history: Path, workdir: Path) -> Iterator[Evidence]:
     """The evidence with a store over the whole history at ``history`` (a Parquet file of
     :data:`harness.model.history.SCHEMA`; the store's work directory ``workdir`` is removed
