@@ -12,6 +12,7 @@ run writes ``history.parquet``.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import weakref
@@ -264,16 +265,12 @@ class History:
             batches = list(self._batches)
             sizes = list(self._sizes)
             pending = self._pending[max(0, position - self._sealed) :]
-        rows: list[dict[str, Any]] = []
-        first = 0  # the first row of the batch at hand
         on_disk = sum(sizes[:spilled])
-        if position < on_disk:  # a reader far behind: read the file (slow, but exact)
-            for batch in self._from_file(spilled):
-                if first + batch.num_rows > position:
-                    rows += batch.slice(max(0, position - first)).to_pylist()
-                first += batch.num_rows
-        first = on_disk
-        for batch in batches[spilled:]:
+        behind = position < on_disk  # a reader far behind: read the file (slow, but exact)
+        source = itertools.chain(self._from_file(spilled) if behind else (), batches[spilled:])
+        rows: list[dict[str, Any]] = []
+        first = 0 if behind else on_disk  # the first row of the batch at hand
+        for batch in source:
             assert batch is not None
             if first + batch.num_rows > position:
                 rows += batch.slice(max(0, position - first)).to_pylist()
