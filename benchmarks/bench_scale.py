@@ -245,6 +245,7 @@ def run_size(scale: float, seed: int, out: Path, defect: str | None = None) -> d
         "harness_cpu_s": summary.get("harness_cpu_s"),
         "harness_peak_rss_mb": summary.get("harness_peak_rss_mb"),
         "phase_peak_rss_mb": summary.get("phase_peak_rss_mb", {}),
+        "checker_peak_rss_mb": summary.get("checker_peak_rss_mb", {}),
         "parts": sampler.parts(),
         "effectively_once": {k: v for k, v in once.items() if not isinstance(v, dict | list)},
         "history_rows": summary.get("history_rows"),

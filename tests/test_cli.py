@@ -156,6 +156,10 @@ def test_a_run_without_its_live_view_is_judged_the_same_and_states_its_own_cpu(t
     assert summary["harness_peak_rss_mb"] > 50
     peaks = summary["phase_peak_rss_mb"]  # never falls: a peak so far, taken as each phase ends
     assert set(peaks) == set(phases) and peaks["report"] == summary["harness_peak_rss_mb"]
+    # Each checker's own peak: no higher than the judge phase's, each measured on its own.
+    own = summary["checker_peak_rss_mb"]
+    assert set(own) == set(summary["checkers"])
+    assert all(0 < mb <= peaks["judge"] for mb in own.values())
     assert peaks["bring_up"] <= peaks["judge"] <= peaks["report"]
 
 

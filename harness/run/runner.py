@@ -71,6 +71,7 @@ from harness.run.alarms import DLQ_DEPTH_THRESHOLD, ThresholdAlarm
 from harness.run.channel_ledgers import ChannelLedgers, opt_out_numbers, register_online_users
 from harness.run.dedup_keys import existing_keys, record_sample, run_pattern, sample_ttls
 from harness.run.dlq import redrive_recorded
+from harness.run.peak_memory import measured, peak_mb
 from harness.run.provider_control import SimulatorControl
 from harness.run.python_steps import action_of, fault_of, judge
 from harness.run.sns_ledger import SnsObserver
@@ -934,8 +935,10 @@ class RunState:
     # ``phase_seconds`` and ``checker_seconds``: how a run's cost grows with its size).
     phase_seconds: dict[str, float] = field(default_factory=dict)
     checker_seconds: dict[str, float] = field(default_factory=dict)
-    # The harness's peak resident memory when each phase ended (MB): which phase grows it.
+    # The harness's peak resident memory when each phase ended (MB): which phase grows it;
+    # and while each checker judged (its own peak, None where it cannot be told apart).
     phase_peak_rss_mb: dict[str, float] = field(default_factory=dict)
+    checker_peak_rss_mb: dict[str, float | None] = field(default_factory=dict)
 
 
 def _timed(state: RunState, phase: str, step: Callable[[RunState], Any]) -> Any:
@@ -946,7 +949,7 @@ def _timed(state: RunState, phase: str, step: Callable[[RunState], Any]) -> Any:
     finally:
         spent = time.monotonic() - started
         state.phase_seconds[phase] = round(state.phase_seconds.get(phase, 0.0) + spent, 3)
-        state.phase_peak_rss_mb[phase] = _peak_rss_mb()
+        state.phase_peak_rss_mb[phase] = peak_mb()
 
 
 def execute(
@@ -995,6 +998,7 @@ def execute(
         timings["phases"] = state.phase_seconds
         timings["checkers"] = state.checker_seconds
         timings["peak_rss_mb"] = state.phase_peak_rss_mb
+        timings["checker_peak_rss_mb"] = state.checker_peak_rss_mb  # type: ignore[assignment]
     try:
         _timed(state, "bring_up", _bring_up)
         _arm_live(state)
@@ -1494,8 +1498,14 @@ def _judge(state: RunState) -> list[Verdict]:
         verdicts = []
         for probe in state.scenario.probes:
             started = time.monotonic()
-            verdicts.append(judge(probe, evidence, capabilities))
+            with measured() as memory:
+                verdicts.append(judge(probe, evidence, capabilities))
             spent = time.monotonic() - started
+            before = state.checker_peak_rss_mb.get(probe.name)
+            state.checker_peak_rss_mb[probe.name] = (
+                memory.peak_mb if before is None or memory.peak_mb is None
+                else max(before, memory.peak_mb)
+            )  # fmt: skip
             state.checker_seconds[probe.name] = round(
                 state.checker_seconds.get(probe.name, 0.0) + spent, 3
             )
@@ -1629,6 +1639,7 @@ def run(
     summary["phase_seconds"] = dict(timings.get("phases", {}))
     summary["checker_seconds"] = dict(timings.get("checkers", {}))
     summary["phase_peak_rss_mb"] = dict(timings.get("peak_rss_mb", {}))
+    summary["checker_peak_rss_mb"] = dict(timings.get("checker_peak_rss_mb", {}))
     history.close_stream()
     history.write(run_dir / "history.parquet")
     (run_dir / STREAM_FILE).unlink(missing_ok=True)
@@ -1680,15 +1691,10 @@ def run(
     except Exception as exc:  # a broken report must not hide the verdict
         progress("report", f"could not write the reports: {exc}")
     summary["phase_seconds"]["report"] = round(time.monotonic() - report_started, 3)
-    # The harness process's peak resident memory (Linux: ru_maxrss in KiB), the report included.
-    summary["harness_peak_rss_mb"] = summary["phase_peak_rss_mb"]["report"] = _peak_rss_mb()
+    # The harness process's peak resident memory, the report included.
+    summary["harness_peak_rss_mb"] = summary["phase_peak_rss_mb"]["report"] = peak_mb()
     _write_summary(run_dir, summary)
     return RunResult(run_dir, json.loads(json.dumps(summary, default=_json_default)))
-
-
-def _peak_rss_mb() -> float:
-    """This process's peak resident memory so far (Linux: ru_maxrss in KiB), in MB."""
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def _own_cpu_s() -> float:
