@@ -19,7 +19,9 @@ import pytest
 
 from harness.checkers import (
     audit_complete,
+    audit_fields,
     audit_outcomes,
+    audit_per_copy,
     backpressure,
     consent,
     dead_tokens,
@@ -38,7 +40,9 @@ from harness.model.oracle import Expectation
 ENGINES = ("pandas", "duckdb")
 PORTED: tuple[ModuleType, ...] = (
     audit_complete,
+    audit_fields,
     audit_outcomes,
+    audit_per_copy,
     backpressure,
     consent,
     dead_tokens,

@@ -8,11 +8,14 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+from engines import engine  # noqa: F401 - the fixture, pandas and DuckDB
 from fake_run import population
 
 from harness.checkers import audit_fields
 from harness.model import local_time
 from harness.model.history import History
+
+pytestmark = pytest.mark.usefixtures("engine")
 
 POP = population(quiet_zone="Asia/Kathmandu")
 QUIET = next(u for u in POP.users if u.quiet_hours and u.zone == "Asia/Kathmandu")

@@ -9,8 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import boto3
+import pandas as pd
 import pytest
 from botocore.config import Config as BotoConfig
+from engines import engine  # noqa: F401 - the fixture, pandas and DuckDB
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from emulators.sqs.faults import SqsFaultControl
 from emulators.sqs.processes import EndpointProcess, start_ours
@@ -65,6 +69,7 @@ def _trail() -> History:
     return history
 
 
+@pytest.mark.usefixtures("engine")
 def test_a_trail_with_one_outcome_per_copy_and_subject_passes():
     verdict = audit_per_copy.check(_trail().frame())
     assert verdict.valid, verdict
@@ -74,6 +79,7 @@ def test_a_trail_with_one_outcome_per_copy_and_subject_passes():
     assert verdict.counts["unaudited_copies"] == verdict.counts["double_outcomes"] == 0
 
 
+@pytest.mark.usefixtures("engine")
 def test_a_copy_without_any_outcome_fails_unless_tolerated():
     history = _trail()
     _receive(history, "m2", 2)  # handed out again, and nothing says what became of it
@@ -86,6 +92,7 @@ def test_a_copy_without_any_outcome_fails_unless_tolerated():
     assert audit_per_copy.check(history.frame(), max_unaudited_copies=1).valid
 
 
+@pytest.mark.usefixtures("engine")
 def test_two_outcomes_for_one_device_of_one_copy_fail():
     history = _trail()
     _audit(history, "retry", "m1", 1, device_id="d1", token_sha256="d1" * 8)
@@ -95,6 +102,7 @@ def test_two_outcomes_for_one_device_of_one_copy_fail():
     assert example["subject"] == ["device", "d1"] and example["outcomes"] == ["sent", "retry"]
 
 
+@pytest.mark.usefixtures("engine")
 def test_two_job_outcomes_for_one_copy_fail_but_a_job_failure_beside_devices_does_not():
     history = _trail()
     _audit(history, "dedup_unavailable", "m1", 1)  # the job's own subject: not a double
@@ -104,6 +112,7 @@ def test_two_job_outcomes_for_one_copy_fail_but_a_job_failure_beside_devices_doe
     assert not verdict.valid and verdict.counts["double_outcomes"] == 1
 
 
+@pytest.mark.usefixtures("engine")
 def test_a_record_naming_a_copy_never_handed_out_fails():
     history = _trail()
     _audit(history, "sent", "m9", 1, device_id="d1")
@@ -111,6 +120,7 @@ def test_a_record_naming_a_copy_never_handed_out_fails():
     assert not verdict.valid and verdict.counts["unknown_copy_records"] == 1
 
 
+@pytest.mark.usefixtures("engine")
 def test_devices_are_read_from_the_decrypted_fields_and_unreadable_ones_never_double():
     history = History()
     _receive(history, "m1", 1)
@@ -147,6 +157,7 @@ def test_devices_are_read_from_the_decrypted_fields_and_unreadable_ones_never_do
     assert verdict.valid and verdict.counts["audited_copies"] == 1
 
 
+@pytest.mark.usefixtures("engine")
 def test_without_a_receive_log_the_verdict_is_unknown_never_pass():
     history = History()
     _audit(history, "sent", "m1", 1, device_id="d1")
@@ -244,3 +255,148 @@ def test_the_poller_asks_sqs_for_the_receive_count_and_hands_it_to_the_handler(s
         {"sqs_message_id": message_id, "receive_count": 1},
         {"sqs_message_id": message_id, "receive_count": 2},
     ]
+
+
+# -- the query against a record-by-record reading of the rule ------------------------------
+# The checker is one DuckDB query (a million-delivery trail parsed in Python took gigabytes);
+# this reads the module docstring's rule record by record, as the checker once did, and the
+# query must count as it does over any trail, on both engines.
+
+
+def _whole(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _reference(history: History) -> dict[str, int] | None:
+    from collections import Counter
+
+    from harness.checkers.audit_complete import record_detail
+
+    frame = history.frame()
+    receives = frame[frame["kind"] == "receive"]
+    if receives.empty:
+        return None
+    handouts: Counter = Counter()
+    for detail in map(record_detail, receives["detail"]):
+        count = _whole(detail.get("receive_count"))
+        if isinstance(detail.get("message_id"), str) and count is not None:
+            handouts[(detail["message_id"], count)] += 1
+    records: dict = {}
+    unknown = outcome_records = 0
+    audits = frame[frame["kind"] == "audit"]
+    for row in audits[["seq", "reason", "detail"]].itertuples(index=False):
+        if not isinstance(row.reason, str):
+            continue
+        detail = record_detail(row.detail)
+        mid, count = detail.get("sqs_message_id"), _whole(detail.get("receive_count"))
+        if not isinstance(mid, str) or not mid or count is None:
+            continue
+        outcome = row.reason
+        if outcome in audit_per_copy.NOT_OUTCOMES:
+            continue
+        readable = detail.get("decrypted")
+        fields = readable if isinstance(readable, dict) else detail
+        named = next(
+            (fields[f] for f in audit_per_copy.SUBJECT_FIELDS if isinstance(fields.get(f), str)),
+            None,
+        )
+        if outcome in audit_per_copy.JOB_OUTCOMES:
+            subject: tuple = ("job",)
+        elif named is not None:
+            subject = ("device", named)
+        elif outcome in audit_per_copy.DEVICE_OUTCOMES or detail.get("key_destroyed"):
+            subject = ("unreadable", row.seq)
+        else:
+            subject = ("job",)
+        outcome_records += 1
+        if (mid, count) not in handouts:
+            unknown += 1
+            continue
+        records.setdefault((mid, count), Counter())[subject] += 1
+    unaudited = [key for key in handouts if key not in records]
+    copies = sum(handouts.values())
+    return {
+        "copies": copies,
+        "audited_copies": copies - sum(handouts[k] for k in unaudited),
+        "unaudited_copies": sum(handouts[k] for k in unaudited),
+        "double_outcomes": sum(
+            1 for key, subjects in records.items() for n in subjects.values() if n > handouts[key]
+        ),
+        "unknown_copy_records": unknown,
+        "redelivered_copies": sum(n for key, n in handouts.items() if key[1] > 1),
+        "unaudited_redelivered_copies": sum(handouts[k] for k in unaudited if k[1] > 1),
+        "outcome_records": outcome_records,
+    }
+
+
+_OUTCOMES = sorted(
+    audit_per_copy.DEVICE_OUTCOMES | audit_per_copy.JOB_OUTCOMES | audit_per_copy.NOT_OUTCOMES
+) + ["novel_outcome"]
+_IDS = st.sampled_from(["m1", "m2", "m3", ""])
+_COUNTS = st.one_of(
+    st.integers(1, 3), st.sampled_from([2.7, "2", " 3", "x", True, None, "1.0", -1])
+)
+_DEVICE_FIELDS = st.dictionaries(
+    st.sampled_from(list(audit_per_copy.SUBJECT_FIELDS)),
+    st.one_of(st.sampled_from(["d1", "d2"]), st.integers(0, 2), st.none()),
+    max_size=2,
+)
+_AUDIT_DETAIL = st.fixed_dictionaries(
+    {},
+    optional={
+        "sqs_message_id": st.one_of(_IDS, st.integers(0, 1)),
+        "receive_count": _COUNTS,
+        "decrypted": st.one_of(_DEVICE_FIELDS, st.sampled_from(["sealed", None])),
+        "key_destroyed": st.sampled_from([True, False, 0, 1, "", "yes", [], [1], {}]),
+        "device_id": st.sampled_from(["d1", "d3", 7]),
+    },
+)
+
+
+def _detail_text(detail: Any, malformed: bool) -> str:
+    return "not json {" if malformed else json.dumps(detail)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    receives=st.lists(st.tuples(_IDS, _COUNTS, st.booleans()), max_size=8),
+    audits=st.lists(
+        st.tuples(st.sampled_from([*_OUTCOMES, None]), _AUDIT_DETAIL, st.booleans()),
+        max_size=14,
+    ),
+)
+def test_the_query_counts_as_the_rule_read_record_by_record_on_both_engines(receives, audits):
+    from harness.checkers.store import HistoryStore
+    from harness.model.oracle import Expectation
+
+    history = History()
+    for i, (mid, count, malformed) in enumerate(receives):
+        history.append(
+            "receive",
+            time=1000.0 + i,
+            detail=_detail_text(
+                {"queue": "q", "message_id": mid, "receive_count": count}, malformed and i % 3 == 0
+            ),
+        )
+    for outcome, detail, malformed in audits:
+        history.append(
+            "audit",
+            tenant_id=T,
+            notification_id="n1",
+            reason=outcome,
+            detail=_detail_text(detail, malformed and len(detail) == 0),
+        )
+    reference = _reference(history)
+    verdict = audit_per_copy.check(history.frame())
+    if reference is None:
+        assert verdict.valid is None
+        return
+    assert verdict.counts == reference
+    expectation = Expectation(pd.DataFrame(columns=["tenant_id", "notification_id", "token"]))
+    with HistoryStore.from_frame(history.frame(), expectation) as store:
+        assert audit_per_copy.check_store(store).to_dict() == verdict.to_dict()

@@ -33,6 +33,12 @@ from harness.model.oracle import expected_deliveries
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = 20_000
 KEY = ("tenant_id", "notification_id", "token")
+# Out-of-core checkers the synthetic history gives nothing to judge, and where both engines are
+# held equal instead.
+NOT_SYNTHESIZED = {
+    "audit_per_copy": "no SQS receive log: tests/test_audit_per_copy.py, against a "
+    "record-by-record reading, on both engines",
+}
 
 
 def _bench():
@@ -396,7 +402,9 @@ def test_both_engines_give_the_same_verdicts_and_details(synthetic):
             tolerance = bench.TOLERANCES.get(name, {})
             in_memory, out_of_core = (run_probe(name, tolerance, e) for e in (evidence, on_disk))
             assert out_of_core.to_dict() == in_memory.to_dict(), name
-            assert "unknown" not in out_of_core.details or not get(name).out_of_core, name
+            judged = "unknown" not in out_of_core.details
+            assert judged or not get(name).out_of_core or name in NOT_SYNTHESIZED, name
+            assert not (judged and name in NOT_SYNTHESIZED), name
 
 
 def test_a_replaced_column_is_read_again(synthetic):

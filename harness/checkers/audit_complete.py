@@ -44,6 +44,7 @@ import pandas as pd
 import pyarrow as pa
 
 from harness.checkers.evidence import Evidence
+from harness.checkers.json_fields import json_object, json_string, key_text
 from harness.checkers.keys import (
     first_rows,
     joint_keys,
@@ -218,34 +219,91 @@ def expected_suppressions(population: Population, injected: pd.DataFrame) -> pd.
 class _Trail:
     """The audit rows indexed by job and by device."""
 
-    def __init__(self, history: pd.DataFrame) -> None:
+    def __init__(self, history: pd.DataFrame | None) -> None:
         self.by_job: dict[JobKey, set[str]] = {}
         self.by_device: dict[DeviceKey, set[str]] = {}
         self.outcomes: Counter[str] = Counter()
         self.unreadable = 0
+        if history is None:
+            return
         rows = history[history["kind"] == "audit"]
         for row in rows[["tenant_id", "notification_id", "token", "reason", "detail"]].itertuples(
             index=False
         ):
             if row.reason == UNREADABLE or pd.isna(row.reason):
-                self.unreadable += 1
+                self.add(None, False, "", "", None, None)
                 continue
-            outcome = str(row.reason)
-            self.outcomes[outcome] += 1
             detail = record_detail(row.detail)
-            if detail.get("channel", "push") != "push":
-                # An email or in-app record must not stand in for the push job's own record
-                # (same tenant, notification and user).
-                continue
-            tenant, nid = str(row.tenant_id), str(row.notification_id)
-            user = _personal(detail, "recipient_user_id")
-            if isinstance(user, str):
-                self.by_job.setdefault((tenant, nid, user), set()).add(outcome)
             hashes = {_personal(detail, "token_sha256")}
             if isinstance(row.token, str):
                 hashes.add(token_sha256(row.token))
-            for digest in hashes - {None}:
-                self.by_device.setdefault((tenant, nid, str(digest)), set()).add(outcome)
+            self.add(
+                str(row.reason),
+                detail.get("channel", "push") == "push",
+                str(row.tenant_id),
+                str(row.notification_id),
+                _personal(detail, "recipient_user_id"),
+                hashes,
+            )
+
+    @classmethod
+    def from_store(cls, store: HistoryStore) -> _Trail:
+        """The trail of a history on disk: each record's outcome, channel, user and device
+        read from its JSON in DuckDB, a batch at a time; the records stay on disk (millions
+        at a million deliveries, gigabytes parsed in Python)."""
+        trail = cls(None)
+        d, decrypted = "d", "json_extract(d, '$.decrypted')"
+
+        def personal(field: str) -> str:
+            return f"""CASE WHEN json_type({d}, '$.decrypted') = 'OBJECT'
+                AND json_exists({decrypted}, '$."{field}"')
+                THEN {json_string(decrypted, field)} ELSE {json_string(d, field)} END"""
+
+        push = f"(json_type({d}, '$.channel') IS NULL OR {json_string(d, 'channel')} = 'push')"
+        result = store.sql(
+            f"""SELECT reason, {push}, tenant_id, notification_id,
+                       {personal("recipient_user_id")}, {personal("token_sha256")},
+                       CASE WHEN token IS NOT NULL THEN sha256(token) END
+            FROM (SELECT *, {json_object("detail")} AS {d} FROM other WHERE kind = 'audit')"""
+        )
+        while batch := result.fetchmany(50_000):
+            for reason, is_push, tenant, nid, user, digest, token_digest in batch:
+                if reason is None or reason == UNREADABLE:
+                    trail.add(None, False, "", "", None, None)
+                    continue
+                trail.add(
+                    reason,
+                    bool(is_push),
+                    key_text(tenant),
+                    key_text(nid),
+                    user,
+                    {digest, token_digest},
+                )
+        return trail
+
+    def add(
+        self,
+        outcome: str | None,
+        push: bool,
+        tenant: str,
+        nid: str,
+        user: Any,
+        hashes: set[Any] | None,
+    ) -> None:
+        """One record: its outcome (None: unreadable), whether it is the push channel's, and
+        the user and device digests it names."""
+        if outcome is None:
+            self.unreadable += 1
+            return
+        self.outcomes[outcome] += 1
+        if not push:
+            # An email or in-app record must not stand in for the push job's own record
+            # (same tenant, notification and user).
+            return
+        if isinstance(user, str):
+            self.by_job.setdefault((tenant, nid, user), set()).add(outcome)
+        for digest in (hashes or set()) - {None}:
+            self.by_device.setdefault((tenant, nid, str(digest)), set()).add(outcome)
 
     def job(self, tenant: str, nid: str, user: str) -> set[str]:
         return self.by_job.get((tenant, nid, user), set())
@@ -572,8 +630,7 @@ def check_store(
     DuckDB, the audit trail, suppressions and dead letters judged as in memory."""
     store.require_decided()
     expectation = store.expectation
-    trail = _Trail(store.rows(["audit"], ["kind", "tenant_id", "notification_id", "token",
-                                          "reason", "detail"]))  # fmt: skip
+    trail = _Trail.from_store(store)
     digest = _Digests()
     examples = _Examples()
     erased_tokens = {(d.tenant_id, d.token) for key in erased for d in population.devices_of(*key)}

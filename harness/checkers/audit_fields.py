@@ -15,16 +15,19 @@ records say:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from harness.checkers.evidence import Evidence
+from harness.checkers.json_fields import json_object, json_string, strings
 from harness.checkers.registry import checker, unknown_verdict
+from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
 from harness.model import local_time
 from harness.model.population import Population
@@ -54,6 +57,98 @@ def window_end_at(population: Population, tenant: str, user: str, at: float) -> 
     return local_time.window_end(person.quiet_hours, person.zone, at)
 
 
+def _judge(
+    con: duckdb.DuckDBPyConnection,
+    audits: str,
+    injected: str,
+    population: Population,
+    changed: set[tuple[str, str]],
+    slack_s: float,
+    clock_offset_s: float,
+) -> Verdict:
+    """The verdict over two relations: ``audits`` (pos, tenant_id, notification_id, time,
+    reason, detail) and ``injected`` (notification_id, time). The times are judged in SQL;
+    only quiet-hours deferrals come back to Python, for their window in the user's zone."""
+    detail = json_object("detail::VARCHAR")
+    decrypted = "json_extract(d, '$.decrypted')"
+    user = (
+        f"coalesce(CASE WHEN json_type(d, '$.decrypted') = 'OBJECT' "
+        f"THEN nullif({json_string(decrypted, 'recipient_user_id')}, '') END, "
+        f"{json_string('d', 'recipient_user_id')})"
+    )
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE af_judged AS
+        SELECT a.pos, a.tenant_id::VARCHAR AS tenant_id, a.nid, a.time, a.reason, s.sent
+        FROM (SELECT pos, tenant_id, notification_id::VARCHAR AS nid, time,
+                     reason::VARCHAR AS reason FROM {audits}) a
+        JOIN (SELECT notification_id::VARCHAR AS nid, min(time) AS sent FROM {injected}
+              GROUP BY notification_id) s ON a.nid = s.nid"""
+    )
+    (records,) = con.execute(f"SELECT count(*) FROM {audits}").fetchone()
+    judged, without_time, early = con.execute(
+        f"""SELECT count(*), count(*) FILTER (WHERE time IS NULL),
+                   count(*) FILTER (WHERE time - {float(clock_offset_s)} < sent - {float(slack_s)})
+        FROM af_judged"""
+    ).fetchone()
+    examples: list[tuple[int, dict[str, Any]]] = [
+        (pos, {"notification_id": nid, "outcome": reason, "at": at, "sent": sent})
+        for pos, nid, reason, at, sent in con.execute(
+            f"""SELECT pos, nid, reason, time, sent FROM af_judged
+            WHERE time - {float(clock_offset_s)} < sent - {float(slack_s)}
+            ORDER BY pos LIMIT {EXAMPLES}"""
+        ).fetchall()
+    ]
+    deferrals = con.execute(
+        f"""SELECT j.pos, j.tenant_id, j.nid, j.time, {user} AS user_id,
+                   {json_string("d", "until")} AS until
+        FROM af_judged j
+        JOIN (SELECT pos, {detail} AS d FROM {audits} WHERE reason = 'deferred') a
+          ON a.pos = j.pos
+        WHERE {json_string("d", "reason")} = '{QUIET_REASON}'
+        ORDER BY j.pos"""
+    ).fetchall()
+    con.execute("DROP TABLE af_judged")
+    counts = {
+        "records": int(records),
+        "records_judged": int(judged),
+        "records_without_time": int(without_time),
+        "records_before_injection": int(early),
+        "deferrals": len(deferrals),
+        "deferrals_not_judged": 0,
+        "until_not_an_instant": 0,
+        "until_wrong": 0,
+    }
+    for pos, tenant, nid, at, user, until_text in deferrals:
+        end = None
+        if isinstance(user, str) and (tenant, user) not in changed and at is not None:
+            # Stamped just after a decision taken at the window's last instant: look back too.
+            end = window_end_at(population, str(tenant), user, at) or window_end_at(
+                population, str(tenant), user, at - slack_s
+            )
+        if end is None:
+            counts["deferrals_not_judged"] += 1
+            continue
+        until = instant(until_text)
+        if until is None:
+            counts["until_not_an_instant"] += 1
+        elif abs(until - end) > slack_s:
+            counts["until_wrong"] += 1
+        else:
+            continue
+        examples.append(
+            (pos, {"notification_id": nid, "user_id": user, "until": until_text,
+                   "window_end": end})
+        )  # fmt: skip
+    wrong = ("records_without_time", "records_before_injection", "until_not_an_instant",
+             "until_wrong")  # fmt: skip
+    return Verdict(
+        "audit_fields",
+        all(counts[k] == 0 for k in wrong),
+        counts,
+        {"slack_s": slack_s, "examples": [e for _, e in sorted(examples)[:EXAMPLES]]},
+    )
+
+
 def check(
     history: pd.DataFrame,
     population: Population,
@@ -64,70 +159,44 @@ def check(
     """``clock_offset_s``: how far the system's clock ran ahead of real time. Its records are
     stamped on its clock: back in real time before they are compared with an injection; its
     quiet windows and their ``until`` are read on its clock."""
-    audit = history[history["kind"] == "audit"]
-    if audit.empty:
+    rows = history[history["kind"].isin(["audit", "inject", "inject_info"])]
+    if not (rows["kind"] == "audit").any():
         return unknown_verdict("audit_fields", "the run read no audit record")
-    injected = history[history["kind"].isin(["inject", "inject_info"])]
-    first_sent = injected.groupby("notification_id")["time"].min().to_dict()
-    counts = dict.fromkeys(
-        (
-            "records", "records_judged", "records_without_time", "records_before_injection",
-            "deferrals", "deferrals_not_judged", "until_not_an_instant", "until_wrong",
-        ),
-        0,
-    )  # fmt: skip
-    examples: list[dict[str, Any]] = []
-    for row in audit.itertuples(index=False):
-        counts["records"] += 1
-        nid = row.notification_id if isinstance(row.notification_id, str) else None
-        sent = first_sent.get(nid) if nid else None
-        if sent is None:
-            continue  # a record of no notification the harness sent (a digest, a poison job)
-        counts["records_judged"] += 1
-        at = float(row.time) if not pd.isna(row.time) else np.nan
-        if np.isnan(at):
-            counts["records_without_time"] += 1
-        elif at - clock_offset_s < sent - slack_s:
-            counts["records_before_injection"] += 1
-            if len(examples) < EXAMPLES:
-                examples.append({"notification_id": nid, "outcome": row.reason, "at": at,
-                                 "sent": sent})  # fmt: skip
-        if row.reason != "deferred":
-            continue
-        detail = json.loads(str(row.detail))
-        if detail.get("reason") != QUIET_REASON:
-            continue
-        counts["deferrals"] += 1
-        user = (detail.get("decrypted") or {}).get("recipient_user_id") or detail.get(
-            "recipient_user_id"
-        )
-        end = None
-        if isinstance(user, str) and (row.tenant_id, user) not in changed and not np.isnan(at):
-            # Stamped just after a decision taken at the window's last instant: look back too.
-            end = window_end_at(population, str(row.tenant_id), user, at) or window_end_at(
-                population, str(row.tenant_id), user, at - slack_s
-            )
-        if end is None:
-            counts["deferrals_not_judged"] += 1
-            continue
-        until = instant(detail.get("until"))
-        if until is None:
-            counts["until_not_an_instant"] += 1
-        elif abs(until - end) > slack_s:
-            counts["until_wrong"] += 1
-        else:
-            continue
-        if len(examples) < EXAMPLES:
-            examples.append({"notification_id": nid, "user_id": user,
-                             "until": detail.get("until"), "window_end": end})  # fmt: skip
-    wrong = ("records_without_time", "records_before_injection", "until_not_an_instant",
-             "until_wrong")  # fmt: skip
-    return Verdict(
-        "audit_fields",
-        all(counts[k] == 0 for k in wrong),
-        counts,
-        {"slack_s": slack_s, "examples": examples},
+    table = pa.table(
+        {
+            "pos": pa.array(np.arange(len(rows), dtype=np.int64)),
+            **{c: strings(rows[c]) for c in ("kind", "tenant_id", "notification_id", "reason")},
+            "time": pa.array(rows["time"].to_numpy(dtype=np.float64), from_pandas=True),
+            "detail": strings(rows["detail"]),
+        }
     )
+    with duckdb.connect() as con:
+        con.register("af_rows", table)
+        return _judge(
+            con,
+            "(SELECT * FROM af_rows WHERE kind = 'audit')",
+            "(SELECT * FROM af_rows WHERE kind IN ('inject', 'inject_info'))",
+            population, changed, slack_s, clock_offset_s,
+        )  # fmt: skip
+
+
+def check_store(
+    store: HistoryStore,
+    population: Population,
+    changed: set[tuple[str, str]],
+    slack_s: float,
+    clock_offset_s: float = 0.0,
+) -> Verdict:
+    """:func:`check` over a history on disk: the same query over the file's rows."""
+    (audits,) = store.one("SELECT count(*) FROM other WHERE kind = 'audit'")
+    if not audits:
+        return unknown_verdict("audit_fields", "the run read no audit record")
+    return _judge(
+        store.con,
+        "(SELECT * FROM other WHERE kind = 'audit')",
+        "(SELECT * FROM other WHERE kind IN ('inject', 'inject_info'))",
+        population, changed, slack_s, clock_offset_s,
+    )  # fmt: skip
 
 
 @checker(
@@ -135,19 +204,14 @@ def check(
     summary="audit records say when (after the event) and, for a deferral, the window's end",
     tolerances={"slack_s": 1.0},
     needs=("audit_trail",),
-    # With the history on disk: only the audit records and the injections, not the provider
-    # rows (the bulk of a large history).
-    reads=("audit", "inject", "inject_info"),
+    out_of_core=True,
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
     changed: set[tuple[str, str]] = set()
     if evidence.timeline is not None:
         timeline = evidence.timeline
         changed = set(timeline.states) | set(timeline.erasures) | set(timeline.registrations)
-    return check(
-        evidence.history,
-        evidence.population,
-        changed,
-        float(tolerance["slack_s"]),
-        evidence.clock_offset_s,
-    )
+    arguments = (evidence.population, changed, float(tolerance["slack_s"]))
+    if evidence.store is not None:
+        return check_store(evidence.store, *arguments, evidence.clock_offset_s)
+    return check(evidence.history, *arguments, evidence.clock_offset_s)

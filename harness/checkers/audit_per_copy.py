@@ -44,15 +44,24 @@ counts as a subject of its own, so it is never a double.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+import duckdb
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from harness.checkers.audit_complete import record_detail
 from harness.checkers.evidence import Evidence
+from harness.checkers.json_fields import (
+    json_object,
+    json_string,
+    json_truthy,
+    json_whole_number,
+    strings,
+)
 from harness.checkers.registry import checker, unknown_verdict
+from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
 
 DEVICE_OUTCOMES = frozenset(
@@ -90,124 +99,133 @@ NOT_OUTCOMES = frozenset(
 SUBJECT_FIELDS = ("device_id", "token_sha256", "address_sha256", "phone_sha256", "connection_id")
 EXAMPLES = 5
 
-Copy = tuple[str, int]  # message id, receive count
-Subject = tuple[str, ...]
+
+# Why SQL and not a loop over parsed records: at a million deliveries the trail is millions of
+# records beside millions of receives; parsed into Python they took gigabytes. DuckDB reads the
+# few fields it needs from the JSON and keeps only counts, on disk or in memory alike (one
+# query for both: the in-memory frame is handed to it as an Arrow table).
 
 
-def _count(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+def _listed(names: frozenset[str]) -> str:
+    return ", ".join("'" + n.replace("'", "''") + "'" for n in sorted(names))
 
 
-def copy_of(detail: Mapping[str, Any]) -> Copy | None:
-    """The copy an audit record names, or None (a record that names none)."""
-    message_id, count = detail.get("sqs_message_id"), _count(detail.get("receive_count"))
-    if not isinstance(message_id, str) or not message_id or count is None:
-        return None
-    return message_id, count
+def _subject(doc: str) -> str:
+    """The subject kind and id a record settles, as the module's docstring says: two
+    columns."""
+    fields = f"(CASE WHEN json_type({doc}, '$.decrypted') = 'OBJECT' THEN json_extract({doc}, '$.decrypted') ELSE {doc} END)"
+    named = "coalesce(" + ", ".join(json_string(fields, f) for f in SUBJECT_FIELDS) + ")"
+    return f"""CASE
+            WHEN reason IN ({_listed(NOT_OUTCOMES)}) THEN NULL
+            WHEN reason IN ({_listed(JOB_OUTCOMES)}) THEN 'job'
+            WHEN {named} IS NOT NULL THEN 'device'
+            WHEN reason IN ({_listed(DEVICE_OUTCOMES)}) OR {json_truthy(doc, "key_destroyed")}
+                THEN 'unreadable'
+            ELSE 'job' END AS subject_kind,
+        CASE
+            WHEN reason IN ({_listed(JOB_OUTCOMES)}) THEN NULL
+            WHEN {named} IS NOT NULL THEN {named}
+            ELSE CAST(seq AS VARCHAR) END AS subject_id"""
 
 
-def subject_of(outcome: str, detail: Mapping[str, Any], row_seq: int) -> Subject | None:
-    """What the record settles: ``("job",)``, ``("device", <id>)``, a subject of its own for a
-    device record whose device cannot be read, or None when it is no outcome."""
-    if outcome in NOT_OUTCOMES:
-        return None
-    readable = detail.get("decrypted")
-    fields = readable if isinstance(readable, dict) else detail
-    named = next((fields[f] for f in SUBJECT_FIELDS if isinstance(fields.get(f), str)), None)
-    if outcome in JOB_OUTCOMES:
-        return ("job",)
-    if named is not None:
-        return ("device", named)
-    if outcome in DEVICE_OUTCOMES or detail.get("key_destroyed"):
-        return ("unreadable", str(row_seq))  # its device cannot be read: a subject of its own
-    return ("job",)  # an outcome this checker does not know, naming no device
-
-
-def check(history: pd.DataFrame, max_unaudited_copies: int = 0) -> Verdict:
-    receives = history[history["kind"] == "receive"]
-    if receives.empty:
-        return unknown_verdict(
-            "audit_per_copy",
-            "no SQS receive log in the history (the system's queues are not the harness's "
-            "SQS endpoint): nothing to hold the trail against",
-        )
-    handouts: Counter[Copy] = Counter()
-    seen: dict[Copy, dict[str, Any]] = {}
-    for row in receives[["time", "detail"]].itertuples(index=False):
-        detail = record_detail(row.detail)
-        count = _count(detail.get("receive_count"))
-        if not isinstance(detail.get("message_id"), str) or count is None:
-            continue
-        key = (detail["message_id"], count)
-        handouts[key] += 1
-        seen.setdefault(key, {"queue": detail.get("queue"), "time": float(row.time)})
-
-    records: dict[Copy, Counter[Subject]] = {}
-    outcomes_of: dict[tuple[Copy, Subject], list[str]] = {}
-    unknown: list[dict[str, Any]] = []
-    outcome_records = 0
-    audits = history[history["kind"] == "audit"]
-    for row in audits[["seq", "reason", "notification_id", "detail"]].itertuples(index=False):
-        if pd.isna(row.reason):
-            continue
-        detail = record_detail(row.detail)
-        key = copy_of(detail)
-        if key is None:
-            continue
-        outcome = str(row.reason)
-        subject = subject_of(outcome, detail, int(row.seq))
-        if subject is None:
-            continue
-        outcome_records += 1
-        if key not in handouts:
-            unknown.append({"message_id": key[0], "receive_count": key[1], "outcome": outcome})
-            continue
-        records.setdefault(key, Counter())[subject] += 1
-        outcomes_of.setdefault((key, subject), []).append(outcome)
-
-    copies = sum(handouts.values())
-    unaudited = [key for key in handouts if key not in records]
-    unaudited_copies = sum(handouts[key] for key in unaudited)
-    doubles = [
-        (key, subject)
-        for key, subjects in records.items()
-        for subject, n in subjects.items()
-        if n > handouts[key]
+def _judge(
+    con: duckdb.DuckDBPyConnection, receives: str, audits: str, max_unaudited_copies: int
+) -> Verdict:
+    """The verdict over two relations: ``receives`` (pos, time, detail) and ``audits`` (pos,
+    seq, reason, detail), ``pos`` their order in the history."""
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE apc_handouts AS
+        SELECT mid, cnt, count(*) AS n, arg_min(queue, pos) AS queue,
+               arg_min(time, pos) AS time, min(pos) AS first
+        FROM (SELECT pos, time, {json_string("d", "message_id")} AS mid,
+                     {json_whole_number("d", "receive_count")} AS cnt,
+                     json_extract_string(d, '$.queue') AS queue
+              FROM (SELECT pos, time, {json_object("detail::VARCHAR")} AS d FROM {receives}))
+        WHERE mid IS NOT NULL AND cnt IS NOT NULL
+        GROUP BY mid, cnt"""
+    )
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE apc_outcomes AS
+        SELECT * FROM (
+            SELECT pos, reason, mid, cnt, {_subject("d")}
+            FROM (SELECT pos, seq, reason::VARCHAR AS reason,
+                         {json_string("d", "sqs_message_id")} AS mid,
+                         {json_whole_number("d", "receive_count")} AS cnt, d
+                  FROM (SELECT pos, seq, reason, {json_object("detail::VARCHAR")} AS d
+                        FROM {audits}))
+            WHERE reason IS NOT NULL AND mid IS NOT NULL AND mid <> '' AND cnt IS NOT NULL)
+        WHERE subject_kind IS NOT NULL"""
+    )
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE apc_subjects AS
+        SELECT o.mid, o.cnt, o.subject_kind, o.subject_id, count(*) AS n,
+               list(o.reason ORDER BY o.pos) AS outcomes, min(o.pos) AS first
+        FROM apc_outcomes o SEMI JOIN apc_handouts h ON o.mid = h.mid AND o.cnt = h.cnt
+        GROUP BY o.mid, o.cnt, o.subject_kind, o.subject_id"""
+    )
+    (outcome_records,) = con.execute("SELECT count(*) FROM apc_outcomes").fetchone()
+    copies, redelivered = con.execute(
+        "SELECT coalesce(sum(n), 0), coalesce(sum(n) FILTER (WHERE cnt > 1), 0) FROM apc_handouts"
+    ).fetchone()
+    unaudited = """(SELECT * FROM apc_handouts h
+        ANTI JOIN (SELECT DISTINCT mid, cnt FROM apc_subjects) s ON h.mid = s.mid AND h.cnt = s.cnt)"""
+    unaudited_copies, unaudited_redelivered = con.execute(
+        f"SELECT coalesce(sum(n), 0), coalesce(sum(n) FILTER (WHERE cnt > 1), 0) FROM {unaudited}"
+    ).fetchone()
+    unaudited_examples = [
+        {
+            "message_id": mid,
+            "receive_count": cnt,
+            "queue": queue,
+            "time": None if time is None else float(time),
+        }
+        for mid, cnt, queue, time in con.execute(
+            f"SELECT mid, cnt, queue, time FROM {unaudited} ORDER BY time, first LIMIT {EXAMPLES}"
+        ).fetchall()
     ]
-    redelivered = sum(n for key, n in handouts.items() if key[1] > 1)
-    unaudited_redelivered = sum(handouts[key] for key in unaudited if key[1] > 1)
+    doubles = """(SELECT s.*, min(s.first) OVER (PARTITION BY s.mid, s.cnt) AS copy_first
+        FROM apc_subjects s JOIN apc_handouts h ON s.mid = h.mid AND s.cnt = h.cnt
+        WHERE s.n > h.n)"""
+    (double_outcomes,) = con.execute(f"SELECT count(*) FROM {doubles}").fetchone()
+    double_examples = [
+        {
+            "message_id": mid,
+            "receive_count": cnt,
+            "subject": [kind] if subject is None else [kind, subject],
+            "outcomes": list(outcomes),
+        }
+        for mid, cnt, kind, subject, outcomes in con.execute(
+            f"""SELECT mid, cnt, subject_kind, subject_id, outcomes FROM {doubles}
+            ORDER BY copy_first, first LIMIT {EXAMPLES}"""
+        ).fetchall()
+    ]
+    unknown = """(SELECT o.* FROM apc_outcomes o
+        ANTI JOIN apc_handouts h ON o.mid = h.mid AND o.cnt = h.cnt)"""
+    (unknown_records,) = con.execute(f"SELECT count(*) FROM {unknown}").fetchone()
+    unknown_examples = [
+        {"message_id": mid, "receive_count": cnt, "outcome": outcome}
+        for mid, cnt, outcome in con.execute(
+            f"SELECT mid, cnt, reason FROM {unknown} ORDER BY pos LIMIT {EXAMPLES}"
+        ).fetchall()
+    ]
+    for table in ("apc_handouts", "apc_outcomes", "apc_subjects"):
+        con.execute(f"DROP TABLE {table}")
     counts = {
-        "copies": copies,
-        "audited_copies": copies - unaudited_copies,
-        "unaudited_copies": unaudited_copies,
-        "double_outcomes": len(doubles),
-        "unknown_copy_records": len(unknown),
-        "redelivered_copies": redelivered,
-        "unaudited_redelivered_copies": unaudited_redelivered,
-        "outcome_records": outcome_records,
+        "copies": int(copies),
+        "audited_copies": int(copies - unaudited_copies),
+        "unaudited_copies": int(unaudited_copies),
+        "double_outcomes": int(double_outcomes),
+        "unknown_copy_records": int(unknown_records),
+        "redelivered_copies": int(redelivered),
+        "unaudited_redelivered_copies": int(unaudited_redelivered),
+        "outcome_records": int(outcome_records),
     }
     examples = {
-        "unaudited_copies": [
-            {"message_id": key[0], "receive_count": key[1], **seen[key]}
-            for key in sorted(unaudited, key=lambda k: seen[k]["time"])[:EXAMPLES]
-        ],
-        "double_outcomes": [
-            {
-                "message_id": key[0],
-                "receive_count": key[1],
-                "subject": list(subject),
-                "outcomes": outcomes_of[(key, subject)],
-            }
-            for key, subject in doubles[:EXAMPLES]
-        ],
-        "unknown_copy_records": unknown[:EXAMPLES],
+        "unaudited_copies": unaudited_examples,
+        "double_outcomes": double_examples,
+        "unknown_copy_records": unknown_examples,
     }
-    valid = unaudited_copies <= max_unaudited_copies and not doubles and not unknown
+    valid = unaudited_copies <= max_unaudited_copies and not double_outcomes and not unknown_records
     return Verdict(
         "audit_per_copy",
         valid,
@@ -216,13 +234,61 @@ def check(history: pd.DataFrame, max_unaudited_copies: int = 0) -> Verdict:
     )
 
 
+def _no_receive_log() -> Verdict:
+    return unknown_verdict(
+        "audit_per_copy",
+        "no SQS receive log in the history (the system's queues are not the harness's "
+        "SQS endpoint): nothing to hold the trail against",
+    )
+
+
+def check(history: pd.DataFrame, max_unaudited_copies: int = 0) -> Verdict:
+    """The verdict over a history in memory."""
+    rows = history[history["kind"].isin(["receive", "audit"])]
+    if not (rows["kind"] == "receive").any():
+        return _no_receive_log()
+    table = pa.table(
+        {
+            "pos": pa.array(np.arange(len(rows), dtype=np.int64)),
+            "kind": pa.array(rows["kind"].astype(object).tolist(), pa.string()),
+            "seq": pa.array(rows["seq"].to_numpy(dtype=np.int64)),
+            "time": pa.array(rows["time"].to_numpy(dtype=np.float64), from_pandas=True),
+            "reason": strings(rows["reason"]),
+            "detail": strings(rows["detail"]),
+        }
+    )
+    with duckdb.connect() as con:
+        con.register("apc_rows", table)
+        return _judge(
+            con,
+            "(SELECT pos, time, detail FROM apc_rows WHERE kind = 'receive')",
+            "(SELECT pos, seq, reason, detail FROM apc_rows WHERE kind = 'audit')",
+            max_unaudited_copies,
+        )
+
+
+def check_store(store: HistoryStore, max_unaudited_copies: int = 0) -> Verdict:
+    """The verdict over a history on disk: the same query over the file's rows."""
+    (receives,) = store.one("SELECT count(*) FROM other WHERE kind = 'receive'")
+    if not receives:
+        return _no_receive_log()
+    return _judge(
+        store.con,
+        "(SELECT pos, time, detail FROM other WHERE kind = 'receive')",
+        "(SELECT pos, seq, reason, detail FROM other WHERE kind = 'audit')",
+        max_unaudited_copies,
+    )
+
+
 @checker(
     "audit_per_copy",
     summary="every copy SQS handed out ends in exactly one audit outcome per subject",
     tolerances={"max_unaudited_copies": 0},
     needs=("audit_trail", "sqs_log"),
-    # With the history on disk these kinds come as a frame (see registry.in_memory_for).
-    reads=("receive", "audit"),
+    out_of_core=True,
 )
 def probe(evidence: Evidence, tolerance: Mapping[str, Any]) -> Verdict:
-    return check(evidence.history, max_unaudited_copies=int(tolerance["max_unaudited_copies"]))
+    most = int(tolerance["max_unaudited_copies"])
+    if evidence.store is not None:
+        return check_store(evidence.store, most)
+    return check(evidence.history, most)
