@@ -20,12 +20,10 @@ from datetime import datetime
 from typing import Any
 
 import duckdb
-import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from harness.checkers.evidence import Evidence
-from harness.checkers.json_fields import json_object, json_string, strings
+from harness.checkers.json_fields import json_object, json_string, rows_table
 from harness.checkers.registry import checker, unknown_verdict
 from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
@@ -162,14 +160,7 @@ def check(
     rows = history[history["kind"].isin(["audit", "inject", "inject_info"])]
     if not (rows["kind"] == "audit").any():
         return unknown_verdict("audit_fields", "the run read no audit record")
-    table = pa.table(
-        {
-            "pos": pa.array(np.arange(len(rows), dtype=np.int64)),
-            **{c: strings(rows[c]) for c in ("kind", "tenant_id", "notification_id", "reason")},
-            "time": pa.array(rows["time"].to_numpy(dtype=np.float64), from_pandas=True),
-            "detail": strings(rows["detail"]),
-        }
-    )
+    table = rows_table(rows, ["kind", "tenant_id", "notification_id", "reason", "detail"])
     with duckdb.connect() as con:
         con.register("af_rows", table)
         return _judge(

@@ -48,9 +48,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import duckdb
-import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from harness.checkers.evidence import Evidence
 from harness.checkers.json_fields import (
@@ -58,7 +56,7 @@ from harness.checkers.json_fields import (
     json_string,
     json_truthy,
     json_whole_number,
-    strings,
+    rows_table,
 )
 from harness.checkers.registry import checker, unknown_verdict
 from harness.checkers.store import HistoryStore
@@ -247,16 +245,7 @@ def check(history: pd.DataFrame, max_unaudited_copies: int = 0) -> Verdict:
     rows = history[history["kind"].isin(["receive", "audit"])]
     if not (rows["kind"] == "receive").any():
         return _no_receive_log()
-    table = pa.table(
-        {
-            "pos": pa.array(np.arange(len(rows), dtype=np.int64)),
-            "kind": pa.array(rows["kind"].astype(object).tolist(), pa.string()),
-            "seq": pa.array(rows["seq"].to_numpy(dtype=np.int64)),
-            "time": pa.array(rows["time"].to_numpy(dtype=np.float64), from_pandas=True),
-            "reason": strings(rows["reason"]),
-            "detail": strings(rows["detail"]),
-        }
-    )
+    table = rows_table(rows, ["kind", "reason", "detail"], integers=["seq"])
     with duckdb.connect() as con:
         con.register("apc_rows", table)
         return _judge(

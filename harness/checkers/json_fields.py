@@ -6,8 +6,10 @@ each record in Python: the same query over a history on disk and one in memory.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -63,6 +65,20 @@ def strings(values: pd.Series) -> pa.Array:
     """A column of strings with its missing values (None or NaN) as nulls."""
     return pa.array(
         [v if isinstance(v, str) else None for v in values.astype(object).tolist()], pa.string()
+    )
+
+
+def rows_table(rows: pd.DataFrame, texts: Sequence[str], integers: Sequence[str] = ()) -> pa.Table:
+    """History rows as an Arrow table DuckDB can query: ``pos`` (their order), ``time`` (a NaN
+    as null, as the store reads it), the ``texts`` columns as strings and the ``integers`` as
+    int64."""
+    return pa.table(
+        {
+            "pos": pa.array(np.arange(len(rows), dtype=np.int64)),
+            "time": pa.array(rows["time"].to_numpy(dtype=np.float64), from_pandas=True),
+            **{c: strings(rows[c]) for c in texts},
+            **{c: pa.array(rows[c].to_numpy(dtype=np.int64)) for c in integers},
+        }
     )
 
 
