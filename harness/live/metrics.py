@@ -28,6 +28,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from harness.live.online import CHECKS, LiveViolation
+from harness.model.delivery_key import delivery_key
 
 # The design's latency promise is seconds (p99 under 5 s in the seeds): buckets around it.
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0, 60.0)
@@ -149,7 +150,7 @@ class LiveMetrics:
         delivered = row.get("delivered")
         if not (status == 200 if delivered is None else delivered):
             return
-        key = (str(row.get("tenant_id")), str(row.get("notification_id")), str(row.get("token")))
+        key = delivery_key(row.get("tenant_id"), row.get("notification_id"), row.get("token"))
         if key in self._seen:
             return
         self._seen.add(key)

@@ -65,6 +65,7 @@ from harness.checkers.dead_tokens import TRANSIT_S
 from harness.checkers.duplicate_causes import DEFAULT_KILL_WINDOW_S, UNATTRIBUTED, cause_after
 from harness.checkers.windows import DEDUP_STORE, Window
 from harness.live.stop import LIVE_CHECKS as CHECKS
+from harness.model.delivery_key import delivery_key
 
 # The faults whose windows excuse a duplicate (duplicate_causes reads them by these names).
 _KILL, _CRASH = "consumer-crash", "dedup-crash"
@@ -90,7 +91,7 @@ class LiveViolation:
         return f"{self.check}: {what}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per delivery: no __dict__ each
 class _Delivery:
     time: float
     seq: int
@@ -380,7 +381,7 @@ class OnlineChecks:
             delivered = status == 200
         if not delivered:
             return []
-        key = (str(row.get("tenant_id")), str(row.get("notification_id")), str(row.get("token")))
+        key = delivery_key(row.get("tenant_id"), row.get("notification_id"), row.get("token"))
         at = float(row["time"])
         delivery = _Delivery(at, int(row.get("seq") or 0), status, row.get("collapse_id") or None)
         seen = self._deliveries.setdefault(key, [])

@@ -58,6 +58,7 @@ from harness.load.record import (
     read_rows,
 )
 from harness.model import history as history_mod
+from harness.model.delivery_key import delivery_key
 from harness.model.history import CHECKER_ONLY_KINDS, STREAM_FILE, History
 from harness.model.oracle import expected_channel_deliveries, required_push_recipients
 from harness.model.population import Population, bad_device_tokens, generate, of_another_run
@@ -244,7 +245,7 @@ class Collector:
                 self.history.extend_provider(rows)
                 for row in rows:
                     if row.get("delivered", row["status"] == 200):
-                        key = (row["tenant_id"], row["notification_id"], row["token"])
+                        key = delivery_key(row["tenant_id"], row["notification_id"], row["token"])
                         if key not in self.delivered:
                             self.delivered.add(key)
                             self.arrivals.append(key)
