@@ -44,7 +44,7 @@ import pandas as pd
 import pyarrow as pa
 
 from harness.checkers.evidence import Evidence
-from harness.checkers.json_fields import json_object, json_string, key_text
+from harness.checkers.json_fields import json_object, json_push_channel, json_string, key_text
 from harness.checkers.keys import (
     first_rows,
     joint_keys,
@@ -259,7 +259,7 @@ class _Trail:
                 AND json_exists({decrypted}, '$."{field}"')
                 THEN {json_string(decrypted, field)} ELSE {json_string(d, field)} END"""
 
-        push = f"(json_type({d}, '$.channel') IS NULL OR {json_string(d, 'channel')} = 'push')"
+        push = json_push_channel(d)
         result = store.sql(
             f"""SELECT reason, {push}, tenant_id, notification_id,
                        {personal("recipient_user_id")}, {personal("token_sha256")},

@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from harness.checkers.audit_complete import record_detail, token_sha256
 from harness.checkers.evidence import Evidence
-from harness.checkers.json_fields import json_object, json_string, key_text
+from harness.checkers.json_fields import json_object, json_push_channel, json_string, key_text
 from harness.checkers.registry import checker
 from harness.checkers.store import HistoryStore
 from harness.checkers.verdict import Verdict
@@ -232,8 +232,8 @@ def check(history: pd.DataFrame, clock_slack_s: float = 0.05) -> Verdict:
 
 
 def check_store(store: HistoryStore, clock_slack_s: float = 0.05) -> Verdict:
-    """:func:`check` over a history on disk: the audit rows read as a frame, the acceptances
-    and first requests of the devices they name counted in DuckDB."""
+    """:func:`check` over a history on disk: the push ``sent`` records' keys, and the
+    acceptances and first requests of the devices they name, counted in DuckDB."""
     sent, sent_at = sent_in_store(store)
     digests = {device for _, _, device in sent}
     accepted = acceptances_in_store(store, digests)
@@ -252,7 +252,7 @@ def sent_in_store(store: HistoryStore) -> tuple[Counter[Key], dict[Key, float]]:
              THEN {json_string(decrypted, "token_sha256")} END,
         {json_string(d, "token_sha256")},
         sha256(token))"""
-    push = f"(json_type({d}, '$.channel') IS NULL OR {json_string(d, 'channel')} = 'push')"
+    push = json_push_channel(d)
     sent = "SELECT * FROM other WHERE kind = 'audit' AND reason = 'sent'"
     records = f"""SELECT tenant_id, notification_id, {device} AS device, {push} AS push, time
         FROM (SELECT *, {json_object("detail")} AS {d} FROM ({{rows}}))"""

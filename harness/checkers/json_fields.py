@@ -31,6 +31,12 @@ def json_string(doc: str, field: str) -> str:
     )
 
 
+def json_push_channel(doc: str) -> str:
+    """The record is the push channel's: it names no ``channel``, or names ``push`` (an email or
+    in-app record must not stand in for a push job's own)."""
+    return f"(json_type({doc}, '$.channel') IS NULL OR {json_string(doc, 'channel')} = 'push')"
+
+
 def json_whole_number(doc: str, field: str) -> str:
     """``doc[field]`` as a whole number: an integer, a float (truncated) or a string of
     digits; NULL for anything else (a boolean too)."""
